@@ -1,0 +1,451 @@
+//! The stack descriptor: the signed document that names every layer of a stack release.
+//!
+//! It is the OCI config blob of the stack artifact (media type [`DESCRIPTOR_MEDIA_TYPE`]). A
+//! minisign signature over its exact bytes travels in the manifest annotation
+//! [`SIGNATURE_ANNOTATION`]; everything a verifier trusts comes from here: the digest and size of
+//! every blob, and the verity root hash of every layer.
+//!
+//! It is serialized canonically ([`StackDescriptor::to_canonical_json`]): keys sorted, no
+//! insignificant whitespace, so the same stack gives the same bytes and the same digest. Parsing
+//! ([`StackDescriptor::from_json`]) is strict: unknown fields, a wrong schema version, malformed
+//! digests or hashes and duplicate layer names are refused.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use crate::select::{self, Rule};
+
+/// Media type of the descriptor (the artifact's config blob).
+pub const DESCRIPTOR_MEDIA_TYPE: &str = "application/vnd.ingot.stack.v1+json";
+/// `artifactType` of the stack's OCI image manifest.
+pub const ARTIFACT_TYPE: &str = "application/vnd.ingot.stack.v1";
+/// Media type of a layer's data blob: an ext4 image compressed with zstd in independent frames.
+pub const LAYER_MEDIA_TYPE: &str = "application/vnd.ingot.layer.v1.ext4+zstd";
+/// Media type of a layer's hash blob: the dm-verity superblock and hash tree, uncompressed.
+pub const VERITY_MEDIA_TYPE: &str = "application/vnd.ingot.verity.v1";
+/// Manifest annotation that carries the minisign signature (the whole `.minisig` text).
+pub const SIGNATURE_ANNOTATION: &str = "dev.ingot.signature";
+/// The only schema version this code reads and writes.
+pub const SCHEMA_VERSION: u32 = 1;
+/// The compression named in [`Compression::algorithm`].
+pub const ZSTD: &str = "zstd";
+
+/// The stack descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StackDescriptor {
+    /// Always [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Stack name, e.g. `demo`.
+    pub name: String,
+    /// Stack release version, e.g. `1.2.3`.
+    pub version: String,
+    /// The builder that made it, e.g. `ingot 0.1.0`.
+    pub builder: String,
+    /// Creation time, RFC 3339 UTC, derived from `source_date_epoch` (never the wall clock).
+    pub created: String,
+    /// The `source_date_epoch` of the manifest: every timestamp in every layer.
+    pub source_date_epoch: u64,
+    /// Files the ESP needs from the base layer.
+    pub boot: BootFiles,
+    /// Layers in manifest order; the first one is the base layer.
+    pub layers: Vec<LayerEntry>,
+}
+
+/// The files the writer copies from the base layer to the ESP (absolute paths in that layer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BootFiles {
+    /// The kernel image.
+    pub kernel: String,
+    /// The initrd.
+    pub initrd: String,
+    /// The bootloader EFI binary.
+    pub efi: String,
+}
+
+/// One layer of the stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LayerEntry {
+    /// Unique name within the stack.
+    pub name: String,
+    /// `base`, `control-plane`, `nvidia`, `kata` or another kind.
+    pub kind: String,
+    /// Selection rule; absent for the base layer (every machine gets it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<Rule>,
+    /// Size of the uncompressed ext4 image in bytes.
+    pub size: u64,
+    /// The compressed image blob.
+    pub data: DataBlob,
+    /// The verity hash blob (superblock + tree).
+    pub hash: BlobRef,
+    /// The dm-verity parameters and root hash.
+    pub verity: VerityInfo,
+    /// Container images stored in the layer for containerd to import at first boot.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preload: Vec<PreloadEntry>,
+}
+
+/// A blob by digest and size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BlobRef {
+    /// `sha256:<64 lowercase hex>`.
+    pub digest: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+/// The data blob: a blob plus how it is compressed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DataBlob {
+    /// `sha256:<64 lowercase hex>` of the compressed blob.
+    pub digest: String,
+    /// Size of the compressed blob in bytes.
+    pub size: u64,
+    /// How it is compressed.
+    pub compression: Compression,
+}
+
+/// Compression of a data blob: independent zstd frames, each of `frameSize` input bytes (the
+/// last one may be shorter), so frames decompress in parallel and a download resumes by range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Compression {
+    /// Always [`ZSTD`].
+    pub algorithm: String,
+    /// Uncompressed bytes per frame.
+    pub frame_size: u64,
+}
+
+/// dm-verity parameters of a layer (format 1, veritysetup's meaning for every field).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct VerityInfo {
+    /// Root hash, lowercase hex.
+    pub root_hash: String,
+    /// Salt, lowercase hex (may be empty).
+    pub salt: String,
+    /// Superblock UUID, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// Hash algorithm, e.g. `sha256`.
+    pub algorithm: String,
+    /// Hash format type (1 = the normal one).
+    pub hash_type: u32,
+    /// Data block size in bytes.
+    pub data_block_size: u32,
+    /// Hash block size in bytes.
+    pub hash_block_size: u32,
+    /// Number of data blocks covered.
+    pub data_blocks: u64,
+    /// Offset of the hash tree in the hash blob: the superblock's size (or 0 when absent).
+    pub hash_offset: u64,
+    /// The hash blob starts with a verity superblock.
+    pub superblock: bool,
+}
+
+/// A container image stored inside a layer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PreloadEntry {
+    /// Name used for the file and as the image's reference, e.g. `registry.k8s.io/pause:3.10`.
+    pub name: String,
+    /// The image's reference as containerd will list it.
+    pub reference: String,
+    /// Digest of the image manifest, `sha256:…`.
+    pub digest: String,
+    /// Absolute path of the OCI archive inside the layer.
+    pub path: String,
+}
+
+/// Why a descriptor was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum DescriptorError {
+    /// Not JSON, or not the schema (unknown field, wrong type, missing field).
+    #[error("stack descriptor is not valid: {0}")]
+    Json(#[from] serde_json::Error),
+    /// A value that parses but breaks a rule of the schema.
+    #[error("stack descriptor is not valid: {0}")]
+    Invalid(String),
+}
+
+fn invalid(msg: impl Into<String>) -> DescriptorError {
+    DescriptorError::Invalid(msg.into())
+}
+
+/// Whether `s` is `sha256:` followed by 64 lowercase hex digits.
+pub fn is_sha256_digest(s: &str) -> bool {
+    s.strip_prefix("sha256:")
+        .is_some_and(|hex| hex.len() == 64 && is_lower_hex(hex))
+}
+
+fn is_lower_hex(s: &str) -> bool {
+    s.bytes()
+        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Serialize any value as canonical JSON: object keys sorted, no insignificant whitespace.
+pub fn canonical_json<T: Serialize>(value: &T) -> Result<Vec<u8>, serde_json::Error> {
+    // serde_json::Value's map is a BTreeMap (the `preserve_order` feature is not enabled in
+    // this workspace), so going through Value sorts every object's keys.
+    let value = serde_json::to_value(value)?;
+    serde_json::to_vec(&value)
+}
+
+impl StackDescriptor {
+    /// The canonical bytes: what is stored as the config blob and what is signed.
+    pub fn to_canonical_json(&self) -> Vec<u8> {
+        canonical_json(self).expect("a descriptor always serializes")
+    }
+
+    /// Parse and validate a descriptor.
+    pub fn from_json(bytes: &[u8]) -> Result<Self, DescriptorError> {
+        let d: StackDescriptor = serde_json::from_slice(bytes)?;
+        d.validate()?;
+        Ok(d)
+    }
+
+    /// Check the rules serde cannot express.
+    pub fn validate(&self) -> Result<(), DescriptorError> {
+        if self.schema_version != SCHEMA_VERSION {
+            return Err(invalid(format!(
+                "schemaVersion {} is not supported (this ingot reads {SCHEMA_VERSION})",
+                self.schema_version
+            )));
+        }
+        if self.name.is_empty() || self.version.is_empty() {
+            return Err(invalid("name and version must not be empty"));
+        }
+        if self.layers.is_empty() {
+            return Err(invalid("a stack has at least one layer"));
+        }
+        let mut names = BTreeSet::new();
+        for (i, layer) in self.layers.iter().enumerate() {
+            let at = format!("layer `{}`", layer.name);
+            if layer.name.is_empty() {
+                return Err(invalid(format!("layer {i} has an empty name")));
+            }
+            if !names.insert(layer.name.as_str()) {
+                return Err(invalid(format!("{at} appears twice")));
+            }
+            if i == 0 && layer.when.is_some() {
+                return Err(invalid(format!(
+                    "{at} is the base layer and must not have a rule"
+                )));
+            }
+            if let Some(rule) = &layer.when {
+                select::check_depth(rule).map_err(|e| invalid(format!("{at}: {e}")))?;
+            }
+            for (what, digest) in [("data", &layer.data.digest), ("hash", &layer.hash.digest)] {
+                if !is_sha256_digest(digest) {
+                    return Err(invalid(format!(
+                        "{at}: {what} digest `{digest}` is not sha256:<64 hex>"
+                    )));
+                }
+            }
+            if layer.data.compression.algorithm != ZSTD {
+                return Err(invalid(format!(
+                    "{at}: compression `{}` is not supported",
+                    layer.data.compression.algorithm
+                )));
+            }
+            if layer.data.compression.frame_size == 0 {
+                return Err(invalid(format!("{at}: frameSize is 0")));
+            }
+            let v = &layer.verity;
+            if v.root_hash.is_empty() || !is_lower_hex(&v.root_hash) || v.root_hash.len() % 2 != 0 {
+                return Err(invalid(format!("{at}: rootHash is not lowercase hex")));
+            }
+            if !is_lower_hex(&v.salt) || v.salt.len() % 2 != 0 {
+                return Err(invalid(format!("{at}: salt is not lowercase hex")));
+            }
+            for (what, size) in [
+                ("dataBlockSize", v.data_block_size),
+                ("hashBlockSize", v.hash_block_size),
+            ] {
+                if !(512..=65536).contains(&size) || !size.is_power_of_two() {
+                    return Err(invalid(format!(
+                        "{at}: {what} {size} is not a power of two in 512..65536"
+                    )));
+                }
+            }
+            if v.data_blocks.checked_mul(u64::from(v.data_block_size)) != Some(layer.size) {
+                return Err(invalid(format!(
+                    "{at}: size {} is not dataBlocks × dataBlockSize",
+                    layer.size
+                )));
+            }
+            for p in &layer.preload {
+                if !is_sha256_digest(&p.digest) {
+                    return Err(invalid(format!(
+                        "{at}: preload `{}` digest is not sha256:<64 hex>",
+                        p.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The base layer (every machine gets it).
+    pub fn base(&self) -> &LayerEntry {
+        &self.layers[0]
+    }
+
+    /// The layers `machine` gets, in stack order.
+    pub fn select<'a>(
+        &'a self,
+        machine: &'a select::Machine,
+    ) -> impl Iterator<Item = &'a LayerEntry> + 'a {
+        self.layers
+            .iter()
+            .filter(move |l| select::selects(l.when.as_ref(), machine))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn sample() -> StackDescriptor {
+        let layer = |name: &str, kind: &str, when: Option<&str>| LayerEntry {
+            name: name.into(),
+            kind: kind.into(),
+            when: when.map(|w| w.parse().unwrap()),
+            size: 8 * 4096,
+            data: DataBlob {
+                digest: format!("sha256:{}", "a".repeat(64)),
+                size: 100,
+                compression: Compression {
+                    algorithm: ZSTD.into(),
+                    frame_size: 4 << 20,
+                },
+            },
+            hash: BlobRef {
+                digest: format!("sha256:{}", "b".repeat(64)),
+                size: 8192,
+            },
+            verity: VerityInfo {
+                root_hash: "c".repeat(64),
+                salt: "d".repeat(64),
+                uuid: Some("01234567-89ab-cdef-0123-456789abcdef".into()),
+                algorithm: "sha256".into(),
+                hash_type: 1,
+                data_block_size: 4096,
+                hash_block_size: 4096,
+                data_blocks: 8,
+                hash_offset: 4096,
+                superblock: true,
+            },
+            preload: vec![],
+        };
+        StackDescriptor {
+            schema_version: 1,
+            name: "demo".into(),
+            version: "1.0.0".into(),
+            builder: "ingot 0.1.0".into(),
+            created: "2024-01-01T00:00:00Z".into(),
+            source_date_epoch: 1_704_067_200,
+            boot: BootFiles {
+                kernel: "/boot/vmlinuz".into(),
+                initrd: "/boot/initrd.img".into(),
+                efi: "/usr/lib/systemd/boot/efi/systemd-bootx64.efi".into(),
+            },
+            layers: vec![
+                layer("base", "base", None),
+                layer("cp", "control-plane", Some("role == control-plane")),
+                layer("gpu", "nvidia", Some("gpu == nvidia")),
+            ],
+        }
+    }
+
+    #[test]
+    fn canonical_and_round_trip() {
+        let d = sample();
+        let bytes = d.to_canonical_json();
+        let text = std::str::from_utf8(&bytes).unwrap();
+        assert!(text.starts_with(r#"{"boot":{"efi":"#), "{text}");
+        assert!(!text.contains(": ") && !text.contains(", ") && !text.contains('\n'));
+        assert!(text.contains(r#""when":{"role":"control-plane"}"#));
+        let back = StackDescriptor::from_json(&bytes).unwrap();
+        assert_eq!(back, d);
+        assert_eq!(back.to_canonical_json(), bytes);
+    }
+
+    #[test]
+    fn strict_parsing() {
+        let good: serde_json::Value =
+            serde_json::from_slice(&sample().to_canonical_json()).unwrap();
+        type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+        let cases: Vec<(&str, Edit)> = vec![
+            ("unknown field", Box::new(|v| v["extra"] = 1.into())),
+            (
+                "unknown field",
+                Box::new(|v| v["layers"][0]["verity"]["extra"] = 1.into()),
+            ),
+            (
+                "schemaVersion 2",
+                Box::new(|v| v["schemaVersion"] = 2.into()),
+            ),
+            (
+                "appears twice",
+                Box::new(|v| v["layers"][1]["name"] = "base".into()),
+            ),
+            (
+                "must not have a rule",
+                Box::new(|v| v["layers"][0]["when"] = "virt".into()),
+            ),
+            (
+                "is not sha256",
+                Box::new(|v| v["layers"][1]["data"]["digest"] = "sha256:xyz".into()),
+            ),
+            (
+                "rootHash is not lowercase hex",
+                Box::new(|v| v["layers"][2]["verity"]["rootHash"] = "ABCD".into()),
+            ),
+            (
+                "not dataBlocks",
+                Box::new(|v| v["layers"][2]["size"] = 1.into()),
+            ),
+            (
+                "compression `gzip`",
+                Box::new(|v| v["layers"][0]["data"]["compression"]["algorithm"] = "gzip".into()),
+            ),
+            (
+                "missing field `root",
+                Box::new(|v| {
+                    v["layers"][0]["verity"]
+                        .as_object_mut()
+                        .unwrap()
+                        .remove("rootHash");
+                }),
+            ),
+        ];
+        for (want, edit) in cases {
+            let mut v = good.clone();
+            edit(&mut v);
+            let err = StackDescriptor::from_json(&serde_json::to_vec(&v).unwrap())
+                .err()
+                .unwrap_or_else(|| panic!("accepted: {want}"));
+            assert!(err.to_string().contains(want), "{want}: {err}");
+        }
+    }
+
+    #[test]
+    fn select_layers() {
+        let d = sample();
+        let m = select::Machine {
+            role: select::Role::Worker,
+            gpus: vec![select::GpuVendor::Nvidia],
+            virt: false,
+            uefi: true,
+        };
+        let names: Vec<_> = d.select(&m).map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["base", "gpu"]);
+    }
+}

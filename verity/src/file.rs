@@ -1,0 +1,249 @@
+//! The tree operations on files and block devices: what `veritysetup format`, `verify` and
+//! `dump` do with paths.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::ops::Range;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use memmap2::{Advice, Mmap, MmapOptions};
+
+use crate::error::{ParamError, VerityError};
+use crate::params::{Geometry, VerityParams};
+use crate::superblock::{Superblock, SUPERBLOCK_SIZE};
+use crate::tree::{build_tree_sparse, ZeroRanges};
+use crate::verify::Verifier;
+
+/// What `format` computed and wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FormatResult {
+    /// The parameters used, with `data_blocks` resolved.
+    pub params: VerityParams,
+    pub geometry: Geometry,
+    pub root_hash: Vec<u8>,
+}
+
+fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> VerityError + 'a {
+    move |source| VerityError::Io {
+        path: path.to_path_buf(),
+        what,
+        source,
+    }
+}
+
+/// Size in bytes of a file or block device.
+fn device_size(file: &mut File, path: &Path) -> Result<u64, VerityError> {
+    file.seek(SeekFrom::End(0))
+        .map_err(io(path, "measuring size"))
+}
+
+/// Opens the data device and maps its first `data_blocks` blocks. `data_blocks == 0` means every
+/// whole block of the device; a trailing partial block is ignored, as veritysetup does.
+fn map_data(path: &Path, params: &mut VerityParams) -> Result<(File, Mmap), VerityError> {
+    let mut file = File::open(path).map_err(io(path, "opening data device"))?;
+    let size = device_size(&mut file, path)?;
+    if size == 0 {
+        return Err(VerityError::EmptyData {
+            path: path.to_path_buf(),
+        });
+    }
+    let dbs = params.data_block_size;
+    if !crate::params::block_size_ok(dbs as u64) {
+        return Err(ParamError::BlockSize {
+            which: "data",
+            size: dbs as u64,
+        }
+        .into());
+    }
+    if params.data_blocks == 0 {
+        params.data_blocks = size / dbs as u64;
+    }
+    let need = params
+        .data_blocks
+        .checked_mul(dbs as u64)
+        .ok_or(ParamError::Overflow)?;
+    if size < need || params.data_blocks == 0 {
+        return Err(VerityError::DataTooSmall {
+            path: path.to_path_buf(),
+            have: size,
+            need: need.max(dbs as u64),
+            blocks: params.data_blocks.max(1),
+            block_size: dbs,
+        });
+    }
+    let len = usize::try_from(need).map_err(|_| ParamError::Overflow)?;
+    // SAFETY-free: memmap2's map is unsafe only because another process may change the file
+    // underneath; the tree then describes whatever was read, and verify catches any change.
+    let map = unsafe { MmapOptions::new().len(len).map(&file) }
+        .map_err(io(path, "mapping data device"))?;
+    let _ = map.advise(Advice::Sequential);
+    Ok((file, map))
+}
+
+/// Holes of a regular file inside `[0, end)`, found with SEEK_DATA / SEEK_HOLE. Anything else
+/// (block devices, filesystems without hole reporting) yields no ranges and is simply read.
+fn holes(file: &File, end: u64) -> ZeroRanges {
+    use rustix::fs::{seek, SeekFrom as RSeek};
+    let regular = file
+        .metadata()
+        .map(|m| m.file_type().is_file())
+        .unwrap_or(false);
+    if !regular {
+        return ZeroRanges::default();
+    }
+    let mut ranges: Vec<Range<u64>> = Vec::new();
+    let mut pos = 0u64;
+    while pos < end {
+        let data = match seek(file, RSeek::Data(pos)) {
+            Ok(d) => d,
+            Err(rustix::io::Errno::NXIO) => end, // no data after pos: the rest is a hole
+            Err(_) => return ZeroRanges::default(),
+        };
+        if data > pos {
+            ranges.push(pos..data.min(end));
+        }
+        if data >= end {
+            break;
+        }
+        pos = match seek(file, RSeek::Hole(data)) {
+            Ok(h) => h,
+            Err(_) => return ZeroRanges::default(),
+        };
+    }
+    ZeroRanges::new(ranges)
+}
+
+fn same_file(a: &File, b: &File) -> bool {
+    match (a.metadata(), b.metadata()) {
+        (Ok(a), Ok(b)) => {
+            if a.file_type().is_file() && b.file_type().is_file() {
+                a.dev() == b.dev() && a.ino() == b.ino()
+            } else {
+                // Block device nodes: the same device number is the same disk.
+                a.rdev() != 0 && a.rdev() == b.rdev()
+            }
+        }
+        _ => false,
+    }
+}
+
+/// `veritysetup format DATA HASH`: builds the tree of `data` and writes it (and the superblock,
+/// unless `params.superblock` is false) to `hash` at `params.hash_offset`. `hash` is created
+/// (mode 0600) when missing and never truncated, like veritysetup; bytes between the superblock
+/// and the tree are not written, so a new file reads zeros there. `params.data_blocks == 0`
+/// means the whole data device.
+pub fn format_file(
+    data: &Path,
+    hash: &Path,
+    params: &VerityParams,
+) -> Result<FormatResult, VerityError> {
+    let mut params = params.clone();
+    let (data_file, map) = map_data(data, &mut params)?;
+    let geometry = params.geometry()?;
+
+    let hash_file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(hash)
+        .map_err(io(hash, "opening hash device"))?;
+    let data_end = params.data_blocks * params.data_block_size as u64;
+    if same_file(&data_file, &hash_file) && data_end > params.hash_offset {
+        return Err(VerityError::Overlap {
+            path: hash.to_path_buf(),
+            data_end,
+            hash_offset: params.hash_offset,
+        });
+    }
+
+    let zeros = holes(&data_file, data_end);
+    let tree = build_tree_sparse(&params, &map, &zeros)?;
+    drop(map);
+
+    hash_file
+        .write_all_at(&tree.blocks, geometry.tree_offset())
+        .map_err(io(hash, "writing hash tree"))?;
+    if params.superblock {
+        let sb = Superblock::from_params(&params).to_bytes();
+        hash_file
+            .write_all_at(&sb, params.hash_offset)
+            .map_err(io(hash, "writing superblock"))?;
+    }
+    let end = params.hash_offset + geometry.hash_device_size;
+    let meta = hash_file.metadata().map_err(io(hash, "reading metadata"))?;
+    if meta.file_type().is_file() && meta.len() < end {
+        // A single-block tree writes only the superblock; veritysetup's file still spans the
+        // whole hash area.
+        hash_file
+            .set_len(end)
+            .map_err(io(hash, "extending hash file"))?;
+    }
+    hash_file
+        .sync_data()
+        .map_err(io(hash, "syncing hash device"))?;
+    Ok(FormatResult {
+        params,
+        geometry,
+        root_hash: tree.root_hash,
+    })
+}
+
+/// Reads and checks the superblock at `hash_offset` of `hash`.
+pub fn read_superblock(hash: &Path, hash_offset: u64) -> Result<Superblock, VerityError> {
+    if hash_offset % 512 != 0 {
+        return Err(ParamError::HashOffsetMisaligned(hash_offset).into());
+    }
+    let file = File::open(hash).map_err(io(hash, "opening hash device"))?;
+    let mut buf = [0u8; SUPERBLOCK_SIZE];
+    let mut read = 0;
+    while read < SUPERBLOCK_SIZE {
+        match file.read_at(&mut buf[read..], hash_offset + read as u64) {
+            Ok(0) => break,
+            Ok(n) => read += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io(hash, "reading superblock")(e)),
+        }
+    }
+    Superblock::parse(&buf[..read]).map_err(|source| VerityError::Superblock {
+        path: hash.to_path_buf(),
+        source,
+    })
+}
+
+/// `veritysetup verify DATA HASH ROOT`: with a superblock the parameters come from it (only
+/// `hash_offset` is taken from `params`); without, from `params` (`data_blocks == 0` means the
+/// whole data device). Returns the parameters used; fails naming the first bad hash or data block.
+pub fn verify_files(
+    data: &Path,
+    hash: &Path,
+    root_hash: &[u8],
+    params: &VerityParams,
+) -> Result<VerityParams, VerityError> {
+    let mut params = if params.superblock {
+        read_superblock(hash, params.hash_offset)?.to_params(params.hash_offset)
+    } else {
+        params.clone()
+    };
+    let (_data_file, map) = map_data(data, &mut params)?;
+    let g = params.geometry()?;
+
+    let mut hash_file = File::open(hash).map_err(io(hash, "opening hash device"))?;
+    let have = device_size(&mut hash_file, hash)?.saturating_sub(params.hash_offset);
+    if have < g.hash_device_size {
+        return Err(VerityError::HashTooSmall {
+            path: hash.to_path_buf(),
+            have,
+            need: g.hash_device_size,
+        });
+    }
+    let mut tree = vec![0u8; g.tree_size() as usize];
+    hash_file
+        .read_exact_at(&mut tree, g.tree_offset())
+        .map_err(io(hash, "reading hash tree"))?;
+    let verifier = Verifier::new(&params, tree, root_hash)?;
+    verifier.verify_blocks(0, &map)?;
+    Ok(params)
+}

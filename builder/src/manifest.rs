@@ -1,0 +1,698 @@
+//! Stack manifests (`manifests/*.toml`): what a stack release is made of.
+//!
+//! The format is documented field by field in `docs/manifest.md`. Every error names the file,
+//! the line and column, and the reason: [`Manifest::parse`] checks the text (TOML syntax, unknown
+//! and missing fields, rules, names, digests), [`Manifest::load`] also checks the inputs on disk
+//! (every source exists; tarball and image digests match).
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::fs;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use ingot_layers::descriptor::{is_sha256_digest, BootFiles};
+use ingot_layers::select::{Rule, TextRule};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::oci_layout::{sha256_file, Layout};
+
+/// The kind of the base layer.
+pub const BASE_KIND: &str = "base";
+/// The kind of the layer that may carry preloaded images.
+pub const CONTROL_PLANE_KIND: &str = "control-plane";
+
+/// A manifest error: where and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct ManifestError {
+    /// The manifest file.
+    pub file: PathBuf,
+    /// 1-based line and column, when the error points at a place in the file.
+    pub position: Option<(usize, usize)>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.position {
+            Some((line, col)) => write!(f, "{}:{line}:{col}: {}", self.file.display(), self.reason),
+            None => write!(f, "{}: {}", self.file.display(), self.reason),
+        }
+    }
+}
+
+/// 1-based line and column of a byte offset.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let offset = offset.min(text.len());
+    let before = &text.as_bytes()[..offset];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let col = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
+    (line, col)
+}
+
+/// Where a layer's files come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LayerSource {
+    /// A directory tree.
+    Dir(PathBuf),
+    /// A tarball pinned by its sha256 (lowercase hex).
+    Tar {
+        /// The tarball.
+        path: PathBuf,
+        /// Its sha256.
+        sha256: String,
+    },
+    /// An OCI image in an image layout, pinned by manifest digest; flattened, whiteouts applied.
+    OciLayout {
+        /// The layout directory.
+        path: PathBuf,
+        /// `sha256:…` of the image manifest.
+        digest: String,
+    },
+}
+
+/// Where a preloaded image comes from. Registries come in a later release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImageSource {
+    /// An OCI image layout directory.
+    OciLayout(PathBuf),
+}
+
+/// A container image stored in the control-plane layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreloadSpec {
+    /// File name stem and identifier.
+    pub name: String,
+    /// The reference containerd lists it under, e.g. `registry.k8s.io/pause:3.10`.
+    pub reference: String,
+    /// `sha256:…` of its manifest (the pin).
+    pub digest: String,
+    /// Where to get it.
+    pub source: ImageSource,
+}
+
+/// One layer of the stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerSpec {
+    /// Unique name.
+    pub name: String,
+    /// `base`, `control-plane`, `nvidia`, `kata` or another kind.
+    pub kind: String,
+    /// Selection rule (None only for the base layer).
+    pub when: Option<Rule>,
+    /// Where its files come from.
+    pub source: LayerSource,
+    /// Images to preload (control-plane layer only).
+    pub preload: Vec<PreloadSpec>,
+}
+
+/// A parsed, checked manifest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Manifest {
+    /// The file it came from (paths in it are relative to its directory).
+    pub path: PathBuf,
+    /// Stack name.
+    pub name: String,
+    /// Stack release version.
+    pub version: String,
+    /// Every timestamp in every layer; also the artifact's creation time.
+    pub source_date_epoch: u64,
+    /// URL of the stack's source repository (the `org.opencontainers.image.source` annotation).
+    pub repository: Option<String>,
+    /// Files the ESP needs from the base layer.
+    pub boot: BootFiles,
+    /// Layers, base first.
+    pub layers: Vec<LayerSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    name: Spanned<String>,
+    version: Spanned<String>,
+    source_date_epoch: u64,
+    #[serde(default)]
+    repository: Option<String>,
+    boot: RawBoot,
+    #[serde(rename = "layer", default)]
+    layers: Vec<Spanned<RawLayer>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBoot {
+    kernel: Spanned<String>,
+    initrd: Spanned<String>,
+    efi: Spanned<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLayer {
+    name: Spanned<String>,
+    kind: Spanned<String>,
+    #[serde(default)]
+    when: Option<Spanned<TextRule>>,
+    source: Spanned<RawSource>,
+    #[serde(default)]
+    preload: Vec<Spanned<RawPreload>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSource {
+    dir: Option<Spanned<String>>,
+    tar: Option<Spanned<String>>,
+    sha256: Option<Spanned<String>>,
+    oci_layout: Option<Spanned<String>>,
+    digest: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawPreload {
+    name: Spanned<String>,
+    reference: Spanned<String>,
+    digest: Spanned<String>,
+    oci_layout: Spanned<String>,
+}
+
+/// Names of layers and preloaded images end up in file names: keep them plain.
+fn is_plain_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 64
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+        && !s.starts_with('-')
+}
+
+/// Spans of every input the manifest names, kept so [`Manifest::load`] can point at them.
+#[derive(Debug, Default)]
+struct InputSpans {
+    /// per layer: (span of the path, span of the source table, span of the digest)
+    sources: Vec<(Range<usize>, Range<usize>, Option<Range<usize>>)>,
+    /// per layer: (span of the path, span of the digest) of each preload
+    preloads: Vec<Vec<(Range<usize>, Range<usize>)>>,
+}
+
+struct Ctx<'a> {
+    file: &'a Path,
+    text: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, span: Option<Range<usize>>, reason: impl Into<String>) -> ManifestError {
+        ManifestError {
+            file: self.file.to_owned(),
+            position: span.map(|s| line_col(self.text, s.start)),
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Manifest {
+    /// Parse and check a manifest's text; `path` names it in errors and anchors relative paths.
+    /// Touches no file.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ManifestError> {
+        Self::parse_with_spans(text, path).map(|(m, _)| m)
+    }
+
+    /// Read, parse and check a manifest, and check every input it names: directories, tarballs
+    /// and layouts exist, tarball and image digests match.
+    pub fn load(path: &Path) -> Result<Self, ManifestError> {
+        let text = fs::read_to_string(path).map_err(|e| ManifestError {
+            file: path.to_owned(),
+            position: None,
+            reason: format!("reading the manifest: {e}"),
+        })?;
+        let (manifest, spans) = Self::parse_with_spans(&text, path)?;
+        let ctx = Ctx {
+            file: path,
+            text: &text,
+        };
+        manifest.check_inputs(&ctx, &spans)?;
+        Ok(manifest)
+    }
+
+    fn parse_with_spans(text: &str, path: &Path) -> Result<(Self, InputSpans), ManifestError> {
+        let ctx = Ctx { file: path, text };
+        let raw: RawManifest = toml::from_str(text).map_err(|e| ctx.err(e.span(), e.message()))?;
+        let base_dir = path.parent().unwrap_or(Path::new(".")).to_owned();
+        let resolve = |p: &str| -> PathBuf {
+            let p = Path::new(p);
+            if p.is_absolute() {
+                p.to_owned()
+            } else {
+                base_dir.join(p)
+            }
+        };
+
+        if raw.name.get_ref().is_empty() || !is_plain_name(raw.name.get_ref()) {
+            return Err(ctx.err(
+                Some(raw.name.span()),
+                "`name` must be 1-64 characters of a-z, 0-9, `-`, `_`",
+            ));
+        }
+        let v = raw.version.get_ref();
+        if v.is_empty() || v.len() > 128 || v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(ctx.err(
+                Some(raw.version.span()),
+                "`version` must be non-empty, without spaces",
+            ));
+        }
+        for (key, value) in [
+            ("kernel", &raw.boot.kernel),
+            ("initrd", &raw.boot.initrd),
+            ("efi", &raw.boot.efi),
+        ] {
+            if !value.get_ref().starts_with('/') {
+                return Err(ctx.err(
+                    Some(value.span()),
+                    format!("boot.{key} must be an absolute path in the base layer"),
+                ));
+            }
+        }
+        if raw.layers.is_empty() {
+            return Err(ctx.err(None, "the manifest has no [[layer]]"));
+        }
+
+        let mut names = BTreeSet::new();
+        let mut layers = Vec::with_capacity(raw.layers.len());
+        let mut spans = InputSpans::default();
+        for (i, spanned) in raw.layers.iter().enumerate() {
+            let layer_span = spanned.span();
+            let l = spanned.get_ref();
+            let name = l.name.get_ref();
+            if !is_plain_name(name) {
+                return Err(ctx.err(
+                    Some(l.name.span()),
+                    format!("layer name `{name}` must be 1-64 characters of a-z, 0-9, `-`, `_`"),
+                ));
+            }
+            if !names.insert(name.clone()) {
+                return Err(ctx.err(
+                    Some(l.name.span()),
+                    format!("duplicate layer name `{name}`"),
+                ));
+            }
+            let kind = l.kind.get_ref();
+            if !is_plain_name(kind) {
+                return Err(ctx.err(
+                    Some(l.kind.span()),
+                    format!("layer kind `{kind}` must be 1-64 characters of a-z, 0-9, `-`, `_`"),
+                ));
+            }
+            let is_base = kind == BASE_KIND;
+            match (i, is_base) {
+                (0, false) => {
+                    return Err(ctx.err(
+                        Some(l.kind.span()),
+                        "the first layer must be the base layer (kind = \"base\")",
+                    ))
+                }
+                (1.., true) => {
+                    return Err(ctx.err(
+                        Some(l.kind.span()),
+                        "only the first layer may be of kind \"base\"",
+                    ))
+                }
+                _ => {}
+            }
+            let when = match (&l.when, is_base) {
+                (Some(w), true) => {
+                    return Err(ctx.err(
+                        Some(w.span()),
+                        format!(
+                            "layer `{name}` is the base layer: it has no `when` rule (every \
+                             machine gets it)"
+                        ),
+                    ))
+                }
+                (None, false) => {
+                    return Err(ctx.err(
+                        Some(layer_span),
+                        format!("layer `{name}` needs a `when` rule"),
+                    ))
+                }
+                (Some(w), false) => Some(w.get_ref().0.clone()),
+                (None, true) => None,
+            };
+
+            let src = l.source.get_ref();
+            let src_span = l.source.span();
+            let given = [
+                src.dir.is_some(),
+                src.tar.is_some(),
+                src.oci_layout.is_some(),
+            ]
+            .iter()
+            .filter(|&&b| b)
+            .count();
+            if given != 1 {
+                return Err(ctx.err(
+                    Some(src_span),
+                    format!(
+                        "layer `{name}`: the source needs exactly one of `dir`, `tar` or \
+                         `oci_layout`"
+                    ),
+                ));
+            }
+            let (source, path_span, digest_span) = if let Some(dir) = &src.dir {
+                if let Some(x) = src.sha256.as_ref().or(src.digest.as_ref()) {
+                    return Err(ctx.err(
+                        Some(x.span()),
+                        "a `dir` source takes no digest (a directory cannot be pinned)",
+                    ));
+                }
+                (LayerSource::Dir(resolve(dir.get_ref())), dir.span(), None)
+            } else if let Some(tar) = &src.tar {
+                if let Some(d) = &src.digest {
+                    return Err(ctx.err(
+                        Some(d.span()),
+                        "a `tar` source is pinned by `sha256`, not `digest`",
+                    ));
+                }
+                let Some(sha) = &src.sha256 else {
+                    return Err(ctx.err(
+                        Some(src_span),
+                        format!(
+                            "layer `{name}`: a `tar` source needs its `sha256` (missing digest)"
+                        ),
+                    ));
+                };
+                let hex = sha.get_ref();
+                if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(ctx.err(Some(sha.span()), "`sha256` must be 64 hex digits"));
+                }
+                (
+                    LayerSource::Tar {
+                        path: resolve(tar.get_ref()),
+                        sha256: hex.to_ascii_lowercase(),
+                    },
+                    tar.span(),
+                    Some(sha.span()),
+                )
+            } else {
+                let layout = src.oci_layout.as_ref().expect("counted above");
+                if let Some(s) = &src.sha256 {
+                    return Err(ctx.err(
+                        Some(s.span()),
+                        "an `oci_layout` source is pinned by `digest`, not `sha256`",
+                    ));
+                }
+                let Some(d) = &src.digest else {
+                    return Err(ctx.err(
+                        Some(src_span),
+                        format!(
+                            "layer `{name}`: an `oci_layout` source needs the image's `digest` \
+                             (missing digest)"
+                        ),
+                    ));
+                };
+                if !is_sha256_digest(d.get_ref()) {
+                    return Err(
+                        ctx.err(Some(d.span()), "`digest` must be sha256:<64 lowercase hex>")
+                    );
+                }
+                (
+                    LayerSource::OciLayout {
+                        path: resolve(layout.get_ref()),
+                        digest: d.get_ref().clone(),
+                    },
+                    layout.span(),
+                    Some(d.span()),
+                )
+            };
+            spans.sources.push((path_span, src_span, digest_span));
+
+            if !l.preload.is_empty() && kind != CONTROL_PLANE_KIND {
+                return Err(ctx.err(
+                    Some(l.preload[0].span()),
+                    format!("layer `{name}`: only a control-plane layer preloads images"),
+                ));
+            }
+            let mut preload = Vec::new();
+            let mut preload_spans = Vec::new();
+            let mut preload_names = BTreeSet::new();
+            for p in &l.preload {
+                let p = p.get_ref();
+                let pname = p.name.get_ref();
+                if !is_plain_name(pname) {
+                    return Err(ctx.err(
+                        Some(p.name.span()),
+                        format!(
+                            "preload name `{pname}` must be 1-64 characters of a-z, 0-9, `-`, `_`"
+                        ),
+                    ));
+                }
+                if !preload_names.insert(pname.clone()) {
+                    return Err(ctx.err(
+                        Some(p.name.span()),
+                        format!("duplicate preload name `{pname}`"),
+                    ));
+                }
+                let reference = p.reference.get_ref();
+                if reference.is_empty() || reference.contains(char::is_whitespace) {
+                    return Err(ctx.err(
+                        Some(p.reference.span()),
+                        "`reference` must be an image reference like registry/name:tag",
+                    ));
+                }
+                if !is_sha256_digest(p.digest.get_ref()) {
+                    return Err(ctx.err(
+                        Some(p.digest.span()),
+                        "`digest` must be sha256:<64 lowercase hex>",
+                    ));
+                }
+                preload.push(PreloadSpec {
+                    name: pname.clone(),
+                    reference: reference.clone(),
+                    digest: p.digest.get_ref().clone(),
+                    source: ImageSource::OciLayout(resolve(p.oci_layout.get_ref())),
+                });
+                preload_spans.push((p.oci_layout.span(), p.digest.span()));
+            }
+            spans.preloads.push(preload_spans);
+
+            layers.push(LayerSpec {
+                name: name.clone(),
+                kind: kind.clone(),
+                when,
+                source,
+                preload,
+            });
+        }
+
+        let manifest = Manifest {
+            path: path.to_owned(),
+            name: raw.name.into_inner(),
+            version: raw.version.into_inner(),
+            source_date_epoch: raw.source_date_epoch,
+            repository: raw.repository,
+            boot: BootFiles {
+                kernel: raw.boot.kernel.into_inner(),
+                initrd: raw.boot.initrd.into_inner(),
+                efi: raw.boot.efi.into_inner(),
+            },
+            layers,
+        };
+        Ok((manifest, spans))
+    }
+
+    fn check_inputs(&self, ctx: &Ctx<'_>, spans: &InputSpans) -> Result<(), ManifestError> {
+        for (i, layer) in self.layers.iter().enumerate() {
+            let (path_span, _, digest_span) = &spans.sources[i];
+            let name = &layer.name;
+            match &layer.source {
+                LayerSource::Dir(dir) => {
+                    if !dir.is_dir() {
+                        return Err(ctx.err(
+                            Some(path_span.clone()),
+                            format!(
+                                "layer `{name}`: source directory {} does not exist",
+                                dir.display()
+                            ),
+                        ));
+                    }
+                }
+                LayerSource::Tar { path, sha256 } => {
+                    if !path.is_file() {
+                        return Err(ctx.err(
+                            Some(path_span.clone()),
+                            format!("layer `{name}`: tarball {} does not exist", path.display()),
+                        ));
+                    }
+                    let (actual, _) = sha256_file(path).map_err(|e| {
+                        ctx.err(
+                            Some(path_span.clone()),
+                            format!("layer `{name}`: reading {}: {e}", path.display()),
+                        )
+                    })?;
+                    if actual[7..] != sha256[..] {
+                        return Err(ctx.err(
+                            digest_span.clone(),
+                            format!(
+                                "layer `{name}`: tarball {} has sha256 {}, the manifest pins {sha256}",
+                                path.display(),
+                                &actual[7..]
+                            ),
+                        ));
+                    }
+                }
+                LayerSource::OciLayout { path, digest } => {
+                    check_image(path, digest).map_err(|(on_digest, reason)| {
+                        let span = if on_digest {
+                            digest_span.clone()
+                        } else {
+                            Some(path_span.clone())
+                        };
+                        ctx.err(span, format!("layer `{name}`: {reason}"))
+                    })?;
+                }
+            }
+            for (p, (path_span, digest_span)) in layer.preload.iter().zip(&spans.preloads[i]) {
+                let ImageSource::OciLayout(path) = &p.source;
+                check_image(path, &p.digest).map_err(|(on_digest, reason)| {
+                    let span = if on_digest { digest_span } else { path_span };
+                    ctx.err(
+                        Some(span.clone()),
+                        format!("preload `{}`: {reason}", p.name),
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Check that the layout at `path` holds a manifest blob with `digest`. On failure: (whether
+/// the digest is to blame, reason).
+fn check_image(path: &Path, digest: &str) -> Result<(), (bool, String)> {
+    if !path.is_dir() {
+        return Err((
+            false,
+            format!("OCI image layout {} does not exist", path.display()),
+        ));
+    }
+    let layout = Layout::open(path).map_err(|e| (false, e.to_string()))?;
+    let blob = layout
+        .blob_path(digest)
+        .map_err(|e| (true, e.to_string()))?;
+    if !blob.is_file() {
+        return Err((
+            true,
+            format!(
+                "no image with digest {digest} in {} (digest does not match)",
+                path.display()
+            ),
+        ));
+    }
+    let (actual, _) = sha256_file(&blob).map_err(|e| (false, e.to_string()))?;
+    if actual != digest {
+        return Err((
+            true,
+            format!(
+                "blob {digest} in {} is corrupt (hashes to {actual})",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "demo"
+version = "1.0.0"
+source_date_epoch = 1700000000
+
+[boot]
+kernel = "/boot/vmlinuz"
+initrd = "/boot/initrd.img"
+efi = "/boot/efi/EFI/BOOT/BOOTX64.EFI"
+
+[[layer]]
+name = "base"
+kind = "base"
+source = { dir = "base" }
+
+[[layer]]
+name = "cp"
+kind = "control-plane"
+when = "role == control-plane"
+source = { tar = "cp.tar", sha256 = "0000000000000000000000000000000000000000000000000000000000000000" }
+
+[[layer.preload]]
+name = "hello"
+reference = "example.invalid/hello:1"
+digest = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+oci_layout = "images/hello"
+
+[[layer]]
+name = "gpu"
+kind = "nvidia"
+when = "all(gpu == nvidia, uefi)"
+source = { oci_layout = "images/gpu", digest = "sha256:2222222222222222222222222222222222222222222222222222222222222222" }
+"#;
+
+    fn parse(text: &str) -> Result<Manifest, ManifestError> {
+        Manifest::parse(text, Path::new("/m/demo.toml"))
+    }
+
+    #[test]
+    fn parses_the_good_one() {
+        let m = parse(GOOD).unwrap();
+        assert_eq!(m.layers.len(), 3);
+        assert_eq!(m.layers[0].source, LayerSource::Dir("/m/base".into()));
+        assert!(m.layers[0].when.is_none());
+        assert_eq!(m.layers[1].preload[0].reference, "example.invalid/hello:1");
+        assert_eq!(
+            m.layers[2].when.as_ref().unwrap().to_string(),
+            "all(gpu == nvidia, uefi)"
+        );
+    }
+
+    /// Each case: an edit of GOOD, the line the error must point at, words it must contain.
+    #[test]
+    fn errors_name_file_line_and_reason() {
+        let cases: [(&str, &str, usize, &str); 9] = [
+            ("name = \"base\"\nkind = \"base\"", "name = \"base\"\nkind = \"base\"\ncolour = \"red\"", 14, "unknown field `colour`"),
+            ("digest = \"sha256:1111111111111111111111111111111111111111111111111111111111111111\"\n", "", 22, "missing field `digest`"),
+            ("name = \"gpu\"", "name = \"cp\"", 29, "duplicate layer name `cp`"),
+            ("kind = \"base\"\n", "kind = \"base\"\nwhen = \"virt\"\n", 14, "has no `when` rule"),
+            ("role == control-plane", "role == boss", 19, "unknown role `boss`"),
+            (", digest = \"sha256:2222222222222222222222222222222222222222222222222222222222222222\"", "", 32, "missing digest"),
+            ("sha256 = \"0000000000000000000000000000000000000000000000000000000000000000\"", "sha256 = \"00\"", 20, "64 hex digits"),
+            ("when = \"all(gpu == nvidia, uefi)\"\n", "", 28, "needs a `when` rule"),
+            ("source_date_epoch = 1700000000", "source_date_epoch = \"soon\"", 4, "invalid type"),
+        ];
+        for (from, to, line, want) in cases {
+            assert!(GOOD.contains(from), "{from}");
+            let text = GOOD.replacen(from, to, 1);
+            let err = parse(&text).unwrap_err();
+            let shown = err.to_string();
+            assert!(shown.starts_with("/m/demo.toml:"), "{shown}");
+            assert!(shown.contains(want), "want `{want}` in: {shown}");
+            assert_eq!(err.position.map(|p| p.0), Some(line), "{shown}");
+        }
+    }
+
+    #[test]
+    fn line_col_counts_characters() {
+        assert_eq!(line_col("ab\ncd", 0), (1, 1));
+        assert_eq!(line_col("ab\ncd", 4), (2, 2));
+        assert_eq!(line_col("é\nx", 3), (2, 1));
+    }
+}

@@ -1,0 +1,410 @@
+//! OCI image layouts on disk (image-spec v1.1 `image-layout.md`): `oci-layout`, `index.json`,
+//! `blobs/sha256/<hex>`.
+//!
+//! Small structs of our own rather than `oci-spec`'s: their maps are `BTreeMap`s and everything
+//! is written through [`canonical_json`], so a manifest's bytes (and digest) are stable.
+//! Reading checks every blob against its digest and size before handing it out.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use ingot_layers::descriptor::{canonical_json, is_sha256_digest};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Media type of an OCI image manifest.
+pub const MANIFEST_MEDIA_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";
+/// Media type of an OCI image index.
+pub const INDEX_MEDIA_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+/// Media type of a Docker schema 2 manifest (accepted when reading preload images).
+pub const DOCKER_MANIFEST_MEDIA_TYPE: &str = "application/vnd.docker.distribution.manifest.v2+json";
+/// Media type of a Docker manifest list (accepted when reading preload images).
+pub const DOCKER_LIST_MEDIA_TYPE: &str =
+    "application/vnd.docker.distribution.manifest.list.v2+json";
+/// The `oci-layout` file's content.
+pub const LAYOUT_FILE: &str = r#"{"imageLayoutVersion":"1.0.0"}"#;
+/// Annotation: a reference name in `index.json`.
+pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
+/// Annotation: a layer's file name.
+pub const TITLE: &str = "org.opencontainers.image.title";
+/// Annotation: creation time.
+pub const CREATED: &str = "org.opencontainers.image.created";
+/// Annotation: version.
+pub const VERSION: &str = "org.opencontainers.image.version";
+/// Annotation: source control revision.
+pub const REVISION: &str = "org.opencontainers.image.revision";
+/// Annotation: source repository URL.
+pub const SOURCE: &str = "org.opencontainers.image.source";
+/// Annotation containerd reads for an image's full name on import.
+pub const CONTAINERD_IMAGE_NAME: &str = "io.containerd.image.name";
+
+/// An OCI content descriptor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Descriptor {
+    /// Media type of the referenced content.
+    pub media_type: String,
+    /// `sha256:<hex>`.
+    pub digest: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Optional annotations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// Artifact type of a referenced manifest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_type: Option<String>,
+    /// Platform of a referenced manifest (in an index).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<serde_json::Value>,
+}
+
+impl Descriptor {
+    /// A descriptor without annotations.
+    pub fn new(media_type: &str, digest: String, size: u64) -> Self {
+        Descriptor {
+            media_type: media_type.to_owned(),
+            digest,
+            size,
+            annotations: None,
+            artifact_type: None,
+            platform: None,
+        }
+    }
+
+    /// An annotation's value.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.as_ref()?.get(key).map(String::as_str)
+    }
+}
+
+/// An OCI image manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageManifest {
+    /// Always 2.
+    pub schema_version: u32,
+    /// [`MANIFEST_MEDIA_TYPE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    /// The artifact's type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_type: Option<String>,
+    /// The config blob.
+    pub config: Descriptor,
+    /// The layer blobs.
+    pub layers: Vec<Descriptor>,
+    /// Manifest annotations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+impl ImageManifest {
+    /// An annotation's value.
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.as_ref()?.get(key).map(String::as_str)
+    }
+}
+
+/// An OCI image index (`index.json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageIndex {
+    /// Always 2.
+    pub schema_version: u32,
+    /// [`INDEX_MEDIA_TYPE`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    /// The manifests.
+    pub manifests: Vec<Descriptor>,
+    /// Index annotations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+}
+
+/// Why a layout could not be read, or a blob in it was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    /// Reading failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+    /// Not an OCI image layout, or its JSON is malformed.
+    #[error("{path}: {reason}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A blob is not there.
+    #[error("blob {digest} is missing from the layout ({path})")]
+    Missing {
+        /// Its digest.
+        digest: String,
+        /// Where it should be.
+        path: PathBuf,
+    },
+    /// A blob's bytes do not hash to its digest.
+    #[error("blob {digest} is corrupt: its bytes hash to {actual}")]
+    Digest {
+        /// The digest it is stored under.
+        digest: String,
+        /// What its bytes hash to.
+        actual: String,
+    },
+    /// A blob's size differs from the size its descriptor gives.
+    #[error("blob {digest} is {actual} bytes, its descriptor says {expected}")]
+    Size {
+        /// Its digest.
+        digest: String,
+        /// The size the descriptor gives.
+        expected: u64,
+        /// Its real size.
+        actual: u64,
+    },
+}
+
+impl LayoutError {
+    /// Whether this error means content does not match its digest or size.
+    pub fn is_integrity(&self) -> bool {
+        matches!(self, LayoutError::Digest { .. } | LayoutError::Size { .. })
+    }
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> LayoutError + '_ {
+    move |source| LayoutError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+/// `sha256:<hex>` of bytes.
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+}
+
+/// `sha256:<hex>` of a file, streamed.
+pub fn sha256_file(path: &Path) -> io::Result<(String, u64)> {
+    let mut f = File::open(path)?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n = 0u64;
+    loop {
+        let r = f.read(&mut buf)?;
+        if r == 0 {
+            break;
+        }
+        h.update(&buf[..r]);
+        n += r as u64;
+    }
+    Ok((format!("sha256:{}", hex::encode(h.finalize())), n))
+}
+
+/// An OCI image layout directory, for reading.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    /// Open a layout: `oci-layout` must say version 1.0.0.
+    pub fn open(root: &Path) -> Result<Self, LayoutError> {
+        let marker = root.join("oci-layout");
+        let text = fs::read_to_string(&marker).map_err(io_err(&marker))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| LayoutError::Format {
+                path: marker.clone(),
+                reason: e.to_string(),
+            })?;
+        if v.get("imageLayoutVersion").and_then(|v| v.as_str()) != Some("1.0.0") {
+            return Err(LayoutError::Format {
+                path: marker,
+                reason: "imageLayoutVersion is not 1.0.0".into(),
+            });
+        }
+        Ok(Layout {
+            root: root.to_owned(),
+        })
+    }
+
+    /// The layout's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `index.json`.
+    pub fn index(&self) -> Result<ImageIndex, LayoutError> {
+        let path = self.root.join("index.json");
+        let bytes = fs::read(&path).map_err(io_err(&path))?;
+        serde_json::from_slice(&bytes).map_err(|e| LayoutError::Format {
+            path,
+            reason: e.to_string(),
+        })
+    }
+
+    /// Where a blob lives (the digest must be a valid sha256 digest).
+    pub fn blob_path(&self, digest: &str) -> Result<PathBuf, LayoutError> {
+        if !is_sha256_digest(digest) {
+            return Err(LayoutError::Format {
+                path: self.root.clone(),
+                reason: format!("`{digest}` is not a sha256 digest"),
+            });
+        }
+        Ok(self
+            .root
+            .join("blobs/sha256")
+            .join(&digest["sha256:".len()..]))
+    }
+
+    /// Read a blob whole and check its digest and size.
+    pub fn read_blob(&self, digest: &str, size: u64) -> Result<Vec<u8>, LayoutError> {
+        let path = self.blob_path(digest)?;
+        let meta = fs::metadata(&path).map_err(|_| LayoutError::Missing {
+            digest: digest.to_owned(),
+            path: path.clone(),
+        })?;
+        if meta.len() != size {
+            return Err(LayoutError::Size {
+                digest: digest.to_owned(),
+                expected: size,
+                actual: meta.len(),
+            });
+        }
+        let bytes = fs::read(&path).map_err(io_err(&path))?;
+        let actual = sha256_digest(&bytes);
+        if actual != digest {
+            return Err(LayoutError::Digest {
+                digest: digest.to_owned(),
+                actual,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Check a blob file's digest and size by streaming it; returns its path.
+    pub fn check_blob(&self, digest: &str, size: u64) -> Result<PathBuf, LayoutError> {
+        let path = self.blob_path(digest)?;
+        let meta = fs::metadata(&path).map_err(|_| LayoutError::Missing {
+            digest: digest.to_owned(),
+            path: path.clone(),
+        })?;
+        if meta.len() != size {
+            return Err(LayoutError::Size {
+                digest: digest.to_owned(),
+                expected: size,
+                actual: meta.len(),
+            });
+        }
+        let (actual, _) = sha256_file(&path).map_err(io_err(&path))?;
+        if actual != digest {
+            return Err(LayoutError::Digest {
+                digest: digest.to_owned(),
+                actual,
+            });
+        }
+        Ok(path)
+    }
+
+    /// Find the manifest descriptor by digest, or the only one if `digest` is None.
+    pub fn find_manifest(&self, digest: Option<&str>) -> Result<Descriptor, LayoutError> {
+        let index = self.index()?;
+        let path = self.root.join("index.json");
+        match digest {
+            Some(d) => index
+                .manifests
+                .into_iter()
+                .find(|m| m.digest == d)
+                .ok_or_else(|| LayoutError::Format {
+                    path,
+                    reason: format!("no manifest {d} in index.json"),
+                }),
+            None => {
+                let mut it = index.manifests.into_iter();
+                match (it.next(), it.next()) {
+                    (Some(m), None) => Ok(m),
+                    (None, _) => Err(LayoutError::Format {
+                        path,
+                        reason: "index.json lists no manifest".into(),
+                    }),
+                    (Some(_), Some(_)) => Err(LayoutError::Format {
+                        path,
+                        reason: "index.json lists more than one manifest".into(),
+                    }),
+                }
+            }
+        }
+    }
+}
+
+/// Writes an OCI image layout into a directory.
+#[derive(Debug)]
+pub struct LayoutWriter {
+    root: PathBuf,
+}
+
+impl LayoutWriter {
+    /// Create the layout's skeleton in `root` (which must exist and be empty).
+    pub fn create(root: &Path) -> io::Result<Self> {
+        fs::create_dir_all(root.join("blobs/sha256"))?;
+        fs::write(root.join("oci-layout"), LAYOUT_FILE)?;
+        Ok(LayoutWriter {
+            root: root.to_owned(),
+        })
+    }
+
+    /// Store bytes as a blob; returns a descriptor of `media_type`.
+    pub fn write_blob(&self, media_type: &str, bytes: &[u8]) -> io::Result<Descriptor> {
+        let digest = sha256_digest(bytes);
+        let path = self.root.join("blobs/sha256").join(&digest[7..]);
+        let mut f = File::create(&path)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        Ok(Descriptor::new(media_type, digest, bytes.len() as u64))
+    }
+
+    /// Move a file whose digest is known into the blob store.
+    pub fn adopt_blob(
+        &self,
+        media_type: &str,
+        file: &Path,
+        digest: &str,
+        size: u64,
+    ) -> io::Result<Descriptor> {
+        let path = self.root.join("blobs/sha256").join(&digest[7..]);
+        fs::rename(file, &path)?;
+        Ok(Descriptor::new(media_type, digest.to_owned(), size))
+    }
+
+    /// Write `manifest` as a blob and `index.json` pointing at it. Returns the manifest's
+    /// descriptor.
+    pub fn finish(
+        &self,
+        manifest: &ImageManifest,
+        ref_name: Option<&str>,
+    ) -> io::Result<Descriptor> {
+        let bytes = canonical_json(manifest).map_err(io::Error::other)?;
+        let mut desc = self.write_blob(MANIFEST_MEDIA_TYPE, &bytes)?;
+        desc.artifact_type = manifest.artifact_type.clone();
+        if let Some(r) = ref_name {
+            desc.annotations = Some(BTreeMap::from([(REF_NAME.to_owned(), r.to_owned())]));
+        }
+        let index = ImageIndex {
+            schema_version: 2,
+            media_type: Some(INDEX_MEDIA_TYPE.to_owned()),
+            manifests: vec![desc.clone()],
+            annotations: None,
+        };
+        let index_bytes = canonical_json(&index).map_err(io::Error::other)?;
+        let mut f = File::create(self.root.join("index.json"))?;
+        f.write_all(&index_bytes)?;
+        f.sync_all()?;
+        Ok(desc)
+    }
+}

@@ -1,4 +1,115 @@
-//! Layers: filled in by the ext4 writer work (issue 3).
+//! What an ingot layer is: a deterministic, read-only ext4 image built from a file tree
+//! ([`ext4`]), optionally sealed with a dm-verity hash tree ([`build_layer`]); plus the selection
+//! rules and the stack descriptor schema.
+//!
+//! Sources ([`source::Source`]: a directory, a tar archive, an OCI image layout) are read into an
+//! in-memory [`tree::Tree`] first; the image is written from that model alone.
+
+use std::path::Path;
 
 pub mod descriptor;
+pub mod error;
+pub mod ext4;
 pub mod select;
+pub mod source;
+pub mod tree;
+
+pub use error::LayerError;
+pub use ext4::{build_image, Ext4Options, ImageInfo};
+pub use source::Source;
+
+/// The dm-verity side of a layer: format 1, sha256, 4096-byte data and hash blocks, superblock
+/// at offset 0 of the hash file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerityInfo {
+    pub root_hash: Vec<u8>,
+    /// SHA-256 of the image bytes.
+    pub salt: Vec<u8>,
+    /// The verity superblock's UUID, derived from the layer seed.
+    pub uuid: [u8; 16],
+    /// Size of the hash file in bytes.
+    pub hash_size: u64,
+}
+
+/// A built layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerBuild {
+    pub image: ImageInfo,
+    /// Image size in bytes.
+    pub image_size: u64,
+    /// 4 KiB data blocks covered by verity (= filesystem blocks).
+    pub data_blocks: u64,
+    pub verity: Option<VerityInfo>,
+}
+
+/// Builds a layer image at `out_img` and, with `out_hash`, its dm-verity hash tree (salt =
+/// SHA-256 of the image, UUID derived from `opts.seed`). Outputs appear only when complete.
+pub fn build_layer(
+    source: &Source,
+    out_img: &Path,
+    out_hash: Option<&Path>,
+    opts: &Ext4Options,
+) -> Result<LayerBuild, LayerError> {
+    let image = ext4::build_image_inner(source, out_img, opts, out_hash.is_some())?;
+    let verity = match out_hash {
+        None => None,
+        Some(hash) => match seal(out_img, hash, &image, opts) {
+            Ok(v) => Some(v),
+            Err(e) => {
+                // Leave nothing half-built behind: the image without its tree is not a layer.
+                let _ = std::fs::remove_file(out_img);
+                return Err(e);
+            }
+        },
+    };
+    Ok(LayerBuild {
+        image_size: image.size,
+        data_blocks: image.blocks,
+        image,
+        verity,
+    })
+}
+
+fn seal(
+    img: &Path,
+    hash: &Path,
+    image: &ImageInfo,
+    opts: &Ext4Options,
+) -> Result<VerityInfo, LayerError> {
+    let salt = image.sha256.expect("digest requested").to_vec();
+    let uuid = ext4::derive_uuid("ingot verity uuid", &opts.seed);
+    let params = ingot_verity::VerityParams {
+        data_blocks: image.blocks,
+        salt: salt.clone(),
+        uuid: Some(uuid),
+        ..ingot_verity::VerityParams::default()
+    };
+    let dir = ext4::out_dir(hash);
+    let tmp = tempfile::Builder::new()
+        .prefix(".ingot-verity-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| LayerError::io("creating a temporary file in", dir, e))?;
+    let r = ingot_verity::format_file(img, tmp.path(), &params).map_err(|source| {
+        LayerError::Verity {
+            path: hash.to_path_buf(),
+            source,
+        }
+    })?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| LayerError::io("syncing", tmp.path(), e))?;
+    let hash_size = tmp
+        .as_file()
+        .metadata()
+        .map_err(|e| LayerError::io("reading", tmp.path(), e))?
+        .len();
+    tmp.persist(hash)
+        .map_err(|e| LayerError::io("renaming the hash tree to", hash, e.error))?;
+    Ok(VerityInfo {
+        root_hash: r.root_hash,
+        salt,
+        uuid,
+        hash_size,
+    })
+}

@@ -1,0 +1,83 @@
+//! The one error type of the layer builder. Every variant names the input (a path on the host or an
+//! entry inside the source tree) so a failed release build says what to fix.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why a layer image could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LayerError {
+    /// A host file or directory could not be read or written.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// An entry would land outside the image root (`..`, or a hard link pointing outside).
+    #[error("entry {entry:?} escapes the image root")]
+    EscapesRoot { entry: String },
+    /// A tar member name is absolute.
+    #[error("entry {entry:?} has an absolute path; layer archives must use relative member names")]
+    AbsolutePath { entry: String },
+    /// A path component is longer than ext4 allows.
+    #[error("entry {entry:?}: name is {len} bytes, ext4 allows at most 255")]
+    NameTooLong { entry: String, len: usize },
+    /// An entry cannot be represented or makes no sense (hard link to a directory, unknown type...).
+    #[error("entry {entry:?}: {reason}")]
+    BadEntry { entry: String, reason: String },
+    /// An extended attribute cannot be stored.
+    #[error("entry {entry:?}: extended attribute {name:?}: {reason}")]
+    Xattr {
+        entry: String,
+        name: String,
+        reason: String,
+    },
+    /// A tar archive is malformed or truncated.
+    #[error("tar archive {}: {reason}", path.display())]
+    Tar { path: PathBuf, reason: String },
+    /// An OCI image layout is malformed or does not hold what was asked for.
+    #[error("OCI layout {}: {reason}", path.display())]
+    Oci { path: PathBuf, reason: String },
+    /// A source file changed between scanning and copying.
+    #[error("{}: file changed while the image was being written", path.display())]
+    FileChanged { path: PathBuf },
+    /// The tree does not fit the requested size, or exceeds an ext4 limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// Building the dm-verity hash tree failed.
+    #[error("dm-verity hash tree for {}: {source}", path.display())]
+    Verity {
+        path: PathBuf,
+        #[source]
+        source: ingot_verity::VerityError,
+    },
+}
+
+impl LayerError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        LayerError::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn bad(entry: &[u8], reason: impl Into<String>) -> Self {
+        LayerError::BadEntry {
+            entry: show(entry),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// An entry path for messages: names are bytes, shown lossily.
+pub(crate) fn show(path: &[u8]) -> String {
+    if path.is_empty() {
+        "/".to_string()
+    } else {
+        String::from_utf8_lossy(path).into_owned()
+    }
+}

@@ -1,0 +1,159 @@
+//! A deterministic, read-only ext4 image writer.
+//!
+//! The image is planned completely in memory from the [`Tree`] (inode numbers in sorted-path
+//! order, every block placed by a bump allocator), then written front to back in one pass: the
+//! metadata bytes and the file data in block order, holes left as holes. See
+//! `docs/layer-images.md` for the format choices.
+
+use std::fmt;
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use crate::error::LayerError;
+use crate::source::Source;
+use crate::tree::Tree;
+
+mod csum;
+mod dir;
+mod extent;
+mod group;
+mod htree;
+mod inode;
+mod layout;
+mod le;
+mod superblock;
+mod writer;
+mod xattr;
+
+/// The only block size ingot writes.
+pub const BLOCK_SIZE: usize = 4096;
+
+/// Called with (bytes written, bytes to write) as the image is written.
+pub type ProgressFn = Arc<dyn Fn(u64, u64) + Send + Sync>;
+
+/// How to build an image. Two builds with equal options from equal trees are byte-identical.
+#[derive(Clone, Default)]
+pub struct Ext4Options {
+    /// Identity of the layer (stack name + version + layer name): the filesystem UUID and the
+    /// directory hash seed are derived from it.
+    pub seed: Vec<u8>,
+    /// Every timestamp in the image (and the superblock's times).
+    pub source_date_epoch: u64,
+    /// Total image size in bytes (rounded down to 4 KiB); `None` sizes the image to fit.
+    pub size: Option<u64>,
+    /// Progress callback for long builds.
+    pub progress: Option<ProgressFn>,
+}
+
+impl fmt::Debug for Ext4Options {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ext4Options")
+            .field("seed", &String::from_utf8_lossy(&self.seed))
+            .field("source_date_epoch", &self.source_date_epoch)
+            .field("size", &self.size)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
+}
+
+/// What was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageInfo {
+    /// Image size in bytes (`blocks * 4096`).
+    pub size: u64,
+    /// Filesystem blocks.
+    pub blocks: u64,
+    /// Blocks in use (metadata and data); the rest are free.
+    pub used_blocks: u64,
+    /// Inodes in use, including the reserved ones (1..=10).
+    pub inodes: u32,
+    /// The filesystem UUID.
+    pub uuid: [u8; 16],
+    /// SHA-256 of the image bytes, when the caller asked for it (computed while writing).
+    pub sha256: Option<[u8; 32]>,
+}
+
+/// A UUID (version 4 layout) derived from `seed` within a named domain, so the filesystem and
+/// the verity superblock of one layer get different UUIDs from the same seed.
+pub fn derive_uuid(domain: &str, seed: &[u8]) -> [u8; 16] {
+    let d = Sha256::new()
+        .chain_update(domain.as_bytes())
+        .chain_update([0u8])
+        .chain_update(seed)
+        .finalize();
+    let mut u = [0u8; 16];
+    u.copy_from_slice(&d[..16]);
+    u[6] = (u[6] & 0x0f) | 0x40;
+    u[8] = (u[8] & 0x3f) | 0x80;
+    u
+}
+
+/// Builds an image from `source` at `out`. The image is written to a temporary file in the same
+/// directory and renamed into place only when complete.
+pub fn build_image(
+    source: &Source,
+    out: &Path,
+    opts: &Ext4Options,
+) -> Result<ImageInfo, LayerError> {
+    build_image_inner(source, out, opts, false)
+}
+
+pub(crate) fn build_image_inner(
+    source: &Source,
+    out: &Path,
+    opts: &Ext4Options,
+    digest: bool,
+) -> Result<ImageInfo, LayerError> {
+    let dir = out_dir(out);
+    let tree = source.load(dir)?;
+    write_tree(&tree, out, opts, digest)
+}
+
+pub(crate) fn out_dir(out: &Path) -> &Path {
+    match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+/// Writes an image of an already loaded tree (see [`build_image`]); with `digest` the SHA-256
+/// of the image is computed on the way.
+pub fn write_tree(
+    tree: &Tree,
+    out: &Path,
+    opts: &Ext4Options,
+    digest: bool,
+) -> Result<ImageInfo, LayerError> {
+    let uuid = derive_uuid("ingot ext4 uuid", &opts.seed);
+    let mut hash_seed = [0u8; 16];
+    hash_seed.copy_from_slice(
+        &Sha256::new()
+            .chain_update(b"ingot ext4 hash seed\0")
+            .chain_update(&opts.seed)
+            .finalize()[..16],
+    );
+    let plan = layout::plan(tree, opts, uuid, hash_seed)?;
+    let dir = out_dir(out);
+    let tmp = tempfile::Builder::new()
+        .prefix(".ingot-layer-")
+        .suffix(".tmp")
+        .tempfile_in(dir)
+        .map_err(|e| LayerError::io("creating a temporary file in", dir, e))?;
+    let sha = writer::write(tmp.as_file(), &plan, digest, opts.progress.as_ref())?;
+    let f: &File = tmp.as_file();
+    f.sync_all()
+        .map_err(|e| LayerError::io("syncing", tmp.path(), e))?;
+    tmp.persist(out)
+        .map_err(|e| LayerError::io("renaming the image to", out, e.error))?;
+    Ok(ImageInfo {
+        size: plan.blocks * BLOCK_SIZE as u64,
+        blocks: plan.blocks,
+        used_blocks: plan.used_blocks,
+        inodes: plan.inodes,
+        uuid,
+        sha256: sha,
+    })
+}

@@ -1,0 +1,228 @@
+//! Writes a planned image front to back: large positional writes from one buffer, file data read
+//! straight into it, gaps (holes, free space) skipped so the output stays sparse. The SHA-256 of
+//! the whole image (zeros of the gaps included) is computed on a second thread when asked.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::mpsc;
+
+use sha2::{Digest, Sha256};
+
+use super::layout::{Plan, Segment};
+use super::{ProgressFn, BLOCK_SIZE};
+use crate::error::LayerError;
+use crate::tree::DataSource;
+
+const BUF: usize = 8 << 20;
+/// Gaps shorter than this are written as zeros rather than skipped.
+const SMALL_GAP: u64 = 256 << 10;
+
+enum Msg {
+    Data(Vec<u8>),
+    Zeros(u64),
+}
+
+struct Sink<'a> {
+    out: &'a File,
+    buf: Vec<u8>,
+    /// Image offset of `buf[0]`.
+    pos: u64,
+    hasher: Option<(mpsc::SyncSender<Msg>, mpsc::Receiver<Vec<u8>>)>,
+    done: u64,
+    total: u64,
+    progress: Option<&'a ProgressFn>,
+}
+
+impl Sink<'_> {
+    fn end(&self) -> u64 {
+        self.pos + self.buf.len() as u64
+    }
+
+    fn flush(&mut self) -> Result<(), LayerError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        self.out
+            .write_all_at(&self.buf, self.pos)
+            .map_err(|e| LayerError::io("writing", "the image", e))?;
+        self.pos += self.buf.len() as u64;
+        self.done += self.buf.len() as u64;
+        if let Some((tx, rx)) = &self.hasher {
+            let next = rx.recv().unwrap_or_else(|_| Vec::with_capacity(BUF));
+            let full = std::mem::replace(&mut self.buf, next);
+            let _ = tx.send(Msg::Data(full));
+        }
+        self.buf.clear();
+        if let Some(p) = self.progress {
+            p(self.done, self.total);
+        }
+        Ok(())
+    }
+
+    /// Moves the write position forward to `off` (zero-filled or skipped).
+    fn seek(&mut self, off: u64) -> Result<(), LayerError> {
+        let end = self.end();
+        debug_assert!(off >= end, "segments overlap at {off}");
+        let gap = off - end;
+        if gap == 0 {
+            return Ok(());
+        }
+        if gap <= SMALL_GAP {
+            if self.buf.len() + gap as usize > BUF {
+                self.flush()?;
+            }
+            self.buf.resize(self.buf.len() + gap as usize, 0);
+            return Ok(());
+        }
+        self.flush()?;
+        if let Some((tx, _)) = &self.hasher {
+            let _ = tx.send(Msg::Zeros(gap));
+        }
+        self.pos = off;
+        Ok(())
+    }
+
+    fn put(&mut self, mut data: &[u8]) -> Result<(), LayerError> {
+        while !data.is_empty() {
+            let room = BUF - self.buf.len();
+            if room == 0 {
+                self.flush()?;
+                continue;
+            }
+            let n = room.min(data.len());
+            self.buf.extend_from_slice(&data[..n]);
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    /// Copies `len` bytes of `src` from `offset` into the image.
+    fn copy(
+        &mut self,
+        src: &File,
+        name: &std::path::Path,
+        mut offset: u64,
+        mut len: u64,
+    ) -> Result<(), LayerError> {
+        while len > 0 {
+            if self.buf.len() == BUF {
+                self.flush()?;
+            }
+            let start = self.buf.len();
+            let n = ((BUF - start) as u64).min(len) as usize;
+            self.buf.resize(start + n, 0);
+            let mut got = 0;
+            while got < n {
+                match src.read_at(&mut self.buf[start + got..start + n], offset + got as u64) {
+                    Ok(0) => {
+                        return Err(LayerError::FileChanged {
+                            path: name.to_path_buf(),
+                        })
+                    }
+                    Ok(k) => got += k,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(LayerError::io("reading", name, e)),
+                }
+            }
+            offset += n as u64;
+            len -= n as u64;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `plan` into `out`; returns the image's SHA-256 when `digest` is set.
+pub(super) fn write(
+    out: &File,
+    plan: &Plan<'_>,
+    digest: bool,
+    progress: Option<&ProgressFn>,
+) -> Result<Option<[u8; 32]>, LayerError> {
+    let total = plan.blocks * BLOCK_SIZE as u64;
+    out.set_len(total)
+        .map_err(|e| LayerError::io("sizing", "the image", e))?;
+    std::thread::scope(|s| {
+        let (hasher, handle) = if digest {
+            let (tx, rx) = mpsc::sync_channel::<Msg>(2);
+            let (back_tx, back_rx) = mpsc::sync_channel::<Vec<u8>>(3);
+            for _ in 0..2 {
+                let _ = back_tx.send(Vec::with_capacity(BUF));
+            }
+            let h = s.spawn(move || {
+                let mut h = Sha256::new();
+                let zeros = vec![0u8; 1 << 20];
+                for m in rx {
+                    match m {
+                        Msg::Data(b) => {
+                            h.update(&b);
+                            let _ = back_tx.send(b);
+                        }
+                        Msg::Zeros(mut n) => {
+                            while n > 0 {
+                                let k = n.min(zeros.len() as u64) as usize;
+                                h.update(&zeros[..k]);
+                                n -= k as u64;
+                            }
+                        }
+                    }
+                }
+                let out: [u8; 32] = h.finalize().into();
+                out
+            });
+            (Some((tx, back_rx)), Some(h))
+        } else {
+            (None, None)
+        };
+        let mut sink = Sink {
+            out,
+            buf: Vec::with_capacity(BUF),
+            pos: 0,
+            hasher,
+            done: 0,
+            total: plan.data_bytes,
+            progress,
+        };
+        let result = emit(&mut sink, plan, total);
+        // Closing the channel lets the hasher finish.
+        drop(sink.hasher.take());
+        let sha = handle.map(|h| h.join().expect("hasher thread panicked"));
+        result.map(|()| sha)
+    })
+}
+
+fn emit(sink: &mut Sink<'_>, plan: &Plan<'_>, total: u64) -> Result<(), LayerError> {
+    let mut open: Option<(u32, File)> = None;
+    for seg in &plan.segments {
+        match seg {
+            Segment::Meta { block, bytes } => {
+                sink.seek(block * BLOCK_SIZE as u64)?;
+                sink.put(bytes)?;
+            }
+            Segment::Data {
+                block,
+                ino,
+                source,
+                offset,
+                len,
+            } => {
+                sink.seek(block * BLOCK_SIZE as u64)?;
+                match source {
+                    DataSource::None => {}
+                    DataSource::Path(p) => {
+                        if open.as_ref().map(|o| o.0) != Some(*ino) {
+                            let f = File::open(p).map_err(|e| LayerError::io("opening", p, e))?;
+                            open = Some((*ino, f));
+                        }
+                        let f = &open.as_ref().expect("just opened").1;
+                        sink.copy(f, p, *offset, *len)?;
+                    }
+                    DataSource::Region { file, offset: base } => {
+                        sink.copy(&file.file, &file.name, base + offset, *len)?;
+                    }
+                }
+            }
+        }
+    }
+    sink.seek(total)?;
+    sink.flush()
+}

@@ -1,0 +1,338 @@
+//! The in-memory model of a layer's file tree.
+//!
+//! Every source (directory, tar, OCI layout) is read into this model first; the ext4 writer then
+//! works from the model alone. Children are kept in `BTreeMap`s keyed by the raw name bytes, so
+//! iteration order is byte order whatever order the source listed them in. Hard links are two
+//! directory entries holding the same `NodeId`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::error::{show, LayerError};
+
+/// Index of a node in [`Tree::nodes`].
+pub type NodeId = usize;
+
+/// The longest file name ext4 stores (the dirent's name_len is one byte).
+pub const MAX_NAME_LEN: usize = 255;
+
+/// A whole file tree: `nodes[ROOT]` is the root directory.
+#[derive(Debug)]
+pub struct Tree {
+    pub nodes: Vec<Node>,
+}
+
+/// The root directory's id.
+pub const ROOT: NodeId = 0;
+
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub meta: Meta,
+    pub kind: NodeKind,
+}
+
+/// Ownership, permission bits and extended attributes of one inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Meta {
+    /// Permission bits including setuid/setgid/sticky (`0o7777`); the type comes from the kind.
+    pub perm: u16,
+    pub uid: u32,
+    pub gid: u32,
+    /// Full attribute names (`security.capability`, `user.foo`) to raw values.
+    pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+impl Meta {
+    pub fn new(perm: u32, uid: u32, gid: u32) -> Meta {
+        Meta {
+            perm: (perm & 0o7777) as u16,
+            uid,
+            gid,
+            xattrs: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub enum NodeKind {
+    Dir(BTreeMap<Vec<u8>, NodeId>),
+    File(FileData),
+    Symlink(Vec<u8>),
+    CharDev { major: u32, minor: u32 },
+    BlockDev { major: u32, minor: u32 },
+    Fifo,
+    Socket,
+}
+
+/// Where a regular file's bytes come from and which byte ranges hold data (the rest are holes).
+#[derive(Debug, Clone)]
+pub struct FileData {
+    pub size: u64,
+    pub source: DataSource,
+    /// Sorted, disjoint ranges of the file that hold data, in file offsets. Starts are multiples
+    /// of 4096; an end is a multiple of 4096 or the file size. Empty for an empty or all-hole file.
+    pub data: Vec<Range<u64>>,
+}
+
+/// The bytes of a regular file.
+#[derive(Debug, Clone)]
+pub enum DataSource {
+    /// No bytes (size 0 or all holes).
+    None,
+    /// A host file, opened again when the image is written.
+    Path(PathBuf),
+    /// A region of an open file (a plain tar archive or a decompressed copy of one): the file's
+    /// byte `i` is at `offset + i`.
+    Region { file: Arc<SourceFile>, offset: u64 },
+}
+
+/// An open archive (or spill file) that file data is read from, with a name for messages.
+#[derive(Debug)]
+pub struct SourceFile {
+    pub file: File,
+    pub name: PathBuf,
+}
+
+impl Default for Tree {
+    fn default() -> Self {
+        Tree::new()
+    }
+}
+
+impl Tree {
+    /// A tree holding only an empty root directory (0755 root:root).
+    pub fn new() -> Tree {
+        Tree {
+            nodes: vec![Node {
+                meta: Meta::new(0o755, 0, 0),
+                kind: NodeKind::Dir(BTreeMap::new()),
+            }],
+        }
+    }
+
+    pub fn add_node(&mut self, node: Node) -> NodeId {
+        self.nodes.push(node);
+        self.nodes.len() - 1
+    }
+
+    pub fn children(&self, dir: NodeId) -> Option<&BTreeMap<Vec<u8>, NodeId>> {
+        match &self.nodes[dir].kind {
+            NodeKind::Dir(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    fn children_mut(&mut self, dir: NodeId) -> Option<&mut BTreeMap<Vec<u8>, NodeId>> {
+        match &mut self.nodes[dir].kind {
+            NodeKind::Dir(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Follows `components` from the root; `None` when a component is missing or not a directory.
+    pub fn lookup(&self, components: &[Vec<u8>]) -> Option<NodeId> {
+        let mut cur = ROOT;
+        for c in components {
+            cur = *self.children(cur)?.get(c)?;
+        }
+        Some(cur)
+    }
+
+    /// The directory at `components`, creating missing ones (0755 root:root, as tar extractors
+    /// do). A non-directory in the way is an error naming `entry`.
+    pub fn ensure_dir(
+        &mut self,
+        components: &[Vec<u8>],
+        entry: &[u8],
+    ) -> Result<NodeId, LayerError> {
+        let mut cur = ROOT;
+        for c in components {
+            let next = self.children(cur).and_then(|m| m.get(c)).copied();
+            cur = match next {
+                Some(id) if matches!(self.nodes[id].kind, NodeKind::Dir(_)) => id,
+                Some(_) => {
+                    return Err(LayerError::bad(
+                        entry,
+                        format!("parent {:?} is not a directory", show(c)),
+                    ))
+                }
+                None => {
+                    let id = self.add_node(Node {
+                        meta: Meta::new(0o755, 0, 0),
+                        kind: NodeKind::Dir(BTreeMap::new()),
+                    });
+                    self.children_mut(cur)
+                        .expect("cur is a directory")
+                        .insert(c.clone(), id);
+                    id
+                }
+            };
+        }
+        Ok(cur)
+    }
+
+    /// Puts `node` at `components` (creating parents). A later entry replaces an earlier one, as
+    /// when extracting a tar; a directory replacing a directory keeps its children and takes the
+    /// new metadata. The root itself only takes metadata.
+    pub fn insert(
+        &mut self,
+        components: &[Vec<u8>],
+        node: Node,
+        entry: &[u8],
+    ) -> Result<NodeId, LayerError> {
+        let Some((name, parents)) = components.split_last() else {
+            if !matches!(node.kind, NodeKind::Dir(_)) {
+                return Err(LayerError::bad(
+                    entry,
+                    "the root of a layer must be a directory",
+                ));
+            }
+            self.nodes[ROOT].meta = node.meta;
+            return Ok(ROOT);
+        };
+        let parent = self.ensure_dir(parents, entry)?;
+        let existing = self.children(parent).and_then(|m| m.get(name)).copied();
+        if let Some(old) = existing {
+            if matches!(self.nodes[old].kind, NodeKind::Dir(_))
+                && matches!(node.kind, NodeKind::Dir(_))
+            {
+                self.nodes[old].meta = node.meta;
+                return Ok(old);
+            }
+        }
+        let id = self.add_node(node);
+        self.children_mut(parent)
+            .expect("parent is a directory")
+            .insert(name.clone(), id);
+        Ok(id)
+    }
+
+    /// Adds a directory entry for an existing node (a hard link).
+    pub fn link(
+        &mut self,
+        components: &[Vec<u8>],
+        target: NodeId,
+        entry: &[u8],
+    ) -> Result<(), LayerError> {
+        let Some((name, parents)) = components.split_last() else {
+            return Err(LayerError::bad(
+                entry,
+                "a hard link cannot replace the root",
+            ));
+        };
+        if matches!(self.nodes[target].kind, NodeKind::Dir(_)) {
+            return Err(LayerError::bad(entry, "hard link to a directory"));
+        }
+        let parent = self.ensure_dir(parents, entry)?;
+        self.children_mut(parent)
+            .expect("parent is a directory")
+            .insert(name.clone(), target);
+        Ok(())
+    }
+
+    /// Removes the entry at `components` if present (an OCI whiteout). Returns whether it existed.
+    pub fn remove(&mut self, components: &[Vec<u8>]) -> bool {
+        let Some((name, parents)) = components.split_last() else {
+            return false;
+        };
+        match self.lookup(parents) {
+            Some(p) => self
+                .children_mut(p)
+                .is_some_and(|m| m.remove(name).is_some()),
+            None => false,
+        }
+    }
+
+    /// Empties the directory at `components` (an OCI opaque directory marker).
+    pub fn clear_dir(&mut self, components: &[Vec<u8>]) {
+        if let Some(d) = self.lookup(components) {
+            if let Some(m) = self.children_mut(d) {
+                m.clear();
+            }
+        }
+    }
+}
+
+/// Splits a source path (bytes, `/`-separated) into checked components.
+///
+/// `.` and empty components are dropped; `..` and absolute paths are refused, as are names longer
+/// than ext4's limit. `entry` is what the error names.
+pub fn split_path(path: &[u8], allow_absolute: bool) -> Result<Vec<Vec<u8>>, LayerError> {
+    if path.first() == Some(&b'/') && !allow_absolute {
+        return Err(LayerError::AbsolutePath { entry: show(path) });
+    }
+    let mut out = Vec::new();
+    for c in path.split(|&b| b == b'/') {
+        match c {
+            b"" | b"." => {}
+            b".." => return Err(LayerError::EscapesRoot { entry: show(path) }),
+            _ => {
+                if c.len() > MAX_NAME_LEN {
+                    return Err(LayerError::NameTooLong {
+                        entry: show(path),
+                        len: c.len(),
+                    });
+                }
+                out.push(c.to_vec());
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file() -> Node {
+        Node {
+            meta: Meta::new(0o644, 0, 0),
+            kind: NodeKind::Fifo,
+        }
+    }
+
+    #[test]
+    fn split_path_refuses_escapes_and_long_names() {
+        assert_eq!(
+            split_path(b"./a//b/./c", false).unwrap(),
+            vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()]
+        );
+        assert!(matches!(
+            split_path(b"a/../../etc", false),
+            Err(LayerError::EscapesRoot { .. })
+        ));
+        assert!(matches!(
+            split_path(b"/etc/passwd", false),
+            Err(LayerError::AbsolutePath { .. })
+        ));
+        let long = vec![b'x'; 256];
+        assert!(matches!(
+            split_path(&long, false),
+            Err(LayerError::NameTooLong { len: 256, .. })
+        ));
+        assert_eq!(split_path(&[b'y'; 255], false).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn insert_replaces_and_keeps_directory_children() {
+        let mut t = Tree::new();
+        let p = |s: &str| split_path(s.as_bytes(), false).unwrap();
+        t.insert(&p("a/b/c"), file(), b"a/b/c").unwrap();
+        let dir = Node {
+            meta: Meta::new(0o700, 5, 6),
+            kind: NodeKind::Dir(BTreeMap::new()),
+        };
+        let a = t.insert(&p("a"), dir, b"a").unwrap();
+        assert_eq!(t.nodes[a].meta.uid, 5);
+        assert!(t.lookup(&p("a/b/c")).is_some());
+        t.insert(&p("a/b"), file(), b"a/b").unwrap();
+        assert!(t.lookup(&p("a/b/c")).is_none());
+        assert!(t.remove(&p("a/b")));
+        assert!(t.lookup(&p("a/b")).is_none());
+        assert!(t.insert(&p("x/y"), file(), b"x/y").is_ok());
+        assert!(t.insert(&p("x/y/z"), file(), b"x/y/z").is_err());
+    }
+}

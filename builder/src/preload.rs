@@ -1,0 +1,287 @@
+//! Preloaded container images: pulled by digest, verified, and stored in the control-plane layer
+//! as OCI image layout archives that `ctr images import` reads with no network.
+//!
+//! Boot contract: every image sits at `/var/lib/ingot/preload/<name>.oci.tar` ([`PRELOAD_DIR`])
+//! in the control-plane layer. The archive is an OCI image layout in a tar: `oci-layout`,
+//! `index.json` (one entry, annotated with `io.containerd.image.name` = the full reference and
+//! `org.opencontainers.image.ref.name` = its tag) and every blob the image needs. First boot runs
+//! `ctr -n k8s.io images import --no-unpack <file>` (or lets the kubelet's containerd do it) and
+//! pulls nothing.
+//!
+//! The archive is deterministic: entries in a fixed order, every mtime = `source_date_epoch`,
+//! owner 0:0, modes 0644/0755.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Write};
+use std::path::Path;
+
+use ingot_layers::descriptor::PreloadEntry;
+
+use crate::manifest::{ImageSource, PreloadSpec};
+use crate::oci_layout::{
+    Descriptor, ImageIndex, Layout, LayoutError, CONTAINERD_IMAGE_NAME, DOCKER_LIST_MEDIA_TYPE,
+    DOCKER_MANIFEST_MEDIA_TYPE, INDEX_MEDIA_TYPE, LAYOUT_FILE, MANIFEST_MEDIA_TYPE, REF_NAME,
+};
+
+/// Where preloaded images live in the control-plane layer.
+pub const PRELOAD_DIR: &str = "/var/lib/ingot/preload";
+
+/// Deepest index nesting followed (index → index → manifest).
+const MAX_NESTING: usize = 4;
+
+/// Why an image could not be preloaded.
+#[derive(Debug, thiserror::Error)]
+pub enum PreloadError {
+    /// The layout or one of the image's blobs is missing or fails its digest.
+    #[error("preload `{name}`: {source}")]
+    Layout {
+        /// The preload's name.
+        name: String,
+        /// What went wrong.
+        source: LayoutError,
+    },
+    /// A manifest or index is malformed.
+    #[error("preload `{name}`: {reason}")]
+    Format {
+        /// The preload's name.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Writing the archive failed.
+    #[error("preload `{name}`: writing the archive: {source}")]
+    Io {
+        /// The preload's name.
+        name: String,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+/// The path of a preload archive inside the layer.
+pub fn archive_path(name: &str) -> String {
+    format!("{PRELOAD_DIR}/{name}.oci.tar")
+}
+
+/// The tag of a reference (`registry/repo:tag` → `tag`), or `latest`.
+fn tag_of(reference: &str) -> &str {
+    let last = reference.rsplit('/').next().unwrap_or(reference);
+    match last.split_once('@') {
+        Some((before, _)) => before.split_once(':').map_or("latest", |(_, t)| t),
+        None => last.split_once(':').map_or("latest", |(_, t)| t),
+    }
+}
+
+/// Every blob an image needs, with its verified bytes, by digest.
+struct Collected {
+    blobs: BTreeMap<String, Vec<u8>>,
+    root: Descriptor,
+}
+
+fn collect(layout: &Layout, spec: &PreloadSpec) -> Result<Collected, PreloadError> {
+    let name = &spec.name;
+    let lerr = |source| PreloadError::Layout {
+        name: name.clone(),
+        source,
+    };
+    let ferr = |reason: String| PreloadError::Format {
+        name: name.clone(),
+        reason,
+    };
+    // The pinned manifest: its size comes from the file; its digest is the pin, so reading it
+    // by digest checks it.
+    let path = layout.blob_path(&spec.digest).map_err(lerr)?;
+    let size = std::fs::metadata(&path)
+        .map_err(|_| {
+            lerr(LayoutError::Missing {
+                digest: spec.digest.clone(),
+                path: path.clone(),
+            })
+        })?
+        .len();
+    let mut blobs = BTreeMap::new();
+    let root_bytes = layout.read_blob(&spec.digest, size).map_err(lerr)?;
+    let root_type = media_type_of(&root_bytes).map_err(|e| ferr(format!("manifest {}: {e}", spec.digest)))?;
+    let root = Descriptor::new(&root_type, spec.digest.clone(), size);
+    let mut queue = vec![(root_type, spec.digest.clone(), root_bytes, 0usize)];
+    while let Some((media_type, digest, bytes, depth)) = queue.pop() {
+        let v: serde_json::Value = serde_json::from_slice(&bytes)
+            .map_err(|e| ferr(format!("manifest {digest} is not JSON: {e}")))?;
+        let mut children: Vec<(Descriptor, bool)> = Vec::new();
+        let descs = |key: &str| -> Result<Vec<Descriptor>, PreloadError> {
+            match v.get(key) {
+                None => Ok(Vec::new()),
+                Some(x) => serde_json::from_value(x.clone())
+                    .map_err(|e| ferr(format!("manifest {digest}: `{key}`: {e}"))),
+            }
+        };
+        if media_type == INDEX_MEDIA_TYPE || media_type == DOCKER_LIST_MEDIA_TYPE {
+            if depth >= MAX_NESTING {
+                return Err(ferr(format!("index {digest} nests too deeply")));
+            }
+            for d in descs("manifests")? {
+                children.push((d, true));
+            }
+        } else {
+            let config = v
+                .get("config")
+                .ok_or_else(|| ferr(format!("manifest {digest} has no config")))?;
+            let config: Descriptor = serde_json::from_value(config.clone())
+                .map_err(|e| ferr(format!("manifest {digest}: config: {e}")))?;
+            children.push((config, false));
+            for d in descs("layers")? {
+                children.push((d, false));
+            }
+        }
+        blobs.insert(digest, bytes);
+        for (d, is_manifest) in children {
+            if blobs.contains_key(&d.digest) {
+                continue;
+            }
+            let bytes = layout.read_blob(&d.digest, d.size).map_err(lerr)?;
+            if is_manifest {
+                queue.push((d.media_type.clone(), d.digest.clone(), bytes, depth + 1));
+            } else {
+                blobs.insert(d.digest.clone(), bytes);
+            }
+        }
+    }
+    Ok(Collected { blobs, root })
+}
+
+/// The media type a manifest or index declares (or implies).
+fn media_type_of(bytes: &[u8]) -> Result<String, String> {
+    let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    if let Some(mt) = v.get("mediaType").and_then(|m| m.as_str()) {
+        return match mt {
+            MANIFEST_MEDIA_TYPE | INDEX_MEDIA_TYPE | DOCKER_MANIFEST_MEDIA_TYPE
+            | DOCKER_LIST_MEDIA_TYPE => Ok(mt.to_owned()),
+            other => Err(format!("unsupported media type `{other}`")),
+        };
+    }
+    if v.get("manifests").is_some() {
+        Ok(INDEX_MEDIA_TYPE.to_owned())
+    } else if v.get("config").is_some() {
+        Ok(MANIFEST_MEDIA_TYPE.to_owned())
+    } else {
+        Err("neither an image manifest nor an index".to_owned())
+    }
+}
+
+fn header(path: &str, size: u64, mode: u32, mtime: u64, dir: bool) -> tar::Header {
+    let mut h = tar::Header::new_ustar();
+    h.set_path(path).expect("short ASCII path");
+    h.set_size(size);
+    h.set_mode(mode);
+    h.set_mtime(mtime);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_username("root").expect("short name");
+    h.set_groupname("root").expect("short name");
+    h.set_entry_type(if dir {
+        tar::EntryType::Directory
+    } else {
+        tar::EntryType::Regular
+    });
+    h.set_cksum();
+    h
+}
+
+/// Fetch, verify and archive one image into `out`. Returns what the descriptor records.
+pub fn write_archive(
+    spec: &PreloadSpec,
+    mtime: u64,
+    out: &mut dyn Write,
+) -> Result<PreloadEntry, PreloadError> {
+    let ImageSource::OciLayout(dir) = &spec.source;
+    let layout = Layout::open(dir).map_err(|source| PreloadError::Layout {
+        name: spec.name.clone(),
+        source,
+    })?;
+    let collected = collect(&layout, spec)?;
+    let ioerr = |source| PreloadError::Io {
+        name: spec.name.clone(),
+        source,
+    };
+
+    let mut root = collected.root.clone();
+    root.annotations = Some(BTreeMap::from([
+        (CONTAINERD_IMAGE_NAME.to_owned(), spec.reference.clone()),
+        (REF_NAME.to_owned(), tag_of(&spec.reference).to_owned()),
+    ]));
+    let index = ImageIndex {
+        schema_version: 2,
+        media_type: Some(INDEX_MEDIA_TYPE.to_owned()),
+        manifests: vec![root],
+        annotations: None,
+    };
+    let index_bytes =
+        ingot_layers::descriptor::canonical_json(&index).map_err(|e| ioerr(io::Error::other(e)))?;
+
+    let mut tar = tar::Builder::new(out);
+    let mut add = |path: &str, bytes: &[u8]| -> io::Result<()> {
+        let h = header(path, bytes.len() as u64, 0o644, mtime, false);
+        tar.append(&h, bytes)
+    };
+    add("oci-layout", LAYOUT_FILE.as_bytes()).map_err(ioerr)?;
+    add("index.json", &index_bytes).map_err(ioerr)?;
+    drop(add);
+    for dir in ["blobs/", "blobs/sha256/"] {
+        tar.append(&header(dir, 0, 0o755, mtime, true), io::empty())
+            .map_err(ioerr)?;
+    }
+    let mut seen = BTreeSet::new();
+    for (digest, bytes) in &collected.blobs {
+        if seen.insert(digest) {
+            let path = format!("blobs/sha256/{}", &digest[7..]);
+            tar.append(
+                &header(&path, bytes.len() as u64, 0o644, mtime, false),
+                &bytes[..],
+            )
+            .map_err(ioerr)?;
+        }
+    }
+    tar.into_inner().map_err(ioerr)?.flush().map_err(ioerr)?;
+    Ok(PreloadEntry {
+        name: spec.name.clone(),
+        reference: spec.reference.clone(),
+        digest: spec.digest.clone(),
+        path: archive_path(&spec.name),
+    })
+}
+
+/// Write every preload of a layer under `root` (a staging tree that becomes part of the
+/// layer): `root/var/lib/ingot/preload/<name>.oci.tar`.
+pub fn stage(
+    specs: &[PreloadSpec],
+    mtime: u64,
+    root: &Path,
+) -> Result<Vec<PreloadEntry>, PreloadError> {
+    let mut entries = Vec::new();
+    for spec in specs {
+        let rel = archive_path(&spec.name);
+        let path = root.join(rel.trim_start_matches('/'));
+        let ioerr = |source| PreloadError::Io {
+            name: spec.name.clone(),
+            source,
+        };
+        std::fs::create_dir_all(path.parent().expect("has a parent")).map_err(ioerr)?;
+        let mut file = io::BufWriter::new(std::fs::File::create(&path).map_err(ioerr)?);
+        entries.push(write_archive(spec, mtime, &mut file)?);
+        file.flush().map_err(ioerr)?;
+    }
+    Ok(entries)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags() {
+        assert_eq!(tag_of("registry.k8s.io/pause:3.10"), "3.10");
+        assert_eq!(tag_of("localhost:5000/pause"), "latest");
+        assert_eq!(tag_of("example.invalid/x:1@sha256:abc"), "1");
+        assert_eq!(tag_of("hello"), "latest");
+    }
+}

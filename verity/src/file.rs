@@ -142,53 +142,81 @@ pub fn format_file(
     let (data_file, map) = map_data(data, &mut params)?;
     let geometry = params.geometry()?;
 
-    let hash_file = OpenOptions::new()
+    // Like veritysetup: create the hash file (0600) when missing, never truncate an existing one.
+    // A file this call created is removed again if the format fails.
+    let created = OpenOptions::new()
         .read(true)
         .write(true)
-        .create(true)
-        .truncate(false)
+        .create_new(true)
         .mode(0o600)
-        .open(hash)
-        .map_err(io(hash, "opening hash device"))?;
+        .open(hash);
+    let (hash_file, created) = match created {
+        Ok(f) => (f, true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(hash)
+                .map_err(io(hash, "opening hash device"))?;
+            (f, false)
+        }
+        Err(e) => return Err(io(hash, "creating hash file")(e)),
+    };
+    let written = write_tree(&params, &geometry, &data_file, &map, &hash_file, hash);
+    if written.is_err() && created {
+        let _ = std::fs::remove_file(hash);
+    }
+    Ok(FormatResult {
+        root_hash: written?,
+        params,
+        geometry,
+    })
+}
+
+fn write_tree(
+    params: &VerityParams,
+    geometry: &Geometry,
+    data_file: &File,
+    map: &Mmap,
+    hash_file: &File,
+    hash: &Path,
+) -> Result<Vec<u8>, VerityError> {
     let data_end = params.data_blocks * params.data_block_size as u64;
-    if same_file(&data_file, &hash_file) && data_end > params.hash_offset {
+    if same_file(data_file, hash_file) && data_end > params.hash_offset {
         return Err(VerityError::Overlap {
             path: hash.to_path_buf(),
             data_end,
             hash_offset: params.hash_offset,
         });
     }
-
-    let zeros = holes(&data_file, data_end);
-    let tree = build_tree_sparse(&params, &map, &zeros)?;
-    drop(map);
-
+    let zeros = holes(data_file, data_end);
+    let tree = build_tree_sparse(params, map, &zeros)?;
     hash_file
         .write_all_at(&tree.blocks, geometry.tree_offset())
         .map_err(io(hash, "writing hash tree"))?;
     if params.superblock {
-        let sb = Superblock::from_params(&params).to_bytes();
+        let sb = Superblock::from_params(params).to_bytes();
         hash_file
             .write_all_at(&sb, params.hash_offset)
             .map_err(io(hash, "writing superblock"))?;
-    }
-    let end = params.hash_offset + geometry.hash_device_size;
-    let meta = hash_file.metadata().map_err(io(hash, "reading metadata"))?;
-    if meta.file_type().is_file() && meta.len() < end {
-        // A single-block tree writes only the superblock; veritysetup's file still spans the
-        // whole hash area.
-        hash_file
-            .set_len(end)
-            .map_err(io(hash, "extending hash file"))?;
+        if geometry.hash_blocks == 0 {
+            // With a single data block nothing but the superblock is written. veritysetup writes
+            // it read-modify-write in blocks of min(hash block size, page size), so its file ends
+            // at the end of that block; match it byte for byte.
+            let bs = (params.hash_block_size as u64).min(4096);
+            let end = params.hash_offset / bs * bs + bs;
+            let meta = hash_file.metadata().map_err(io(hash, "reading metadata"))?;
+            if meta.file_type().is_file() && meta.len() < end {
+                hash_file
+                    .set_len(end)
+                    .map_err(io(hash, "extending hash file"))?;
+            }
+        }
     }
     hash_file
         .sync_data()
         .map_err(io(hash, "syncing hash device"))?;
-    Ok(FormatResult {
-        params,
-        geometry,
-        root_hash: tree.root_hash,
-    })
+    Ok(tree.root_hash)
 }
 
 /// Reads and checks the superblock at `hash_offset` of `hash`.

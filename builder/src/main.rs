@@ -1,0 +1,64 @@
+//! `ingot`: the release pipeline's and the developer's command.
+//!
+//! Binaries glue: every subcommand parses its arguments here and calls a library
+//! (`ingot-verity`, `ingot-layers`) to do the work.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd_layer;
+mod cmd_verity;
+
+/// Build, seal, verify and inspect Kubernetes node-image stacks.
+#[derive(Parser, Debug)]
+#[command(name = "ingot", version, about, long_about = None)]
+struct Cli {
+    /// Log verbosity (-v info, -vv debug, -vvv trace). RUST_LOG overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// dm-verity tools with veritysetup's option names: format, verify, dump.
+    #[command(subcommand)]
+    Verity(cmd_verity::VerityCommand),
+    /// Layer images: build a deterministic read-only ext4 image (and its dm-verity tree).
+    #[command(subcommand)]
+    Layer(cmd_layer::LayerCommand),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.verbose);
+    let result = match cli.command {
+        Command::Verity(cmd) => cmd_verity::run(cmd),
+        Command::Layer(cmd) => cmd_layer::run(cmd),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("ingot: error: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -7,7 +7,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod cmd_build;
+mod cmd_inspect;
+mod cmd_key;
 mod cmd_layer;
+mod cmd_verify;
 mod cmd_verity;
 
 /// Build, seal, verify and inspect Kubernetes node-image stacks.
@@ -30,6 +34,15 @@ enum Command {
     /// Layer images: build a deterministic read-only ext4 image (and its dm-verity tree).
     #[command(subcommand)]
     Layer(cmd_layer::LayerCommand),
+    /// Build a stack release from a manifest into a signed OCI image layout.
+    Build(cmd_build::BuildArgs),
+    /// Check a stack artifact: signature, every digest, every verity tree.
+    Verify(cmd_verify::VerifyArgs),
+    /// Show a stack's layers, and which layers a machine gets.
+    Inspect(cmd_inspect::InspectArgs),
+    /// Signing keys (minisign format).
+    #[command(subcommand)]
+    Key(cmd_key::KeyCommand),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +51,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Verity(cmd) => cmd_verity::run(cmd),
         Command::Layer(cmd) => cmd_layer::run(cmd),
+        Command::Build(args) => cmd_build::run(args),
+        Command::Verify(args) => cmd_verify::run(args),
+        Command::Inspect(args) => cmd_inspect::run(args),
+        Command::Key(cmd) => cmd_key::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -178,11 +178,9 @@ impl LayoutError {
     }
 }
 
-fn io_err(path: &Path) -> impl FnOnce(io::Error) -> LayoutError + '_ {
-    move |source| LayoutError::Io {
-        path: path.to_owned(),
-        source,
-    }
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> LayoutError {
+    let path = path.to_owned();
+    move |source| LayoutError::Io { path, source }
 }
 
 /// `sha256:<hex>` of bytes.
@@ -379,6 +377,8 @@ impl LayoutWriter {
     ) -> io::Result<Descriptor> {
         let path = self.root.join("blobs/sha256").join(&digest[7..]);
         fs::rename(file, &path)?;
+        // Blobs are public content; temporary files start out private.
+        fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
         Ok(Descriptor::new(media_type, digest.to_owned(), size))
     }
 

@@ -101,7 +101,8 @@ fn collect(layout: &Layout, spec: &PreloadSpec) -> Result<Collected, PreloadErro
         .len();
     let mut blobs = BTreeMap::new();
     let root_bytes = layout.read_blob(&spec.digest, size).map_err(lerr)?;
-    let root_type = media_type_of(&root_bytes).map_err(|e| ferr(format!("manifest {}: {e}", spec.digest)))?;
+    let root_type =
+        media_type_of(&root_bytes).map_err(|e| ferr(format!("manifest {}: {e}", spec.digest)))?;
     let root = Descriptor::new(&root_type, spec.digest.clone(), size);
     let mut queue = vec![(root_type, spec.digest.clone(), root_bytes, 0usize)];
     while let Some((media_type, digest, bytes, depth)) = queue.pop() {
@@ -154,7 +155,9 @@ fn media_type_of(bytes: &[u8]) -> Result<String, String> {
     let v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
     if let Some(mt) = v.get("mediaType").and_then(|m| m.as_str()) {
         return match mt {
-            MANIFEST_MEDIA_TYPE | INDEX_MEDIA_TYPE | DOCKER_MANIFEST_MEDIA_TYPE
+            MANIFEST_MEDIA_TYPE
+            | INDEX_MEDIA_TYPE
+            | DOCKER_MANIFEST_MEDIA_TYPE
             | DOCKER_LIST_MEDIA_TYPE => Ok(mt.to_owned()),
             other => Err(format!("unsupported media type `{other}`")),
         };

@@ -1,0 +1,486 @@
+//! `ingot build`: a manifest becomes a signed OCI image layout.
+//!
+//! Every layer is built in parallel (ext4 image + dm-verity tree), its image compressed in
+//! independent zstd frames; then the stack descriptor is written, signed, and referenced from an
+//! OCI image manifest. Everything happens in a temporary directory next to the output, renamed
+//! into place at the end: a failed build leaves nothing behind.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ingot_layers::descriptor::{
+    BlobRef, Compression, DataBlob, LayerEntry, PreloadEntry, StackDescriptor, VerityInfo,
+    ARTIFACT_TYPE, DESCRIPTOR_MEDIA_TYPE, LAYER_MEDIA_TYPE, SCHEMA_VERSION, SIGNATURE_ANNOTATION,
+    VERITY_MEDIA_TYPE, ZSTD,
+};
+use ingot_layers::ext4::{self, Ext4Options};
+use ingot_layers::tree::{split_path, DataSource, FileData, Meta, Node, NodeKind};
+use ingot_layers::{LayerError, Source};
+use rayon::prelude::*;
+use tracing::info;
+
+use crate::compress;
+use crate::manifest::{LayerSource, LayerSpec, Manifest};
+use crate::oci_layout::{
+    sha256_file, Descriptor, ImageManifest, LayoutWriter, CREATED, MANIFEST_MEDIA_TYPE, REVISION,
+    SOURCE, TITLE, VERSION,
+};
+use crate::preload::{self, PreloadError};
+use crate::sign::SecretKey;
+
+/// How to build.
+#[derive(Debug)]
+pub struct BuildOptions {
+    /// The OCI image layout directory to write.
+    pub out: PathBuf,
+    /// Sign the descriptor with this key (unsigned without).
+    pub sign_key: Option<SecretKey>,
+    /// Uncompressed bytes per zstd frame.
+    pub frame_size: usize,
+    /// zstd level.
+    pub zstd_level: i32,
+    /// Source revision for the `org.opencontainers.image.revision` annotation.
+    pub revision: Option<String>,
+    /// Replace `out` if it exists.
+    pub force: bool,
+    /// Draw progress bars (on a terminal).
+    pub progress: bool,
+}
+
+/// What a build produced.
+#[derive(Debug, Clone)]
+pub struct BuildOutput {
+    /// The layout directory.
+    pub out: PathBuf,
+    /// `sha256:…` of the image manifest.
+    pub manifest_digest: String,
+    /// `sha256:…` of the stack descriptor.
+    pub descriptor_digest: String,
+    /// The descriptor.
+    pub descriptor: StackDescriptor,
+    /// Whether the manifest carries a signature.
+    pub signed: bool,
+}
+
+/// Why a build failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The output exists and `force` was not given.
+    #[error("{} exists (use --force to replace it)", .0.display())]
+    OutputExists(PathBuf),
+    /// A layer could not be built.
+    #[error("layer `{layer}`: {source}")]
+    Layer {
+        /// The layer.
+        layer: String,
+        /// Why.
+        source: LayerError,
+    },
+    /// An image could not be preloaded.
+    #[error("layer `{layer}`: {source}")]
+    Preload {
+        /// The layer.
+        layer: String,
+        /// Why.
+        source: PreloadError,
+    },
+    /// A file operation failed.
+    #[error("{what} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// On which path.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> BuildError {
+    let path = path.to_owned();
+    move |source| BuildError::Io { what, path, source }
+}
+
+/// RFC 3339 UTC time of a Unix timestamp (no leap seconds, as Unix time has none).
+pub fn rfc3339(epoch: u64) -> String {
+    let days = (epoch / 86_400) as i64;
+    let secs = epoch % 86_400;
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs % 3600 / 60,
+        secs % 60
+    )
+}
+
+/// The builder's name and version, recorded in the descriptor.
+pub fn builder_id() -> String {
+    format!("ingot {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// The identity a layer's UUIDs and hash seed derive from.
+fn layer_seed(manifest: &Manifest, layer: &str) -> Vec<u8> {
+    format!("{}\0{}\0{}", manifest.name, manifest.version, layer).into_bytes()
+}
+
+/// One built layer, its blobs already in the layout.
+struct BuiltLayer {
+    entry: LayerEntry,
+    data: Descriptor,
+    hash: Descriptor,
+}
+
+fn bar_style() -> ProgressStyle {
+    ProgressStyle::with_template("{prefix:>14} {msg:8} [{bar:30}] {bytes:>10}/{total_bytes:10}")
+        .expect("valid template")
+        .progress_chars("=> ")
+}
+
+/// Build every layer of `manifest` and write the signed layout at `opts.out`.
+pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, BuildError> {
+    let started = Instant::now();
+    let out = &opts.out;
+    if out.exists() && !opts.force {
+        return Err(BuildError::OutputExists(out.clone()));
+    }
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    fs::create_dir_all(&parent).map_err(io_err("creating", &parent))?;
+    let stem = out
+        .file_name()
+        .map_or_else(|| "layout".into(), |n| n.to_string_lossy().into_owned());
+    let staging = tempfile::Builder::new()
+        .prefix(&format!(".{stem}.partial-"))
+        .tempdir_in(&parent)
+        .map_err(io_err("creating a temporary directory in", &parent))?;
+    let layout_dir = staging.path().join("layout");
+    let work = staging.path().join("work");
+    fs::create_dir_all(&work).map_err(io_err("creating", &work))?;
+    let writer = LayoutWriter::create(&layout_dir).map_err(io_err("creating", &layout_dir))?;
+
+    let multi = MultiProgress::with_draw_target(if opts.progress {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    });
+    let bars: Vec<ProgressBar> = manifest
+        .layers
+        .iter()
+        .map(|l| {
+            let bar = multi.add(ProgressBar::new(0));
+            bar.set_style(bar_style());
+            bar.set_prefix(l.name.clone());
+            bar.set_message("queued");
+            bar
+        })
+        .collect();
+
+    let built: Vec<BuiltLayer> = manifest
+        .layers
+        .par_iter()
+        .zip(bars.par_iter())
+        .map(|(spec, bar)| build_layer(manifest, spec, &work, &writer, opts, bar))
+        .collect::<Result<_, _>>()?;
+
+    let descriptor = StackDescriptor {
+        schema_version: SCHEMA_VERSION,
+        name: manifest.name.clone(),
+        version: manifest.version.clone(),
+        builder: builder_id(),
+        created: rfc3339(manifest.source_date_epoch),
+        source_date_epoch: manifest.source_date_epoch,
+        boot: manifest.boot.clone(),
+        layers: built.iter().map(|b| b.entry.clone()).collect(),
+    };
+    let descriptor_bytes = descriptor.to_canonical_json();
+    let config = writer
+        .write_blob(DESCRIPTOR_MEDIA_TYPE, &descriptor_bytes)
+        .map_err(io_err("writing the descriptor to", &layout_dir))?;
+
+    let mut annotations = BTreeMap::from([
+        (CREATED.to_owned(), descriptor.created.clone()),
+        (VERSION.to_owned(), manifest.version.clone()),
+        (
+            TITLE.to_owned(),
+            format!("{} {}", manifest.name, manifest.version),
+        ),
+    ]);
+    if let Some(rev) = &opts.revision {
+        annotations.insert(REVISION.to_owned(), rev.clone());
+    }
+    if let Some(src) = &manifest.repository {
+        annotations.insert(SOURCE.to_owned(), src.clone());
+    }
+    if let Some(key) = &opts.sign_key {
+        let comment = format!(
+            "ingot stack={} version={} descriptor={}",
+            manifest.name, manifest.version, config.digest
+        );
+        annotations.insert(
+            SIGNATURE_ANNOTATION.to_owned(),
+            key.sign(&descriptor_bytes, &comment),
+        );
+    }
+    let image_manifest = ImageManifest {
+        schema_version: 2,
+        media_type: Some(MANIFEST_MEDIA_TYPE.to_owned()),
+        artifact_type: Some(ARTIFACT_TYPE.to_owned()),
+        config: config.clone(),
+        layers: built
+            .iter()
+            .flat_map(|b| [b.data.clone(), b.hash.clone()])
+            .collect(),
+        annotations: Some(annotations),
+    };
+    let manifest_desc = writer
+        .finish(&image_manifest, Some(&manifest.version))
+        .map_err(io_err("writing the manifest to", &layout_dir))?;
+    fs::remove_dir_all(&work).map_err(io_err("removing", &work))?;
+
+    // Swap into place: the old output (with --force) goes into the staging dir, dropped below.
+    if out.exists() {
+        let old = staging.path().join("old");
+        fs::rename(out, &old).map_err(io_err("moving aside", out))?;
+    }
+    fs::rename(&layout_dir, out).map_err(io_err("renaming the layout to", out))?;
+    drop(staging);
+    for bar in &bars {
+        bar.finish();
+    }
+    info!(
+        "built {} layers in {:.2?}: manifest {}",
+        descriptor.layers.len(),
+        started.elapsed(),
+        manifest_desc.digest
+    );
+    Ok(BuildOutput {
+        out: out.clone(),
+        manifest_digest: manifest_desc.digest,
+        descriptor_digest: config.digest,
+        descriptor,
+        signed: opts.sign_key.is_some(),
+    })
+}
+
+fn to_layers_source(source: &LayerSource) -> Source {
+    match source {
+        LayerSource::Dir(p) => Source::Dir(p.clone()),
+        LayerSource::Tar { path, .. } => Source::Tar(path.clone()),
+        LayerSource::OciLayout { path, digest } => Source::OciLayout {
+            path: path.clone(),
+            manifest_digest: digest.clone(),
+        },
+    }
+}
+
+fn build_layer(
+    manifest: &Manifest,
+    spec: &LayerSpec,
+    work: &Path,
+    writer: &LayoutWriter,
+    opts: &BuildOptions,
+    bar: &ProgressBar,
+) -> Result<BuiltLayer, BuildError> {
+    let name = &spec.name;
+    let dir = work.join(name);
+    fs::create_dir_all(&dir).map_err(io_err("creating", &dir))?;
+    let img = dir.join("image.ext4");
+    let hash = dir.join("image.verity");
+    let lerr = |source| BuildError::Layer {
+        layer: name.clone(),
+        source,
+    };
+
+    bar.set_message("ext4");
+    let progress_bar = bar.clone();
+    let ext4_opts = Ext4Options {
+        seed: layer_seed(manifest, name),
+        source_date_epoch: manifest.source_date_epoch,
+        size: None,
+        progress: Some(Arc::new(move |done, total| {
+            progress_bar.set_length(total);
+            progress_bar.set_position(done);
+        })),
+    };
+    let source = to_layers_source(&spec.source);
+    let (image_size, data_blocks, verity, preload) = if spec.preload.is_empty() {
+        let b = ingot_layers::build_layer(&source, &img, Some(&hash), &ext4_opts).map_err(lerr)?;
+        let v = b.verity.expect("a hash path was given");
+        (b.image_size, b.data_blocks, v, Vec::new())
+    } else {
+        build_with_preload(manifest, spec, &source, &dir, &img, &hash, &ext4_opts, bar)?
+    };
+
+    bar.set_message("zstd");
+    bar.set_length(image_size);
+    bar.set_position(0);
+    let zst = dir.join("image.ext4.zst");
+    let compressed =
+        compress::compress_file(&img, &zst, opts.frame_size, opts.zstd_level, &|done| {
+            bar.set_position(done)
+        })
+        .map_err(io_err("compressing", &img))?;
+    fs::remove_file(&img).map_err(io_err("removing", &img))?;
+    let mut data = writer
+        .adopt_blob(LAYER_MEDIA_TYPE, &zst, &compressed.digest, compressed.size)
+        .map_err(io_err("storing", &zst))?;
+    data.annotations = Some(BTreeMap::from([(
+        TITLE.to_owned(),
+        format!("{name}.ext4.zst"),
+    )]));
+    let (hash_digest, hash_size) = sha256_file(&hash).map_err(io_err("hashing", &hash))?;
+    let mut hash_desc = writer
+        .adopt_blob(VERITY_MEDIA_TYPE, &hash, &hash_digest, hash_size)
+        .map_err(io_err("storing", &hash))?;
+    hash_desc.annotations = Some(BTreeMap::from([(
+        TITLE.to_owned(),
+        format!("{name}.verity"),
+    )]));
+    bar.set_message("done");
+    bar.finish();
+
+    let params = ingot_verity::VerityParams::default();
+    let entry = LayerEntry {
+        name: name.clone(),
+        kind: spec.kind.clone(),
+        when: spec.when.clone(),
+        size: image_size,
+        data: DataBlob {
+            digest: compressed.digest.clone(),
+            size: compressed.size,
+            compression: Compression {
+                algorithm: ZSTD.to_owned(),
+                frame_size: opts.frame_size as u64,
+            },
+        },
+        hash: BlobRef {
+            digest: hash_digest,
+            size: hash_size,
+        },
+        verity: VerityInfo {
+            root_hash: hex::encode(&verity.root_hash),
+            salt: hex::encode(&verity.salt),
+            uuid: Some(ingot_verity::uuid_to_string(&verity.uuid)),
+            algorithm: params.algorithm.name().to_owned(),
+            hash_type: params.hash_type.as_u32(),
+            data_block_size: params.data_block_size,
+            hash_block_size: params.hash_block_size,
+            data_blocks,
+            hash_offset: params.hash_offset,
+            superblock: params.superblock,
+        },
+        preload,
+    };
+    Ok(BuiltLayer {
+        entry,
+        data,
+        hash: hash_desc,
+    })
+}
+
+/// A layer with preloaded images: its source tree plus one archive per image under
+/// [`preload::PRELOAD_DIR`], then sealed like [`ingot_layers::build_layer`] seals (salt = SHA-256
+/// of the image, verity UUID derived from the layer seed).
+#[allow(clippy::too_many_arguments)]
+fn build_with_preload(
+    manifest: &Manifest,
+    spec: &LayerSpec,
+    source: &Source,
+    dir: &Path,
+    img: &Path,
+    hash: &Path,
+    ext4_opts: &Ext4Options,
+    bar: &ProgressBar,
+) -> Result<(u64, u64, ingot_layers::VerityInfo, Vec<PreloadEntry>), BuildError> {
+    let name = &spec.name;
+    let lerr = |source| BuildError::Layer {
+        layer: name.clone(),
+        source,
+    };
+    bar.set_message("preload");
+    let staged = dir.join("preload");
+    let entries =
+        preload::stage(&spec.preload, manifest.source_date_epoch, &staged).map_err(|source| {
+            BuildError::Preload {
+                layer: name.clone(),
+                source,
+            }
+        })?;
+    bar.set_message("ext4");
+    let mut tree = source.load(dir).map_err(lerr)?;
+    for e in &entries {
+        let file = staged.join(e.path.trim_start_matches('/'));
+        let size = fs::metadata(&file).map_err(io_err("reading", &file))?.len();
+        let components = split_path(e.path.as_bytes(), true).map_err(lerr)?;
+        let node = Node {
+            meta: Meta::new(0o644, 0, 0),
+            kind: NodeKind::File(FileData {
+                size,
+                source: DataSource::Path(file.clone()),
+                data: if size == 0 { Vec::new() } else { vec![0..size] },
+            }),
+        };
+        tree.insert(&components, node, e.path.as_bytes())
+            .map_err(lerr)?;
+    }
+    let info = ext4::write_tree(&tree, img, ext4_opts, true).map_err(lerr)?;
+    drop(tree);
+    bar.set_message("verity");
+    let salt = info.sha256.expect("digest requested").to_vec();
+    let uuid = ext4::derive_uuid("ingot verity uuid", &ext4_opts.seed);
+    let params = ingot_verity::VerityParams {
+        data_blocks: info.blocks,
+        salt: salt.clone(),
+        uuid: Some(uuid),
+        ..ingot_verity::VerityParams::default()
+    };
+    let r = ingot_verity::format_file(img, hash, &params).map_err(|source| BuildError::Layer {
+        layer: name.clone(),
+        source: LayerError::Verity {
+            path: hash.to_owned(),
+            source,
+        },
+    })?;
+    let hash_size = fs::metadata(hash).map_err(io_err("reading", hash))?.len();
+    Ok((
+        info.size,
+        info.blocks,
+        ingot_layers::VerityInfo {
+            root_hash: r.root_hash,
+            salt,
+            uuid,
+            hash_size,
+        },
+        entries,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(4_102_444_799), "2099-12-31T23:59:59Z");
+    }
+}

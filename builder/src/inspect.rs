@@ -1,0 +1,225 @@
+//! `ingot inspect`: what a stack artifact holds, and which layers a given machine gets.
+//!
+//! Inspect reads the manifest and descriptor only (no layer blob is read) and shows the
+//! signature's state instead of refusing: use `ingot verify` to check an artifact.
+
+use ingot_layers::descriptor::StackDescriptor;
+use ingot_layers::select::{self, Machine};
+use serde::Serialize;
+
+use crate::sign::PublicKey;
+use crate::verify::{verify_metadata, ArtifactSource, SignatureStatus, Trust, VerifyError};
+
+/// One row of the layer table.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LayerRow {
+    /// Layer name.
+    pub name: String,
+    /// Layer kind.
+    pub kind: String,
+    /// Rule in text form; `-` for the base layer.
+    pub rule: String,
+    /// Uncompressed image size in bytes.
+    pub size: u64,
+    /// Compressed data blob size in bytes.
+    pub compressed_size: u64,
+    /// Verity hash blob size in bytes.
+    pub hash_size: u64,
+    /// Verity root hash.
+    pub root_hash: String,
+    /// Preloaded image references.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub preload: Vec<String>,
+}
+
+/// What `inspect` shows.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InspectReport {
+    /// Stack name.
+    pub name: String,
+    /// Stack version.
+    pub version: String,
+    /// Creation time.
+    pub created: String,
+    /// Builder.
+    pub builder: String,
+    /// `sha256:…` of the image manifest.
+    pub manifest_digest: String,
+    /// `sha256:…` of the descriptor.
+    pub descriptor_digest: String,
+    /// `verified`, `unsigned`, `not checked` or `FAILED: …`.
+    pub signature: String,
+    /// Every layer.
+    pub layers: Vec<LayerRow>,
+    /// The machine asked about, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine: Option<Machine>,
+    /// The layers that machine gets, in stack order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub selected: Option<Vec<String>>,
+}
+
+fn signature_text(s: &SignatureStatus) -> String {
+    match s {
+        SignatureStatus::Verified { key_id, .. } => format!("verified (key {key_id})"),
+        SignatureStatus::Unsigned => "unsigned".to_owned(),
+        SignatureStatus::NotChecked => "present, not checked (no --trust-key)".to_owned(),
+        SignatureStatus::Failed(m) => format!("FAILED: {m}"),
+    }
+}
+
+/// Build the report from a descriptor (no I/O).
+pub fn report(
+    descriptor: &StackDescriptor,
+    manifest_digest: &str,
+    descriptor_digest: &str,
+    signature: &SignatureStatus,
+    machine: Option<&Machine>,
+) -> InspectReport {
+    let layers = descriptor
+        .layers
+        .iter()
+        .map(|l| LayerRow {
+            name: l.name.clone(),
+            kind: l.kind.clone(),
+            rule: l
+                .when
+                .as_ref()
+                .map_or_else(|| "-".to_owned(), ToString::to_string),
+            size: l.size,
+            compressed_size: l.data.size,
+            hash_size: l.hash.size,
+            root_hash: l.verity.root_hash.clone(),
+            preload: l.preload.iter().map(|p| p.reference.clone()).collect(),
+        })
+        .collect();
+    let selected = machine.map(|m| {
+        descriptor
+            .layers
+            .iter()
+            .filter(|l| select::selects(l.when.as_ref(), m))
+            .map(|l| l.name.clone())
+            .collect()
+    });
+    InspectReport {
+        name: descriptor.name.clone(),
+        version: descriptor.version.clone(),
+        created: descriptor.created.clone(),
+        builder: descriptor.builder.clone(),
+        manifest_digest: manifest_digest.to_owned(),
+        descriptor_digest: descriptor_digest.to_owned(),
+        signature: signature_text(signature),
+        layers,
+        machine: machine.cloned(),
+        selected,
+    }
+}
+
+/// Read an artifact's manifest and descriptor and build the report.
+pub fn inspect(
+    source: &dyn ArtifactSource,
+    key: Option<PublicKey>,
+    machine: Option<&Machine>,
+) -> Result<InspectReport, VerifyError> {
+    let trust = Trust {
+        key,
+        allow_unsigned: true,
+    };
+    let (r, _) = verify_metadata(source, &trust)?;
+    Ok(report(
+        &r.descriptor,
+        &r.manifest_digest,
+        &r.descriptor_digest,
+        &r.signature,
+        machine,
+    ))
+}
+
+/// Bytes as KiB/MiB/GiB with one decimal.
+pub fn human_size(n: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// The report as a plain-text table.
+pub fn render_table(r: &InspectReport) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("stack      {} {}\n", r.name, r.version));
+    out.push_str(&format!("created    {} by {}\n", r.created, r.builder));
+    out.push_str(&format!("manifest   {}\n", r.manifest_digest));
+    out.push_str(&format!("descriptor {}\n", r.descriptor_digest));
+    out.push_str(&format!("signature  {}\n\n", r.signature));
+    let header = ["NAME", "KIND", "RULE", "SIZE", "COMPRESSED", "ROOT HASH"];
+    let rows: Vec<[String; 6]> = r
+        .layers
+        .iter()
+        .map(|l| {
+            [
+                l.name.clone(),
+                l.kind.clone(),
+                l.rule.clone(),
+                human_size(l.size),
+                human_size(l.compressed_size),
+                l.root_hash.clone(),
+            ]
+        })
+        .collect();
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| -> String {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(cell);
+            } else {
+                s.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        s.push('\n');
+        s
+    };
+    out.push_str(&line(&header.map(str::to_owned)));
+    for row in &rows {
+        out.push_str(&line(row));
+    }
+    for l in &r.layers {
+        for p in &l.preload {
+            out.push_str(&format!("\nlayer `{}` preloads {p}", l.name));
+        }
+    }
+    if r.layers.iter().any(|l| !l.preload.is_empty()) {
+        out.push('\n');
+    }
+    if let (Some(m), Some(sel)) = (&r.machine, &r.selected) {
+        out.push_str(&format!("\nmachine {m} gets: {}\n", sel.join(", ")));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(human_size(512), "512 B");
+        assert_eq!(human_size(4096), "4.0 KiB");
+        assert_eq!(human_size(3 << 20), "3.0 MiB");
+    }
+}

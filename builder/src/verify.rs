@@ -1,0 +1,474 @@
+//! `ingot verify`: check a stack artifact end to end, trusting nothing before the signature.
+//!
+//! Order: read the manifest and the descriptor bytes it points at → check the minisign signature
+//! over those bytes with the trusted key → only then parse the descriptor → check the manifest
+//! agrees with it → for every layer, fetch the hash and data blobs by the digests the signed
+//! descriptor gives (digest and size), decompress the data, recompute the dm-verity tree and root
+//! hash and compare both. The first thing that is wrong stops the run and is named.
+//!
+//! Exit codes ([`VerifyError::exit_code`]): 0 ok, 1 I/O or malformed input, 2 usage, 3 signature,
+//! 4 digest or size mismatch (or the manifest disagrees with the descriptor), 5 layer content or
+//! verity mismatch.
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use ingot_layers::descriptor::{
+    DescriptorError, LayerEntry, StackDescriptor, ARTIFACT_TYPE, DESCRIPTOR_MEDIA_TYPE,
+    LAYER_MEDIA_TYPE, SIGNATURE_ANNOTATION, VERITY_MEDIA_TYPE,
+};
+use ingot_verity::{HashAlgorithm, HashType, VerityParams};
+use tracing::{info, warn};
+
+use crate::compress::{self, FrameError};
+use crate::oci_layout::{sha256_digest, ImageManifest, Layout, LayoutError};
+use crate::sign::{signature_key_id, PublicKey, SignError};
+
+/// Where a stack artifact is. Registries (`oci://…`) come in a later release.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StackRef {
+    /// An OCI image layout directory.
+    Layout(PathBuf),
+}
+
+impl FromStr for StackRef {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.starts_with("oci://") {
+            return Err(format!(
+                "`{s}`: registry references are not supported yet; give an OCI image layout \
+                 directory (e.g. one `skopeo copy docker://… oci:DIR` made)"
+            ));
+        }
+        let path = s.strip_prefix("oci:").unwrap_or(s);
+        Ok(StackRef::Layout(PathBuf::from(path)))
+    }
+}
+
+/// The manifest and blobs of one artifact, wherever they are stored.
+pub trait ArtifactSource {
+    /// A name for messages.
+    fn describe(&self) -> String;
+    /// The image manifest's bytes and digest (checked against the digest the store gives).
+    fn manifest(&self) -> Result<(Vec<u8>, String), VerifyError>;
+    /// A small blob, checked against `digest` and `size`.
+    fn blob(&self, digest: &str, size: u64) -> Result<Vec<u8>, VerifyError>;
+    /// A large blob as a local file, checked against `digest` and `size`.
+    fn blob_file(&self, digest: &str, size: u64) -> Result<PathBuf, VerifyError>;
+}
+
+/// An artifact in an OCI image layout directory.
+#[derive(Debug)]
+pub struct LayoutSource {
+    layout: Layout,
+}
+
+impl LayoutSource {
+    /// Open a layout.
+    pub fn open(path: &Path) -> Result<Self, VerifyError> {
+        Ok(LayoutSource {
+            layout: Layout::open(path).map_err(VerifyError::from_layout)?,
+        })
+    }
+}
+
+impl ArtifactSource for LayoutSource {
+    fn describe(&self) -> String {
+        self.layout.root().display().to_string()
+    }
+
+    fn manifest(&self) -> Result<(Vec<u8>, String), VerifyError> {
+        let desc = self
+            .layout
+            .find_manifest(None)
+            .map_err(VerifyError::from_layout)?;
+        let bytes = self
+            .layout
+            .read_blob(&desc.digest, desc.size)
+            .map_err(|e| VerifyError::from_layout(e).about("the image manifest"))?;
+        Ok((bytes, desc.digest))
+    }
+
+    fn blob(&self, digest: &str, size: u64) -> Result<Vec<u8>, VerifyError> {
+        self.layout
+            .read_blob(digest, size)
+            .map_err(VerifyError::from_layout)
+    }
+
+    fn blob_file(&self, digest: &str, size: u64) -> Result<PathBuf, VerifyError> {
+        self.layout
+            .check_blob(digest, size)
+            .map_err(VerifyError::from_layout)
+    }
+}
+
+/// Open the store a reference names.
+pub fn open(stack: &StackRef) -> Result<Box<dyn ArtifactSource>, VerifyError> {
+    match stack {
+        StackRef::Layout(p) => Ok(Box::new(LayoutSource::open(p)?)),
+    }
+}
+
+/// What to trust.
+#[derive(Debug, Clone)]
+pub struct Trust {
+    /// The public key signatures must verify with.
+    pub key: Option<PublicKey>,
+    /// Accept an unsigned artifact, or one whose signature fails (reported, not fatal).
+    pub allow_unsigned: bool,
+}
+
+/// What the signature check found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SignatureStatus {
+    /// Verified with the trusted key.
+    Verified {
+        /// The key's id.
+        key_id: String,
+        /// The signed trusted comment.
+        trusted_comment: String,
+    },
+    /// No signature (accepted with `--allow-unsigned`).
+    Unsigned,
+    /// A signature, not checked (no key given, `--allow-unsigned`).
+    NotChecked,
+    /// A signature that failed (accepted with `--allow-unsigned`).
+    Failed(String),
+}
+
+/// A successful verification.
+#[derive(Debug, Clone)]
+pub struct VerifyReport {
+    /// `sha256:…` of the image manifest.
+    pub manifest_digest: String,
+    /// `sha256:…` of the descriptor.
+    pub descriptor_digest: String,
+    /// The signature's state.
+    pub signature: SignatureStatus,
+    /// The verified descriptor.
+    pub descriptor: StackDescriptor,
+}
+
+/// The first thing found wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// Reading failed, or the input is not an ingot artifact.
+    #[error("{0}")]
+    Input(String),
+    /// Missing, malformed or failing signature.
+    #[error("signature: {0}")]
+    Signature(String),
+    /// A blob's digest or size is wrong, or the manifest disagrees with the signed descriptor.
+    #[error("{0}")]
+    Digest(String),
+    /// A layer's content does not match its signed verity root hash or tree.
+    #[error("{0}")]
+    Verity(String),
+}
+
+impl VerifyError {
+    /// The documented exit code.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            VerifyError::Input(_) => 1,
+            VerifyError::Signature(_) => 3,
+            VerifyError::Digest(_) => 4,
+            VerifyError::Verity(_) => 5,
+        }
+    }
+
+    fn from_layout(e: LayoutError) -> Self {
+        match e {
+            LayoutError::Missing { .. } | LayoutError::Digest { .. } | LayoutError::Size { .. } => {
+                VerifyError::Digest(e.to_string())
+            }
+            other => VerifyError::Input(other.to_string()),
+        }
+    }
+
+    fn about(self, what: &str) -> Self {
+        match self {
+            VerifyError::Input(m) => VerifyError::Input(format!("{what}: {m}")),
+            VerifyError::Signature(m) => VerifyError::Signature(format!("{what}: {m}")),
+            VerifyError::Digest(m) => VerifyError::Digest(format!("{what}: {m}")),
+            VerifyError::Verity(m) => VerifyError::Verity(format!("{what}: {m}")),
+        }
+    }
+}
+
+/// Read the manifest and the descriptor, check the signature, parse the descriptor, check the
+/// manifest agrees with it. Blobs are not read.
+pub fn verify_metadata(
+    source: &dyn ArtifactSource,
+    trust: &Trust,
+) -> Result<(VerifyReport, ImageManifest), VerifyError> {
+    let (manifest_bytes, manifest_digest) = source.manifest()?;
+    let manifest: ImageManifest = serde_json::from_slice(&manifest_bytes)
+        .map_err(|e| VerifyError::Input(format!("the image manifest is not valid: {e}")))?;
+    if manifest.artifact_type.as_deref() != Some(ARTIFACT_TYPE)
+        || manifest.config.media_type != DESCRIPTOR_MEDIA_TYPE
+    {
+        return Err(VerifyError::Input(format!(
+            "{} is not an ingot stack (artifactType {:?}, config {})",
+            source.describe(),
+            manifest.artifact_type,
+            manifest.config.media_type
+        )));
+    }
+    let descriptor_bytes = source
+        .blob(&manifest.config.digest, manifest.config.size)
+        .map_err(|e| e.about("the stack descriptor"))?;
+    let descriptor_digest = sha256_digest(&descriptor_bytes);
+
+    // The signature, before anything in the descriptor is believed.
+    let signature = match (manifest.annotation(SIGNATURE_ANNOTATION), &trust.key) {
+        (None, _) if trust.allow_unsigned => {
+            warn!("the artifact is not signed (accepted: --allow-unsigned)");
+            SignatureStatus::Unsigned
+        }
+        (None, _) => {
+            return Err(VerifyError::Signature(format!(
+                "the manifest has no `{SIGNATURE_ANNOTATION}` annotation: the artifact is \
+                 unsigned (refused; --allow-unsigned accepts it)"
+            )))
+        }
+        (Some(_), None) if trust.allow_unsigned => SignatureStatus::NotChecked,
+        (Some(_), None) => {
+            return Err(VerifyError::Signature(
+                "no trusted key given (--trust-key PUB, or --allow-unsigned)".to_owned(),
+            ))
+        }
+        (Some(sig), Some(key)) => match key.verify(&descriptor_bytes, sig) {
+            Ok(comment) => SignatureStatus::Verified {
+                key_id: key.key_id(),
+                trusted_comment: comment,
+            },
+            Err(e) => {
+                let msg = describe_sig_error(&e, sig);
+                if trust.allow_unsigned {
+                    warn!("signature: {msg} (accepted: --allow-unsigned)");
+                    SignatureStatus::Failed(msg)
+                } else {
+                    return Err(VerifyError::Signature(msg));
+                }
+            }
+        },
+    };
+
+    let descriptor = StackDescriptor::from_json(&descriptor_bytes).map_err(|e| match e {
+        DescriptorError::Json(_) | DescriptorError::Invalid(_) => VerifyError::Input(e.to_string()),
+    })?;
+
+    // The manifest must list exactly the blobs the descriptor names, in order.
+    let want = descriptor.layers.len() * 2;
+    if manifest.layers.len() != want {
+        return Err(VerifyError::Digest(format!(
+            "the manifest lists {} layer blobs, the signed descriptor names {want}",
+            manifest.layers.len()
+        )));
+    }
+    for (i, layer) in descriptor.layers.iter().enumerate() {
+        let pairs = [
+            (
+                &manifest.layers[2 * i],
+                LAYER_MEDIA_TYPE,
+                &layer.data.digest,
+                layer.data.size,
+                "data",
+            ),
+            (
+                &manifest.layers[2 * i + 1],
+                VERITY_MEDIA_TYPE,
+                &layer.hash.digest,
+                layer.hash.size,
+                "hash",
+            ),
+        ];
+        for (desc, media_type, digest, size, what) in pairs {
+            if desc.media_type != media_type || &desc.digest != digest || desc.size != size {
+                return Err(VerifyError::Digest(format!(
+                    "layer `{}`: the manifest's {what} blob ({} {} bytes) is not the one the \
+                     signed descriptor names ({digest} {size} bytes)",
+                    layer.name, desc.digest, desc.size
+                )));
+            }
+        }
+    }
+    Ok((
+        VerifyReport {
+            manifest_digest,
+            descriptor_digest,
+            signature,
+            descriptor,
+        },
+        manifest,
+    ))
+}
+
+fn describe_sig_error(e: &SignError, sig: &str) -> String {
+    match e {
+        SignError::Invalid(m) => m.clone(),
+        other => format!(
+            "{other} (signature key id {})",
+            signature_key_id(sig).unwrap_or_else(|| "?".to_owned())
+        ),
+    }
+}
+
+/// Verify everything: signature, digests, and every layer's verity tree. `work` holds the
+/// decompressed images while they are checked (one at a time).
+pub fn verify(
+    source: &dyn ArtifactSource,
+    trust: &Trust,
+    work: &Path,
+) -> Result<VerifyReport, VerifyError> {
+    let (report, _) = verify_metadata(source, trust)?;
+    for layer in &report.descriptor.layers {
+        verify_layer(source, layer, work)?;
+        info!(
+            "layer `{}`: root hash {} ok",
+            layer.name, layer.verity.root_hash
+        );
+    }
+    Ok(report)
+}
+
+fn verity_params(layer: &LayerEntry) -> Result<VerityParams, VerifyError> {
+    let v = &layer.verity;
+    let bad = |what: &str| VerifyError::Input(format!("layer `{}`: {what}", layer.name));
+    Ok(VerityParams {
+        hash_type: HashType::from_u32(v.hash_type).map_err(|e| bad(&e.to_string()))?,
+        algorithm: HashAlgorithm::from_name(&v.algorithm).map_err(|e| bad(&e.to_string()))?,
+        data_block_size: v.data_block_size,
+        hash_block_size: v.hash_block_size,
+        data_blocks: v.data_blocks,
+        salt: hex::decode(&v.salt).map_err(|_| bad("salt is not hex"))?,
+        uuid: match &v.uuid {
+            None => None,
+            Some(u) => Some(ingot_verity::parse_uuid(u).ok_or_else(|| bad("bad verity uuid"))?),
+        },
+        hash_offset: v.hash_offset,
+        superblock: v.superblock,
+    })
+}
+
+fn io_input(what: &str, path: &Path) -> impl FnOnce(io::Error) -> VerifyError {
+    let what = format!("{what} {}", path.display());
+    move |e| VerifyError::Input(format!("{what}: {e}"))
+}
+
+fn verify_layer(
+    source: &dyn ArtifactSource,
+    layer: &LayerEntry,
+    work: &Path,
+) -> Result<(), VerifyError> {
+    let name = &layer.name;
+    let hash_blob = source
+        .blob_file(&layer.hash.digest, layer.hash.size)
+        .map_err(|e| e.about(&format!("layer `{name}`: hash blob")))?;
+    let data_blob = source
+        .blob_file(&layer.data.digest, layer.data.size)
+        .map_err(|e| e.about(&format!("layer `{name}`: data blob")))?;
+    let params = verity_params(layer)?;
+
+    let dir = tempfile::Builder::new()
+        .prefix(".ingot-verify-")
+        .tempdir_in(work)
+        .map_err(io_input("creating a temporary directory in", work))?;
+    let img = dir.path().join("image");
+    {
+        let blob = File::open(&data_blob).map_err(io_input("opening", &data_blob))?;
+        // SAFETY: the blob is a file in the layout that nothing else writes while it is read;
+        // a concurrent writer could only make the check fail, never make it pass wrongly,
+        // because the digest was checked above and the decompressed bytes are hashed below.
+        let map = unsafe { memmap2::Mmap::map(&blob) }.map_err(io_input("mapping", &data_blob))?;
+        let file = File::create(&img).map_err(io_input("creating", &img))?;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        compress::decompress_frames(
+            &map,
+            layer.data.compression.frame_size,
+            layer.size,
+            &mut out,
+        )
+        .map_err(|e| match e {
+            FrameError::Io(e) => VerifyError::Input(format!("writing {}: {e}", img.display())),
+            other => VerifyError::Verity(format!(
+                "layer `{name}`: the data blob does not decompress to the signed image: {other}"
+            )),
+        })?;
+        out.flush().map_err(io_input("writing", &img))?;
+    }
+    let tree = dir.path().join("verity");
+    let result = ingot_verity::format_file(&img, &tree, &params).map_err(|e| {
+        VerifyError::Input(format!("layer `{name}`: computing the verity tree: {e}"))
+    })?;
+    let root = hex::encode(&result.root_hash);
+    if root != layer.verity.root_hash {
+        return Err(VerifyError::Verity(format!(
+            "layer `{name}`: verity root hash mismatch: the signed descriptor says {}, the \
+             layer's data gives {root}",
+            layer.verity.root_hash
+        )));
+    }
+    if !same_bytes(&tree, &hash_blob).map_err(|e| VerifyError::Input(e.to_string()))? {
+        return Err(VerifyError::Verity(format!(
+            "layer `{name}`: the hash blob is not the verity tree of the layer's data \
+             (root hash {root} matches, tree bytes differ)"
+        )));
+    }
+    fs::remove_file(&img).map_err(io_input("removing", &img))?;
+    Ok(())
+}
+
+fn same_bytes(a: &Path, b: &Path) -> io::Result<bool> {
+    let (fa, fb) = (File::open(a)?, File::open(b)?);
+    if fa.metadata()?.len() != fb.metadata()?.len() {
+        return Ok(false);
+    }
+    let (mut ra, mut rb) = (io::BufReader::new(fa), io::BufReader::new(fb));
+    let (mut ba, mut bb) = (vec![0u8; 1 << 20], vec![0u8; 1 << 20]);
+    loop {
+        let n = read_full(&mut ra, &mut ba)?;
+        let m = read_full(&mut rb, &mut bb)?;
+        if n != m || ba[..n] != bb[..m] {
+            return Ok(false);
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_refs() {
+        assert_eq!(
+            "out/demo".parse::<StackRef>().unwrap(),
+            StackRef::Layout("out/demo".into())
+        );
+        assert_eq!(
+            "oci:out/demo".parse::<StackRef>().unwrap(),
+            StackRef::Layout("out/demo".into())
+        );
+        let err = "oci://registry.example/stack:1"
+            .parse::<StackRef>()
+            .unwrap_err();
+        assert!(err.contains("not supported yet"), "{err}");
+    }
+}

@@ -623,14 +623,23 @@ pub(super) fn plan<'t>(
     for g in 0..geo.groups {
         let gstart = g * bpg;
         let gend = ((g + 1) * bpg).min(total);
+        // In use: everything below the allocator's end, this group's backup superblock and
+        // descriptors (also past the end), and the padding past the last block.
+        let backup = if g > 0 && superblock::has_super(g) {
+            gstart..gstart + 1 + geo.gdt_blocks
+        } else {
+            0..0
+        };
         let mut bb = vec![0u8; BLOCK_SIZE];
+        let mut free_blocks = 0u64;
         for bit in 0..bpg {
             let blk = gstart + bit;
-            if blk < end || blk >= gend {
+            if blk < end || blk >= gend || backup.contains(&blk) {
                 bb[(bit / 8) as usize] |= 1 << (bit % 8);
+            } else {
+                free_blocks += 1;
             }
         }
-        let free_blocks = gend - gend.min(end.max(gstart));
         let first = g * u64::from(ipg) + 1;
         let used_inodes = (u64::from(max_ino) + 1)
             .saturating_sub(first)

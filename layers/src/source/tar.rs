@@ -51,6 +51,9 @@ fn open_plain(path: &Path, scratch: &Path) -> Result<File, LayerError> {
     let mut spill = tempfile::tempfile_in(scratch)
         .map_err(|e| LayerError::io("creating a scratch file in", scratch, e))?;
     copy_all(decoder, &mut spill).map_err(|e| tar_err(path, format!("decompressing: {e}")))?;
+    spill
+        .seek(SeekFrom::Start(0))
+        .map_err(|e| LayerError::io("rewinding scratch file for", path, e))?;
     Ok(spill)
 }
 
@@ -81,6 +84,133 @@ struct Member {
     action: Action,
 }
 
+/// One tar header block, decoded.
+struct Header {
+    name: Vec<u8>,
+    mode: u64,
+    uid: u64,
+    gid: u64,
+    size: u64,
+    kind: u8,
+    link: Vec<u8>,
+    major: u64,
+    minor: u64,
+}
+
+/// A NUL-terminated field.
+fn cstr(f: &[u8]) -> &[u8] {
+    let n = f.iter().position(|&b| b == 0).unwrap_or(f.len());
+    &f[..n]
+}
+
+/// A numeric field: octal text, or base-256 when the top bit of the first byte is set.
+fn number(f: &[u8]) -> Option<u64> {
+    if f[0] & 0x80 != 0 {
+        if f[0] & 0x40 != 0 {
+            return None; // negative
+        }
+        let mut v: u64 = u64::from(f[0] & 0x3f);
+        for &b in &f[1..] {
+            v = v.checked_mul(256)?.checked_add(u64::from(b))?;
+        }
+        return Some(v);
+    }
+    let t: Vec<u8> = f.iter().copied().filter(|&b| b != 0 && b != b' ').collect();
+    if t.is_empty() {
+        return Some(0);
+    }
+    u64::from_str_radix(std::str::from_utf8(&t).ok()?, 8).ok()
+}
+
+fn parse_header(b: &[u8; 512]) -> Result<Header, String> {
+    let sum: u64 = b
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                u64::from(x)
+            }
+        })
+        .sum();
+    if number(&b[148..156]) != Some(sum) {
+        return Err("bad header checksum (not a tar archive, or corrupt)".into());
+    }
+    let num = |r: std::ops::Range<usize>, what: &str| {
+        number(&b[r]).ok_or_else(|| format!("bad {what} field"))
+    };
+    let mut name = cstr(&b[0..100]).to_vec();
+    // POSIX ustar: a prefix joined with '/'. (GNU's "ustar  " format uses those bytes otherwise.)
+    if &b[257..263] == b"ustar\0" {
+        let prefix = cstr(&b[345..500]);
+        if !prefix.is_empty() {
+            let mut p = prefix.to_vec();
+            p.push(b'/');
+            p.extend_from_slice(&name);
+            name = p;
+        }
+    }
+    Ok(Header {
+        name,
+        mode: num(100..108, "mode")?,
+        uid: num(108..116, "uid")?,
+        gid: num(116..124, "gid")?,
+        size: num(124..136, "size")?,
+        kind: b[156],
+        link: cstr(&b[157..257]).to_vec(),
+        major: num(329..337, "device major")?,
+        minor: num(337..345, "device minor")?,
+    })
+}
+
+/// PAX extended header records: "LEN KEY=VALUE\n", LEN counting the whole record, so values may
+/// hold any byte (binary xattrs, newlines in names).
+fn pax_records(data: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+    let mut out = Vec::new();
+    let mut rest = data;
+    while !rest.is_empty() && rest[0] != 0 {
+        let sp = rest
+            .iter()
+            .position(|&b| b == b' ')
+            .ok_or("malformed pax record")?;
+        let len: usize = std::str::from_utf8(&rest[..sp])
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or("malformed pax record length")?;
+        if len <= sp + 1 || len > rest.len() || rest[len - 1] != b'\n' {
+            return Err("malformed pax record".into());
+        }
+        let rec = &rest[sp + 1..len - 1];
+        let eq = rec
+            .iter()
+            .position(|&b| b == b'=')
+            .ok_or("malformed pax record")?;
+        out.push((rec[..eq].to_vec(), rec[eq + 1..].to_vec()));
+        rest = &rest[len..];
+    }
+    Ok(out)
+}
+
+fn read_exact_at(
+    f: &File,
+    buf: &mut [u8],
+    off: u64,
+    path: &Path,
+    what: &str,
+) -> Result<(), LayerError> {
+    f.read_exact_at(buf, off).map_err(|e| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            tar_err(
+                path,
+                format!("truncated: {what} at offset {off} runs past the end"),
+            )
+        } else {
+            LayerError::io("reading", path, e)
+        }
+    })
+}
+
 /// Reads the archive at `path` and applies its members to `tree`. With `whiteouts`, OCI
 /// whiteout files (`.wh.NAME`) delete `NAME` and `.wh..wh..opq` empties its directory, both
 /// before the archive's own entries are added.
@@ -101,134 +231,146 @@ pub(super) fn apply(
             .map_err(|e| LayerError::io("reading", path, e))?,
         name: path.to_path_buf(),
     });
-    let mut spill: Option<(Arc<SourceFile>, u64)> = None;
-    let mut archive = tar::Archive::new(&plain);
     let mut members = Vec::new();
-    let mut end = 0u64;
-    let entries = archive.entries_with_seek().map_err(|e| tar_err(path, e))?;
-    for entry in entries {
-        let mut entry = entry.map_err(|e| tar_err(path, e))?;
-        let raw = entry.path_bytes().into_owned();
-        let et = entry.header().entry_type();
-        let pos = entry.raw_file_position();
-        let stored = entry
-            .header()
-            .entry_size()
-            .map_err(|e| tar_err(path, format!("{}: {e}", show(&raw))))?;
-        let size = entry.size();
-        let stored = if et.is_gnu_sparse() { stored } else { size };
-        end = pos + stored.next_multiple_of(512);
-        if end > len {
+    let mut pos = 0u64;
+    let mut long_name: Option<Vec<u8>> = None;
+    let mut long_link: Option<Vec<u8>> = None;
+    let mut pax: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut block = [0u8; 512];
+    loop {
+        read_exact_at(&plain, &mut block, pos, path, "a member header")?;
+        if block.iter().all(|&b| b == 0) {
+            // End-of-archive marker. An archive cut at a member boundary has none, and the read
+            // above fails instead.
+            break;
+        }
+        let h = parse_header(&block)
+            .map_err(|r| tar_err(path, format!("header at offset {pos}: {r}")))?;
+        let data_at = pos + 512;
+        let stored = h.size;
+        let next = data_at
+            .checked_add(stored.next_multiple_of(512))
+            .ok_or_else(|| tar_err(path, format!("member at offset {pos}: size overflow")))?;
+        if next > len {
+            let name = long_name.as_deref().unwrap_or(&h.name);
             return Err(tar_err(
                 path,
                 format!(
-                    "truncated: member {:?} needs {} bytes, the archive has {}",
-                    show(&raw),
-                    end,
-                    len
+                    "truncated: member {:?} needs {next} bytes, the archive has {len}",
+                    show(name)
                 ),
             ));
         }
-        if et.is_pax_global_extensions()
-            || et.is_pax_local_extensions()
-            || et.is_gnu_longname()
-            || et.is_gnu_longlink()
-        {
-            continue;
+        let read_data = |what: &str| -> Result<Vec<u8>, LayerError> {
+            let mut d = vec![0u8; stored as usize];
+            read_exact_at(&plain, &mut d, data_at, path, what)?;
+            Ok(d)
+        };
+        match h.kind {
+            b'x' => {
+                pax = pax_records(&read_data("pax header")?)
+                    .map_err(|r| tar_err(path, format!("header at offset {pos}: {r}")))?;
+                pos = next;
+                continue;
+            }
+            b'g' => {
+                pos = next; // global records carry nothing ingot keeps (times are the epoch)
+                continue;
+            }
+            b'L' => {
+                long_name = Some(cstr(&read_data("long name")?).to_vec());
+                pos = next;
+                continue;
+            }
+            b'K' => {
+                long_link = Some(cstr(&read_data("long link name")?).to_vec());
+                pos = next;
+                continue;
+            }
+            _ => {}
+        }
+        // A real member: apply the extension records that preceded it.
+        let mut raw = long_name.take().unwrap_or(h.name.clone());
+        let mut link = long_link.take().unwrap_or(h.link.clone());
+        let (mut size, mut uid, mut gid) = (h.size, h.uid, h.gid);
+        let mut xattrs = std::collections::BTreeMap::new();
+        for (k, v) in std::mem::take(&mut pax) {
+            let num = || -> Result<u64, LayerError> {
+                std::str::from_utf8(&v)
+                    .ok()
+                    .and_then(|s| s.parse().ok())
+                    .ok_or_else(|| {
+                        tar_err(
+                            path,
+                            format!(
+                                "member at offset {pos}: bad pax {} value",
+                                String::from_utf8_lossy(&k)
+                            ),
+                        )
+                    })
+            };
+            match k.as_slice() {
+                b"path" => raw = v,
+                b"linkpath" => link = v,
+                b"size" => size = num()?,
+                b"uid" => uid = num()?,
+                b"gid" => gid = num()?,
+                _ if k.starts_with(b"SCHILY.xattr.") => {
+                    xattrs.insert(k[b"SCHILY.xattr.".len()..].to_vec(), v);
+                }
+                _ if k.starts_with(b"GNU.sparse.") => {
+                    return Err(LayerError::bad(
+                        &raw,
+                        "PAX sparse members are not supported; archive without --sparse",
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if size != stored && !matches!(h.kind, b'1' | b'2' | b'5') {
+            return Err(LayerError::bad(
+                &raw,
+                "pax size differs from the stored size",
+            ));
+        }
+        pos = next;
+        if h.kind == b'V' {
+            continue; // volume label
         }
         let comps = split_path(&raw, false)?;
-        let h = entry.header().clone();
-        let mode = h
-            .mode()
-            .map_err(|e| tar_err(path, format!("{}: {e}", show(&raw))))?;
-        let uid = h
-            .uid()
-            .map_err(|e| tar_err(path, format!("{}: {e}", show(&raw))))?;
-        let gid = h
-            .gid()
-            .map_err(|e| tar_err(path, format!("{}: {e}", show(&raw))))?;
         let (Ok(uid), Ok(gid)) = (u32::try_from(uid), u32::try_from(gid)) else {
             return Err(LayerError::bad(&raw, "uid or gid does not fit 32 bits"));
         };
-        let mut meta = Meta::new(mode, uid, gid);
-        if let Some(exts) = entry
-            .pax_extensions()
-            .map_err(|e| tar_err(path, format!("{}: {e}", show(&raw))))?
-        {
-            for ext in exts {
-                let ext = ext.map_err(|e| tar_err(path, format!("{}: {e}", show(&raw))))?;
-                if let Some(name) = ext.key_bytes().strip_prefix(b"SCHILY.xattr.") {
-                    meta.xattrs
-                        .insert(name.to_vec(), ext.value_bytes().to_vec());
-                }
-            }
-        }
+        let mut meta = Meta::new(h.mode as u32, uid, gid);
+        meta.xattrs = xattrs;
         let base = comps.last().map(|c| c.as_slice()).unwrap_or(b"");
         let action = if whiteouts && base == OPAQUE {
             Action::Opaque
         } else if whiteouts && base.starts_with(WHITEOUT) {
             Action::Whiteout
         } else {
-            use tar::EntryType as T;
-            let kind = match et {
-                T::Regular | T::Continuous | T::GNUSparse => {
-                    let source = if size == 0 {
-                        DataSource::None
-                    } else if et.is_gnu_sparse() {
-                        // Sparse members are stored packed; expand them into a scratch file.
-                        let (file, at) = match &mut spill {
-                            Some(s) => (s.0.clone(), &mut s.1),
-                            None => {
-                                let f = tempfile::tempfile_in(scratch).map_err(|e| {
-                                    LayerError::io("creating a scratch file in", scratch, e)
-                                })?;
-                                let sf = Arc::new(SourceFile {
-                                    file: f,
-                                    name: path.to_path_buf(),
-                                });
-                                let s = spill.insert((sf, 0));
-                                (s.0.clone(), &mut s.1)
-                            }
-                        };
-                        let offset = *at;
-                        let mut w = &file.file;
-                        w.seek(SeekFrom::Start(offset))
-                            .map_err(|e| LayerError::io("writing scratch file for", path, e))?;
-                        let copied = io::copy(&mut entry, &mut w)
-                            .map_err(|e| tar_err(path, format!("{}: {e}", show(&raw))))?;
-                        if copied != size {
-                            return Err(tar_err(
-                                path,
-                                format!("truncated: member {:?}", show(&raw)),
-                            ));
-                        }
-                        *at += size;
-                        DataSource::Region { file, offset }
+            let kind = match h.kind {
+                b'0' | 0 | b'7' => {
+                    let (source, data) = if size == 0 {
+                        (DataSource::None, Vec::new())
                     } else {
-                        DataSource::Region {
-                            file: src.clone(),
-                            offset: pos,
-                        }
+                        (
+                            DataSource::Region {
+                                file: src.clone(),
+                                offset: data_at,
+                            },
+                            vec![0..size],
+                        )
                     };
-                    let data = if size == 0 { Vec::new() } else { vec![0..size] };
                     NodeKind::File(FileData { size, source, data })
                 }
-                T::Directory => NodeKind::Dir(Default::default()),
-                T::Symlink => NodeKind::Symlink(
-                    entry
-                        .link_name_bytes()
-                        .map(|c| c.into_owned())
-                        .unwrap_or_default(),
-                ),
-                T::Link => {
-                    let target = entry
-                        .link_name_bytes()
-                        .map(|c| c.into_owned())
-                        .unwrap_or_default();
-                    let tcomps = split_path(&target, false).map_err(|e| match e {
+                b'5' => NodeKind::Dir(Default::default()),
+                b'2' => NodeKind::Symlink(link),
+                b'1' => {
+                    let tcomps = split_path(&link, false).map_err(|e| match e {
                         LayerError::EscapesRoot { .. } | LayerError::AbsolutePath { .. } => {
                             LayerError::EscapesRoot {
-                                entry: format!("{} (hard link to {})", show(&raw), show(&target)),
+                                entry: format!("{} (hard link to {})", show(&raw), show(&link)),
                             }
                         }
                         other => other,
@@ -236,42 +378,38 @@ pub(super) fn apply(
                     members.push(Member {
                         raw,
                         comps,
-                        action: Action::HardLink(tcomps, target),
+                        action: Action::HardLink(tcomps, link),
                     });
                     continue;
                 }
-                T::Char | T::Block => {
-                    let major = h.device_major().ok().flatten().unwrap_or(0);
-                    let minor = h.device_minor().ok().flatten().unwrap_or(0);
-                    if et == T::Char {
+                b'3' | b'4' => {
+                    let (Ok(major), Ok(minor)) = (u32::try_from(h.major), u32::try_from(h.minor))
+                    else {
+                        return Err(LayerError::bad(&raw, "device number out of range"));
+                    };
+                    if h.kind == b'3' {
                         NodeKind::CharDev { major, minor }
                     } else {
                         NodeKind::BlockDev { major, minor }
                     }
                 }
-                T::Fifo => NodeKind::Fifo,
+                b'6' => NodeKind::Fifo,
+                b'S' => {
+                    return Err(LayerError::bad(
+                        &raw,
+                        "GNU sparse members are not supported; archive without --sparse",
+                    ))
+                }
                 other => {
                     return Err(LayerError::bad(
                         &raw,
-                        format!("unsupported tar member type {:?}", other.as_byte() as char),
+                        format!("unsupported tar member type {:?}", other as char),
                     ));
                 }
             };
             Action::Put(Node { meta, kind })
         };
         members.push(Member { raw, comps, action });
-    }
-    // The end-of-archive marker (a zero block) must follow the last member; without it the
-    // archive was cut at a member boundary.
-    let mut marker = [0u8; 512];
-    let got = plain
-        .read_at(&mut marker, end)
-        .map_err(|e| LayerError::io("reading", path, e))?;
-    if got < 512 || marker.iter().any(|&b| b != 0) {
-        return Err(tar_err(
-            path,
-            "truncated: no end-of-archive marker after the last member",
-        ));
     }
 
     if whiteouts {

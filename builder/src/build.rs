@@ -434,7 +434,7 @@ fn build_with_preload(
             kind: NodeKind::File(FileData {
                 size,
                 source: DataSource::Path(file.clone()),
-                data: if size == 0 { Vec::new() } else { vec![0..size] },
+                data: std::iter::once(0..size).filter(|r| !r.is_empty()).collect(),
             }),
         };
         tree.insert(&components, node, e.path.as_bytes())

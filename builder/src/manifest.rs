@@ -195,11 +195,18 @@ fn is_plain_name(s: &str) -> bool {
         && !s.starts_with('-')
 }
 
+/// Where a layer's source is written in the manifest.
+#[derive(Debug)]
+struct SourceSpans {
+    path: Range<usize>,
+    digest: Option<Range<usize>>,
+}
+
 /// Spans of every input the manifest names, kept so [`Manifest::load`] can point at them.
 #[derive(Debug, Default)]
 struct InputSpans {
-    /// per layer: (span of the path, span of the source table, span of the digest)
-    sources: Vec<(Range<usize>, Range<usize>, Option<Range<usize>>)>,
+    /// per layer
+    sources: Vec<SourceSpans>,
     /// per layer: (span of the path, span of the digest) of each preload
     preloads: Vec<Vec<(Range<usize>, Range<usize>)>>,
 }
@@ -432,7 +439,10 @@ impl Manifest {
                     Some(d.span()),
                 )
             };
-            spans.sources.push((path_span, src_span, digest_span));
+            spans.sources.push(SourceSpans {
+                path: path_span,
+                digest: digest_span,
+            });
 
             if !l.preload.is_empty() && kind != CONTROL_PLANE_KIND {
                 return Err(ctx.err(
@@ -510,7 +520,10 @@ impl Manifest {
 
     fn check_inputs(&self, ctx: &Ctx<'_>, spans: &InputSpans) -> Result<(), ManifestError> {
         for (i, layer) in self.layers.iter().enumerate() {
-            let (path_span, _, digest_span) = &spans.sources[i];
+            let SourceSpans {
+                path: path_span,
+                digest: digest_span,
+            } = &spans.sources[i];
             let name = &layer.name;
             match &layer.source {
                 LayerSource::Dir(dir) => {

@@ -222,13 +222,13 @@ pub fn write_archive(
         ingot_layers::descriptor::canonical_json(&index).map_err(|e| ioerr(io::Error::other(e)))?;
 
     let mut tar = tar::Builder::new(out);
-    let mut add = |path: &str, bytes: &[u8]| -> io::Result<()> {
+    for (path, bytes) in [
+        ("oci-layout", LAYOUT_FILE.as_bytes()),
+        ("index.json", &index_bytes[..]),
+    ] {
         let h = header(path, bytes.len() as u64, 0o644, mtime, false);
-        tar.append(&h, bytes)
-    };
-    add("oci-layout", LAYOUT_FILE.as_bytes()).map_err(ioerr)?;
-    add("index.json", &index_bytes).map_err(ioerr)?;
-    drop(add);
+        tar.append(&h, bytes).map_err(ioerr)?;
+    }
     for dir in ["blobs/", "blobs/sha256/"] {
         tar.append(&header(dir, 0, 0o755, mtime, true), io::empty())
             .map_err(ioerr)?;

@@ -135,7 +135,9 @@ impl SecretKey {
             .try_into()
             .expect("64 bytes");
         let chk = &bytes[keynum_at + 72..];
-        if checksum(&key_id, &sk)[..] != chk[..] {
+        // `minisign -G -W` (0.11) leaves the checksum of an unencrypted key all zero; the
+        // public-half check below still catches a damaged key.
+        if chk.iter().any(|&b| b != 0) && checksum(&key_id, &sk)[..] != chk[..] {
             return Err(SignError::Checksum);
         }
         let seed: [u8; 32] = sk[..32].try_into().expect("32 bytes");
@@ -335,6 +337,18 @@ mod tests {
             SecretKey::from_minisign(&bad),
             Err(SignError::Checksum)
         ));
+        // A zero checksum (what `minisign -G -W` writes) is accepted...
+        let mut zero = B64.decode(line).unwrap();
+        zero[126..].fill(0);
+        let zero_text = format!("untrusted comment: x\n{}\n", B64.encode(&zero));
+        assert_eq!(
+            SecretKey::from_minisign(&zero_text).unwrap().public_key(),
+            sk.public_key()
+        );
+        // ...but a damaged key with it is still refused.
+        zero[100] ^= 1;
+        let zero_bad = format!("untrusted comment: x\n{}\n", B64.encode(&zero));
+        assert!(SecretKey::from_minisign(&zero_bad).is_err());
         let mut enc = B64.decode(line).unwrap();
         enc[2..4].copy_from_slice(b"Sc");
         let enc = format!("untrusted comment: x\n{}\n", B64.encode(&enc));

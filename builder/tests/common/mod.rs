@@ -1,0 +1,341 @@
+//! Helpers shared by the stack tests: running `ingot`, finding tools, reading layouts, and RAII
+//! guards for the root-only parts (loop mounts, a private containerd).
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("builder/ has a parent")
+        .to_owned()
+}
+
+/// The demo manifest.
+pub fn demo_manifest() -> PathBuf {
+    repo().join("manifests/demo.toml")
+}
+
+/// `CI=true` turns every skip into a failure.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+fn which(tool: &str) -> bool {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .any(|d| d.join(tool).is_file())
+}
+
+/// Whether `tool` can run. Absent outside CI: print a loud SKIP and return false. Absent in CI:
+/// panic (CI must have every oracle).
+pub fn have_tool(test: &str, tool: &str) -> bool {
+    if which(tool) {
+        return true;
+    }
+    if in_ci() {
+        panic!("{test}: `{tool}` is not installed, and CI=true forbids skipping");
+    }
+    eprintln!("SKIP {test}: `{tool}` is not installed (apt-get install it; ci/test does)");
+    false
+}
+
+/// Whether we run as root; same skip rules as [`have_tool`].
+pub fn have_root(test: &str) -> bool {
+    // /proc/self belongs to the process's effective uid.
+    let euid = std::os::unix::fs::MetadataExt::uid(&fs::metadata("/proc/self").unwrap());
+    if euid == 0 {
+        return true;
+    }
+    if in_ci() {
+        panic!("{test}: needs root, and CI=true forbids skipping");
+    }
+    eprintln!("SKIP {test}: needs root (loop devices, mounts, containerd)");
+    false
+}
+
+/// Run `ingot` with arguments.
+pub fn ingot<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    Command::new(env!("CARGO_BIN_EXE_ingot"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("running ingot")
+}
+
+/// Run `ingot`, assert success, return stdout.
+pub fn ingot_ok<I, S>(args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let out = ingot(args);
+    assert!(
+        out.status.success(),
+        "ingot failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// Run a command, assert success, return stdout.
+pub fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Build `manifest` into `out` (signed with `key` if given, fixed revision).
+pub fn build(manifest: &Path, out: &Path, key: Option<&Path>) {
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "build".into(),
+        manifest.into(),
+        "--out".into(),
+        out.into(),
+        "--quiet".into(),
+        "--revision".into(),
+        "test".into(),
+    ];
+    if let Some(k) = key {
+        args.push("--sign-key".into());
+        args.push(k.into());
+    }
+    ingot_ok(args);
+}
+
+/// Make a key pair with `ingot key generate`; returns (secret, public).
+pub fn keypair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let sk = dir.join(format!("{name}.key"));
+    let pk = dir.join(format!("{name}.pub"));
+    ingot_ok([
+        "key".as_ref(),
+        "generate".as_ref(),
+        "--secret".as_ref(),
+        sk.as_os_str(),
+        "--public".as_ref(),
+        pk.as_os_str(),
+    ]);
+    (sk, pk)
+}
+
+/// A built layout, read back.
+pub struct Built {
+    pub dir: PathBuf,
+    pub manifest_digest: String,
+    pub manifest: Value,
+    pub descriptor: Value,
+    pub descriptor_bytes: Vec<u8>,
+}
+
+pub fn blob_path(dir: &Path, digest: &str) -> PathBuf {
+    dir.join("blobs/sha256")
+        .join(digest.strip_prefix("sha256:").expect("sha256 digest"))
+}
+
+pub fn read_layout(dir: &Path) -> Built {
+    let index: Value = serde_json::from_slice(&fs::read(dir.join("index.json")).unwrap()).unwrap();
+    let manifest_digest = index["manifests"][0]["digest"].as_str().unwrap().to_owned();
+    let manifest: Value =
+        serde_json::from_slice(&fs::read(blob_path(dir, &manifest_digest)).unwrap()).unwrap();
+    let descriptor_bytes = fs::read(blob_path(
+        dir,
+        manifest["config"]["digest"].as_str().unwrap(),
+    ))
+    .unwrap();
+    let descriptor = serde_json::from_slice(&descriptor_bytes).unwrap();
+    Built {
+        dir: dir.to_owned(),
+        manifest_digest,
+        manifest,
+        descriptor,
+        descriptor_bytes,
+    }
+}
+
+impl Built {
+    /// The data blob's path of layer `name`.
+    pub fn data_blob(&self, name: &str) -> PathBuf {
+        let layer = self.layer(name);
+        blob_path(&self.dir, layer["data"]["digest"].as_str().unwrap())
+    }
+
+    pub fn layer(&self, name: &str) -> &Value {
+        self.descriptor["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["name"] == name)
+            .unwrap_or_else(|| panic!("no layer {name}"))
+    }
+
+    pub fn root_hashes(&self) -> Vec<(String, String)> {
+        self.descriptor["layers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["name"].as_str().unwrap().to_owned(),
+                    l["verity"]["rootHash"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Copy a directory tree (files, dirs, symlinks; modes kept).
+pub fn copy_tree(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let ty = entry.file_type().unwrap();
+        let dest = to.join(entry.file_name());
+        if ty.is_dir() {
+            copy_tree(&entry.path(), &dest);
+            fs::set_permissions(&dest, entry.metadata().unwrap().permissions()).unwrap();
+        } else if ty.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(entry.path()).unwrap(), &dest).unwrap();
+        } else {
+            fs::copy(entry.path(), &dest).unwrap();
+        }
+    }
+}
+
+/// A read-only loop mount, unmounted (and its loop device released) on drop.
+pub struct LoopMount {
+    pub dir: PathBuf,
+}
+
+impl LoopMount {
+    pub fn new(image: &Path, dir: &Path) -> LoopMount {
+        fs::create_dir_all(dir).unwrap();
+        run_ok(
+            Command::new("mount")
+                .args(["-o", "ro,loop", "-t", "ext4"])
+                .arg(image)
+                .arg(dir),
+        );
+        LoopMount {
+            dir: dir.to_owned(),
+        }
+    }
+}
+
+impl Drop for LoopMount {
+    fn drop(&mut self) {
+        // `mount -o loop` sets autoclear: unmounting releases the loop device.
+        let status = Command::new("umount").arg(&self.dir).status();
+        if !matches!(status, Ok(s) if s.success()) {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+    }
+}
+
+/// A containerd of our own: temporary root, state dir and socket; killed on drop, and any
+/// mount left under its directories removed.
+pub struct Containerd {
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    child: Child,
+}
+
+impl Containerd {
+    pub fn start(dir: &Path) -> Containerd {
+        fs::create_dir_all(dir).unwrap();
+        let socket = dir.join("containerd.sock");
+        let config = format!(
+            "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
+             disabled_plugins = [\"io.containerd.grpc.v1.cri\"]\n\
+             [grpc]\n  address = \"{sock}\"\n[ttrpc]\n  address = \"{sock}.ttrpc\"\n\
+             [debug]\n  address = \"\"\n[metrics]\n  address = \"\"\n",
+            root = dir.join("root").display(),
+            state = dir.join("state").display(),
+            sock = socket.display(),
+        );
+        fs::write(dir.join("config.toml"), config).unwrap();
+        let log = fs::File::create(dir.join("containerd.log")).unwrap();
+        let child = Command::new("containerd")
+            .arg("--config")
+            .arg(dir.join("config.toml"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("starting containerd");
+        let guard = Containerd {
+            dir: dir.to_owned(),
+            socket,
+            child,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if guard.socket.exists()
+                && Command::new("ctr")
+                    .arg("--address")
+                    .arg(&guard.socket)
+                    .arg("version")
+                    .output()
+                    .is_ok_and(|o| o.status.success())
+            {
+                return guard;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "containerd did not come up: {}",
+            fs::read_to_string(dir.join("containerd.log")).unwrap_or_default()
+        );
+    }
+
+    /// `ctr --address SOCK -n ingot-test ARGS…`
+    pub fn ctr(&self, args: &[&str]) -> Output {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(&self.socket)
+            .args(["--namespace", "ingot-test"])
+            .args(args)
+            .output()
+            .expect("running ctr")
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // Unmount anything containerd left under its directories, deepest first.
+        if let Ok(info) = fs::read_to_string("/proc/self/mountinfo") {
+            let prefix = self.dir.to_string_lossy().into_owned();
+            let mut points: Vec<&str> = info
+                .lines()
+                .filter_map(|l| l.split(' ').nth(4))
+                .filter(|p| p.starts_with(&prefix))
+                .collect();
+            points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+            for p in points {
+                let _ = Command::new("umount").arg("-l").arg(p).status();
+            }
+        }
+    }
+}

@@ -15,6 +15,8 @@ mod error;
 mod file;
 mod hash;
 mod params;
+#[cfg(target_arch = "x86_64")]
+mod sha256x2;
 mod superblock;
 mod tree;
 mod verify;

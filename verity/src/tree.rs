@@ -74,7 +74,7 @@ pub fn build_tree_sparse(
     })
 }
 
-fn build<D: Digest + Clone + Send + Sync>(
+fn build<D: Digest + Clone + Send + Sync + 'static>(
     params: &VerityParams,
     g: &Geometry,
     data: &[u8],
@@ -118,7 +118,7 @@ fn build<D: Digest + Clone + Send + Sync>(
 
 /// Fills one level: each output hash block holds the digests of up to `hash_per_block`
 /// consecutive input blocks; the rest of it stays zero, as the format requires.
-fn hash_level<D: Digest + Clone + Send + Sync>(
+fn hash_level<D: Digest + Clone + Send + Sync + 'static>(
     hasher: &SaltedHasher<D>,
     g: &Geometry,
     out: &mut [u8],
@@ -136,19 +136,37 @@ fn hash_level<D: Digest + Clone + Send + Sync>(
         .for_each(|(j, hash_block)| {
             let first = j * per;
             let last = count.min(first + per);
+            // A block waiting for a partner, so that two are hashed at once: (slot index, offset).
+            let mut pending: Option<(usize, usize)> = None;
             for (k, b) in (first..last).enumerate() {
                 let start = b * in_block;
-                let dst = &mut hash_block[k * slot..k * slot + ds];
                 if let Some((zero_digest, zeros)) = zero {
                     let (s, e) = (start as u64, (start + in_block) as u64);
                     if (!zeros.is_empty() && zeros.covers(s, e))
                         || is_zero(&input[start..start + in_block])
                     {
-                        dst.copy_from_slice(zero_digest);
+                        hash_block[k * slot..k * slot + ds].copy_from_slice(zero_digest);
                         continue;
                     }
                 }
-                hasher.hash_into(&input[start..start + in_block], dst);
+                match pending.take() {
+                    None => pending = Some((k, start)),
+                    Some((k0, s0)) => {
+                        let (lo, hi) = hash_block.split_at_mut(k * slot);
+                        hasher.hash_two(
+                            &input[s0..s0 + in_block],
+                            &input[start..start + in_block],
+                            &mut lo[k0 * slot..k0 * slot + ds],
+                            &mut hi[..ds],
+                        );
+                    }
+                }
+            }
+            if let Some((k0, s0)) = pending {
+                hasher.hash_into(
+                    &input[s0..s0 + in_block],
+                    &mut hash_block[k0 * slot..k0 * slot + ds],
+                );
             }
         });
 }

@@ -122,7 +122,7 @@ impl Verifier {
         with_digest!(self.params.algorithm, D => self.check_data::<D>(first_block, data))
     }
 
-    fn check_data<D: Digest + Clone + Send + Sync>(
+    fn check_data<D: Digest + Clone + Send + Sync + 'static>(
         &self,
         first_block: u64,
         data: &[u8],
@@ -131,19 +131,31 @@ impl Verifier {
         let dbs = self.params.data_block_size as usize;
         // Sparse images are mostly zeros: hash the zero block once.
         let zero_digest = hasher.hash(&vec![0u8; dbs]);
+        let ds = self.geometry.digest_size;
+        // Pairs of blocks, so the two-way hasher can take them together.
         let bad = data
-            .par_chunks(dbs)
+            .par_chunks(2 * dbs)
             .enumerate()
-            .with_min_len(64)
-            .filter_map(|(i, block)| {
-                let b = first_block + i as u64;
-                if is_zero(block) {
-                    return (zero_digest != self.leaf(b)).then_some(b);
+            .with_min_len(32)
+            .filter_map(|(i, pair)| {
+                let b = first_block + 2 * i as u64;
+                let (mut da, mut db) = ([0u8; 64], [0u8; 64]);
+                if pair.len() == 2 * dbs && !is_zero(&pair[..dbs]) && !is_zero(&pair[dbs..]) {
+                    hasher.hash_two(&pair[..dbs], &pair[dbs..], &mut da[..ds], &mut db[..ds]);
+                    return if da[..ds] != *self.leaf(b) {
+                        Some(b)
+                    } else {
+                        (db[..ds] != *self.leaf(b + 1)).then_some(b + 1)
+                    };
                 }
-                let mut out = [0u8; 64];
-                let out = &mut out[..self.geometry.digest_size];
-                hasher.hash_into(block, out);
-                (out != self.leaf(b)).then_some(b)
+                pair.chunks(dbs).enumerate().find_map(|(k, block)| {
+                    let b = b + k as u64;
+                    if is_zero(block) {
+                        return (zero_digest != self.leaf(b)).then_some(b);
+                    }
+                    hasher.hash_into(block, &mut da[..ds]);
+                    (da[..ds] != *self.leaf(b)).then_some(b)
+                })
             })
             .min();
         match bad {
@@ -155,7 +167,7 @@ impl Verifier {
         }
     }
 
-    fn check_tree<D: Digest + Clone + Send + Sync>(&self) -> Result<(), VerifyError> {
+    fn check_tree<D: Digest + Clone + Send + Sync + 'static>(&self) -> Result<(), VerifyError> {
         let g = &self.geometry;
         let hasher = SaltedHasher::<D>::new(self.params.hash_type, &self.params.salt);
         if g.levels == 0 {

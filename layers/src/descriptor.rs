@@ -143,7 +143,8 @@ pub struct VerityInfo {
     pub hash_block_size: u32,
     /// Number of data blocks covered.
     pub data_blocks: u64,
-    /// Offset of the hash tree in the hash blob: the superblock's size (or 0 when absent).
+    /// Where the superblock (or, without one, the tree) starts in the hash blob: veritysetup's
+    /// `--hash-offset`.
     pub hash_offset: u64,
     /// The hash blob starts with a verity superblock.
     pub superblock: bool,
@@ -339,7 +340,7 @@ mod tests {
                 data_block_size: 4096,
                 hash_block_size: 4096,
                 data_blocks: 8,
-                hash_offset: 4096,
+                hash_offset: 0,
                 superblock: true,
             },
             preload: vec![],

@@ -90,12 +90,14 @@ fn seal(
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(|e| LayerError::io("creating a temporary file in", dir, e))?;
+    let t0 = std::time::Instant::now();
     let r = ingot_verity::format_file(img, tmp.path(), &params).map_err(|source| {
         LayerError::Verity {
             path: hash.to_path_buf(),
             source,
         }
     })?;
+    tracing::info!(elapsed = ?t0.elapsed(), "built verity tree");
     tmp.as_file()
         .sync_all()
         .map_err(|e| LayerError::io("syncing", tmp.path(), e))?;

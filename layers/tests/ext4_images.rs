@@ -202,7 +202,12 @@ fn tar_sources_match_the_directory_source() {
 
 /// A tar archive written header by header, so names the `tar` crate's builder would refuse can
 /// be tested.
-fn raw_tar(members: &[(&[u8], u8, &[u8], &[u8])]) -> Vec<u8> {
+/// (name, type flag, link target, data) of one raw tar member.
+type RawMember<'a> = (&'a [u8], u8, &'a [u8], &'a [u8]);
+/// The owned form of [`RawMember`].
+type OwnedMember = (Vec<u8>, u8, Vec<u8>, Vec<u8>);
+
+fn raw_tar(members: &[RawMember<'_>]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut push = |name: &[u8], kind: u8, link: &[u8], data: &[u8]| {
         let mut h = tar::Header::new_gnu();
@@ -493,8 +498,8 @@ fn oci_layout_is_flattened_with_whiteouts() {
     };
     let dir = |name: &[u8]| (name.to_vec(), b'5', Vec::new(), Vec::new());
     let file = |name: &[u8], data: &[u8]| (name.to_vec(), b'0', Vec::new(), data.to_vec());
-    let mk = |m: Vec<(Vec<u8>, u8, Vec<u8>, Vec<u8>)>| {
-        let v: Vec<(&[u8], u8, &[u8], &[u8])> = m
+    let mk = |m: Vec<OwnedMember>| {
+        let v: Vec<RawMember<'_>> = m
             .iter()
             .map(|(a, k, l, d)| (a.as_slice(), *k, l.as_slice(), d.as_slice()))
             .collect();

@@ -108,7 +108,9 @@ pub(crate) fn build_image_inner(
     digest: bool,
 ) -> Result<ImageInfo, LayerError> {
     let dir = out_dir(out);
+    let t0 = std::time::Instant::now();
     let tree = source.load(dir)?;
+    tracing::info!(nodes = tree.nodes.len(), elapsed = ?t0.elapsed(), "loaded source tree");
     write_tree(&tree, out, opts, digest)
 }
 
@@ -135,17 +137,22 @@ pub fn write_tree(
             .chain_update(&opts.seed)
             .finalize()[..16],
     );
+    let t0 = std::time::Instant::now();
     let plan = layout::plan(tree, opts, uuid, hash_seed)?;
+    tracing::info!(blocks = plan.blocks, inodes = plan.inodes, elapsed = ?t0.elapsed(), "planned image");
     let dir = out_dir(out);
     let tmp = tempfile::Builder::new()
         .prefix(".ingot-layer-")
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(|e| LayerError::io("creating a temporary file in", dir, e))?;
+    let t1 = std::time::Instant::now();
     let sha = writer::write(tmp.as_file(), &plan, digest, opts.progress.as_ref())?;
+    tracing::info!(elapsed = ?t1.elapsed(), "wrote image");
     let f: &File = tmp.as_file();
     f.sync_all()
         .map_err(|e| LayerError::io("syncing", tmp.path(), e))?;
+    tracing::info!(elapsed = ?t1.elapsed(), "synced image");
     tmp.persist(out)
         .map_err(|e| LayerError::io("renaming the image to", out, e.error))?;
     Ok(ImageInfo {

@@ -159,7 +159,7 @@ fn file_data(path: &Path, md: &fs::Metadata) -> Result<FileData, LayerError> {
     }
     // A fully allocated file has no holes; skip the two lseeks.
     let data = if md.blocks() * 512 >= size.next_multiple_of(4096) {
-        vec![0..size]
+        std::iter::once(0..size).collect()
     } else {
         data_ranges(&f, size).map_err(|e| LayerError::io("mapping holes of", path, e))?
     };
@@ -179,7 +179,9 @@ fn data_ranges(f: &File, size: u64) -> std::io::Result<Vec<std::ops::Range<u64>>
         let start = match rustix::fs::seek(f, SeekFrom::Data(pos)) {
             Ok(s) => s,
             Err(rustix::io::Errno::NXIO) => break,
-            Err(rustix::io::Errno::INVAL) if pos == 0 => return Ok(vec![0..size]),
+            Err(rustix::io::Errno::INVAL) if pos == 0 => {
+                return Ok(std::iter::once(0..size).collect())
+            }
             Err(e) => return Err(e.into()),
         };
         let end = match rustix::fs::seek(f, SeekFrom::Hole(start)) {

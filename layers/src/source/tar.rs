@@ -166,7 +166,10 @@ fn parse_header(b: &[u8; 512]) -> Result<Header, String> {
 
 /// PAX extended header records: "LEN KEY=VALUE\n", LEN counting the whole record, so values may
 /// hold any byte (binary xattrs, newlines in names).
-fn pax_records(data: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, String> {
+/// One PAX record: key and value bytes.
+type PaxRecord = (Vec<u8>, Vec<u8>);
+
+fn pax_records(data: &[u8]) -> Result<Vec<PaxRecord>, String> {
     let mut out = Vec::new();
     let mut rest = data;
     while !rest.is_empty() && rest[0] != 0 {
@@ -235,7 +238,7 @@ pub(super) fn apply(
     let mut pos = 0u64;
     let mut long_name: Option<Vec<u8>> = None;
     let mut long_link: Option<Vec<u8>> = None;
-    let mut pax: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut pax: Vec<PaxRecord> = Vec::new();
     let mut block = [0u8; 512];
     loop {
         read_exact_at(&plain, &mut block, pos, path, "a member header")?;
@@ -359,7 +362,7 @@ pub(super) fn apply(
                                 file: src.clone(),
                                 offset: data_at,
                             },
-                            vec![0..size],
+                            std::iter::once(0..size).collect(),
                         )
                     };
                     NodeKind::File(FileData { size, source, data })

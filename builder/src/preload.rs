@@ -280,6 +280,68 @@ pub fn stage(
 mod tests {
     use super::*;
 
+    fn fixture() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/images/hello")
+    }
+
+    const HELLO: &str = "sha256:4f437677bf5b207bb0be5461a86d0c04f2a4cf5aa9ac04d0e42f6243df604f48";
+
+    fn spec(dir: &Path) -> PreloadSpec {
+        PreloadSpec {
+            name: "hello".into(),
+            reference: "example.invalid/ingot/hello:1.0".into(),
+            digest: HELLO.into(),
+            source: ImageSource::OciLayout(dir.to_owned()),
+        }
+    }
+
+    #[test]
+    fn archive_is_deterministic_and_complete() {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        let entry = write_archive(&spec(&fixture()), 1_700_000_000, &mut a).unwrap();
+        write_archive(&spec(&fixture()), 1_700_000_000, &mut b).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(entry.path, "/var/lib/ingot/preload/hello.oci.tar");
+        let mut names = Vec::new();
+        let mut index = String::new();
+        for e in tar::Archive::new(&a[..]).entries().unwrap() {
+            let mut e = e.unwrap();
+            assert_eq!(e.header().mtime().unwrap(), 1_700_000_000);
+            let name = e.path().unwrap().to_string_lossy().into_owned();
+            if name == "index.json" {
+                std::io::Read::read_to_string(&mut e, &mut index).unwrap();
+            }
+            names.push(name);
+        }
+        // oci-layout, index.json, two directories, manifest + config + one layer.
+        assert_eq!(names.len(), 7, "{names:?}");
+        assert!(names.contains(&format!("blobs/sha256/{}", &HELLO[7..])));
+        assert!(index.contains(r#""io.containerd.image.name":"example.invalid/ingot/hello:1.0""#));
+        assert!(index.contains(r#""org.opencontainers.image.ref.name":"1.0""#));
+    }
+
+    #[test]
+    fn a_damaged_blob_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("hello");
+        std::fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
+        for f in ["oci-layout", "index.json"] {
+            std::fs::copy(fixture().join(f), dir.join(f)).unwrap();
+        }
+        let layer = "27750c97d8be96c0b8f8c0c1e76b433cbac7db1fe1c6d915f8860877f2159858";
+        for e in std::fs::read_dir(fixture().join("blobs/sha256")).unwrap() {
+            let e = e.unwrap();
+            let mut bytes = std::fs::read(e.path()).unwrap();
+            if e.file_name().to_string_lossy() == layer {
+                bytes[600] ^= 1;
+            }
+            std::fs::write(dir.join("blobs/sha256").join(e.file_name()), bytes).unwrap();
+        }
+        let err = write_archive(&spec(&dir), 0, &mut Vec::new()).unwrap_err().to_string();
+        assert!(err.contains(layer) && err.contains("corrupt"), "{err}");
+    }
+
     #[test]
     fn tags() {
         assert_eq!(tag_of("registry.k8s.io/pause:3.10"), "3.10");

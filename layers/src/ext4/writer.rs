@@ -14,17 +14,22 @@ use crate::error::LayerError;
 use crate::tree::DataSource;
 
 const BUF: usize = 8 << 20;
+/// Buffers queued for the hasher thread.
+const IN_FLIGHT: usize = 7;
 /// Gaps shorter than this are written as zeros rather than skipped.
 const SMALL_GAP: u64 = 256 << 10;
 
 enum Msg {
-    Data(Vec<u8>),
+    /// A full-size buffer and how many of its bytes are image data.
+    Data(Vec<u8>, usize),
     Zeros(u64),
 }
 
 struct Sink<'a> {
     out: &'a File,
+    /// Always `BUF` bytes long (filled once, never re-zeroed); `fill` bytes are image data.
     buf: Vec<u8>,
+    fill: usize,
     /// Image offset of `buf[0]`.
     pos: u64,
     hasher: Option<(mpsc::SyncSender<Msg>, mpsc::Receiver<Vec<u8>>)>,
@@ -35,24 +40,24 @@ struct Sink<'a> {
 
 impl Sink<'_> {
     fn end(&self) -> u64 {
-        self.pos + self.buf.len() as u64
+        self.pos + self.fill as u64
     }
 
     fn flush(&mut self) -> Result<(), LayerError> {
-        if self.buf.is_empty() {
+        if self.fill == 0 {
             return Ok(());
         }
         self.out
-            .write_all_at(&self.buf, self.pos)
+            .write_all_at(&self.buf[..self.fill], self.pos)
             .map_err(|e| LayerError::io("writing", "the image", e))?;
-        self.pos += self.buf.len() as u64;
-        self.done += self.buf.len() as u64;
+        self.pos += self.fill as u64;
+        self.done += self.fill as u64;
         if let Some((tx, rx)) = &self.hasher {
-            let next = rx.recv().unwrap_or_else(|_| Vec::with_capacity(BUF));
+            let next = rx.recv().unwrap_or_else(|_| vec![0u8; BUF]);
             let full = std::mem::replace(&mut self.buf, next);
-            let _ = tx.send(Msg::Data(full));
+            let _ = tx.send(Msg::Data(full, self.fill));
         }
-        self.buf.clear();
+        self.fill = 0;
         if let Some(p) = self.progress {
             p(self.done, self.total);
         }
@@ -68,10 +73,11 @@ impl Sink<'_> {
             return Ok(());
         }
         if gap <= SMALL_GAP {
-            if self.buf.len() + gap as usize > BUF {
+            if self.fill + gap as usize > BUF {
                 self.flush()?;
             }
-            self.buf.resize(self.buf.len() + gap as usize, 0);
+            self.buf[self.fill..self.fill + gap as usize].fill(0);
+            self.fill += gap as usize;
             return Ok(());
         }
         self.flush()?;
@@ -84,13 +90,14 @@ impl Sink<'_> {
 
     fn put(&mut self, mut data: &[u8]) -> Result<(), LayerError> {
         while !data.is_empty() {
-            let room = BUF - self.buf.len();
+            let room = BUF - self.fill;
             if room == 0 {
                 self.flush()?;
                 continue;
             }
             let n = room.min(data.len());
-            self.buf.extend_from_slice(&data[..n]);
+            self.buf[self.fill..self.fill + n].copy_from_slice(&data[..n]);
+            self.fill += n;
             data = &data[n..];
         }
         Ok(())
@@ -105,12 +112,11 @@ impl Sink<'_> {
         mut len: u64,
     ) -> Result<(), LayerError> {
         while len > 0 {
-            if self.buf.len() == BUF {
+            if self.fill == BUF {
                 self.flush()?;
             }
-            let start = self.buf.len();
+            let start = self.fill;
             let n = ((BUF - start) as u64).min(len) as usize;
-            self.buf.resize(start + n, 0);
             let mut got = 0;
             while got < n {
                 match src.read_at(&mut self.buf[start + got..start + n], offset + got as u64) {
@@ -124,6 +130,7 @@ impl Sink<'_> {
                     Err(e) => return Err(LayerError::io("reading", name, e)),
                 }
             }
+            self.fill += n;
             offset += n as u64;
             len -= n as u64;
         }
@@ -143,18 +150,20 @@ pub(super) fn write(
         .map_err(|e| LayerError::io("sizing", "the image", e))?;
     std::thread::scope(|s| {
         let (hasher, handle) = if digest {
-            let (tx, rx) = mpsc::sync_channel::<Msg>(2);
-            let (back_tx, back_rx) = mpsc::sync_channel::<Vec<u8>>(3);
-            for _ in 0..2 {
-                let _ = back_tx.send(Vec::with_capacity(BUF));
+            // Enough buffers in flight that the writer rarely waits for the hasher to be
+            // scheduled (on a busy machine a wake-up can take tens of milliseconds).
+            let (tx, rx) = mpsc::sync_channel::<Msg>(IN_FLIGHT);
+            let (back_tx, back_rx) = mpsc::sync_channel::<Vec<u8>>(IN_FLIGHT + 1);
+            for _ in 0..IN_FLIGHT {
+                let _ = back_tx.send(vec![0u8; BUF]);
             }
             let h = s.spawn(move || {
                 let mut h = Sha256::new();
                 let zeros = vec![0u8; 1 << 20];
                 for m in rx {
                     match m {
-                        Msg::Data(b) => {
-                            h.update(&b);
+                        Msg::Data(b, n) => {
+                            h.update(&b[..n]);
                             let _ = back_tx.send(b);
                         }
                         Msg::Zeros(mut n) => {
@@ -175,7 +184,8 @@ pub(super) fn write(
         };
         let mut sink = Sink {
             out,
-            buf: Vec::with_capacity(BUF),
+            buf: vec![0u8; BUF],
+            fill: 0,
             pos: 0,
             hasher,
             done: 0,

@@ -16,7 +16,8 @@ use crate::cmd_verify::load_public_key;
 /// (use `ingot verify` for that).
 #[derive(Args, Debug)]
 pub struct InspectArgs {
-    /// The artifact: an OCI image layout directory (`DIR` or `oci:DIR`).
+    /// The artifact: an OCI image layout directory (`DIR` or `oci:DIR`), or a registry
+    /// reference `oci://HOST[:PORT]/REPO:TAG` (or `…@sha256:DIGEST`).
     pub stack: String,
     /// Print JSON instead of a table.
     #[arg(long)]

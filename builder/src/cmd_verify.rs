@@ -19,8 +19,9 @@ use ingot::verify::{open, verify, SignatureStatus, StackRef, Trust};
 /// signed root hash.
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
-    /// The artifact: an OCI image layout directory (`DIR` or `oci:DIR`).
-    /// Registry references (`oci://…`) come in a later release.
+    /// The artifact: an OCI image layout directory (`DIR` or `oci:DIR`), or a registry
+    /// reference `oci://HOST[:PORT]/REPO:TAG` (or `…@sha256:DIGEST`; credentials from
+    /// OCI_REGISTRY_AUTH_TOKEN or docker's config.json).
     pub stack: String,
     /// The minisign public key to trust (a `.pub` file, or the base64 key itself).
     #[arg(long, value_name = "PUB")]

@@ -8,5 +8,6 @@ pub mod inspect;
 pub mod manifest;
 pub mod oci_layout;
 pub mod preload;
+pub mod registry;
 pub mod sign;
 pub mod verify;

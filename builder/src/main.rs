@@ -11,6 +11,8 @@ mod cmd_build;
 mod cmd_inspect;
 mod cmd_key;
 mod cmd_layer;
+mod cmd_publish;
+mod cmd_pull;
 mod cmd_verify;
 mod cmd_verity;
 
@@ -43,6 +45,12 @@ enum Command {
     /// Signing keys (minisign format).
     #[command(subcommand)]
     Key(cmd_key::KeyCommand),
+    /// Publish a stack's OCI image layout to a registry (oci://HOST[:PORT]/REPO:TAG).
+    Publish(cmd_publish::PublishArgs),
+    /// Pull a stack from a registry into an OCI image layout directory.
+    Pull(cmd_pull::PullArgs),
+    /// Print the manifest digest a registry reference names.
+    Resolve(cmd_pull::ResolveArgs),
 }
 
 fn main() -> ExitCode {
@@ -55,6 +63,9 @@ fn main() -> ExitCode {
         Command::Verify(args) => cmd_verify::run(args),
         Command::Inspect(args) => cmd_inspect::run(args),
         Command::Key(cmd) => cmd_key::run(cmd),
+        Command::Publish(args) => cmd_publish::run(args),
+        Command::Pull(args) => cmd_pull::run(args),
+        Command::Resolve(args) => cmd_pull::run_resolve(args),
     };
     match result {
         Ok(code) => code,

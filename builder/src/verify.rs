@@ -26,21 +26,20 @@ use crate::compress::{self, FrameError};
 use crate::oci_layout::{sha256_digest, ImageManifest, Layout, LayoutError};
 use crate::sign::{signature_key_id, PublicKey, SignError};
 
-/// Where a stack artifact is. Registries (`oci://…`) come in a later release.
+/// Where a stack artifact is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StackRef {
     /// An OCI image layout directory.
     Layout(PathBuf),
+    /// An artifact in a registry (`oci://HOST[:PORT]/REPO:TAG` or `…@sha256:…`).
+    Registry(crate::registry::RegistryRef),
 }
 
 impl FromStr for StackRef {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        if s.starts_with("oci://") {
-            return Err(format!(
-                "`{s}`: registry references are not supported yet; give an OCI image layout \
-                 directory (e.g. one `skopeo copy docker://… oci:DIR` made)"
-            ));
+        if crate::registry::RegistryRef::is_registry_ref(s) {
+            return s.parse().map(StackRef::Registry).map_err(|e| e.to_string());
         }
         let path = s.strip_prefix("oci:").unwrap_or(s);
         Ok(StackRef::Layout(PathBuf::from(path)))
@@ -108,6 +107,10 @@ impl ArtifactSource for LayoutSource {
 pub fn open(stack: &StackRef) -> Result<Box<dyn ArtifactSource>, VerifyError> {
     match stack {
         StackRef::Layout(p) => Ok(Box::new(LayoutSource::open(p)?)),
+        StackRef::Registry(r) => Ok(Box::new(crate::registry::source::RegistrySource::open(
+            r,
+            crate::registry::RegistryOptions::default(),
+        )?)),
     }
 }
 
@@ -466,9 +469,13 @@ mod tests {
             "oci:out/demo".parse::<StackRef>().unwrap(),
             StackRef::Layout("out/demo".into())
         );
-        let err = "oci://registry.example/stack:1"
+        assert!(matches!(
+            "oci://registry.example/stack:1".parse::<StackRef>().unwrap(),
+            StackRef::Registry(r) if r.registry == "registry.example" && r.repository == "stack"
+        ));
+        let err = "oci://registry.example/Stack:1"
             .parse::<StackRef>()
             .unwrap_err();
-        assert!(err.contains("not supported yet"), "{err}");
+        assert!(err.contains("not a registry reference"), "{err}");
     }
 }

@@ -1,0 +1,699 @@
+//! The registry transport: `oci-client` (rustls) under a small tokio runtime, with retries.
+//!
+//! `oci-client` speaks the distribution protocol (auth challenges, token cache, chunked
+//! uploads, `Range` requests). What it leaves to its caller is done here:
+//! - **retries**: every request is retried on transient failures (connection refused or reset,
+//!   timeouts, truncated bodies, HTTP 408/429/5xx) with exponential backoff; authentication,
+//!   not-found and integrity failures are not retried;
+//! - **resume**: [`Registry::stream_blob`] keeps the running SHA-256 of the bytes it has
+//!   handed to the sink; after a failure it asks for `Range: bytes=OFFSET-` from the last good
+//!   byte (`pull_blob_stream_partial`; a partial response is not verified by `oci-client`, so the
+//!   digest is always checked here, over the whole blob);
+//! - **digests**: a blob is accepted only if its size and SHA-256 match; manifests are re-hashed;
+//! - **uploads** are streamed from the file in large items (never the whole blob in memory). An
+//!   interrupted upload restarts that blob: `oci-client` cannot resume an upload session.
+
+use std::future::Future;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use indicatif::ProgressBar;
+use oci_client::client::{BlobResponse, ClientConfig, ClientProtocol};
+use oci_client::errors::{OciDistributionError, OciErrorCode};
+use oci_client::manifest::OciDescriptor;
+use oci_client::Client;
+use sha2::{Digest, Sha256};
+use tracing::{debug, info, warn};
+
+use super::auth::{self, ExplicitAuth, ResolvedAuth};
+use super::reference::RegistryRef;
+use super::RegistryError;
+use crate::oci_layout::{sha256_digest, INDEX_MEDIA_TYPE, MANIFEST_MEDIA_TYPE};
+
+/// Default size of the items a blob upload is streamed in (`oci-client` sends at most 4 MiB
+/// per PATCH; larger items are split without copying).
+pub const DEFAULT_PUSH_ITEM: usize = 8 << 20;
+/// The largest blob [`Registry::fetch_blob`] reads into memory.
+pub const MAX_IN_MEMORY_BLOB: u64 = 64 << 20;
+
+/// How often and how patiently to retry.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryPolicy {
+    /// Attempts in a row without progress before giving up (at least 1).
+    pub attempts: u32,
+    /// The first backoff.
+    pub initial: Duration,
+    /// The longest backoff.
+    pub max: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 8,
+            initial: Duration::from_millis(500),
+            max: Duration::from_secs(8),
+        }
+    }
+}
+
+impl RetryPolicy {
+    fn backoff(&self, failures: u32) -> Duration {
+        let factor = 1u32 << failures.saturating_sub(1).min(16);
+        self.initial.saturating_mul(factor).min(self.max)
+    }
+}
+
+/// How to talk to a registry.
+#[derive(Debug, Clone)]
+pub struct RegistryOptions {
+    /// Plain HTTP even for a non-loopback host (loopback hosts always use it).
+    pub plain_http: bool,
+    /// Credentials from the command line (others come from the environment, see [`auth`]).
+    pub auth: ExplicitAuth,
+    /// Retry policy.
+    pub retry: RetryPolicy,
+    /// Blobs transferred at once.
+    pub concurrency: usize,
+    /// Bytes per upload stream item.
+    pub push_item: usize,
+    /// One streamed PUT per blob instead of 4 MiB PATCHes.
+    pub monolithic: bool,
+    /// Draw progress bars on stderr (only when it is a terminal).
+    pub progress: bool,
+}
+
+impl Default for RegistryOptions {
+    fn default() -> Self {
+        RegistryOptions {
+            plain_http: false,
+            auth: ExplicitAuth::default(),
+            retry: RetryPolicy::default(),
+            concurrency: 4,
+            push_item: DEFAULT_PUSH_ITEM,
+            monolithic: false,
+            progress: true,
+        }
+    }
+}
+
+enum Failure {
+    Transient(String),
+    Fatal(RegistryError),
+}
+
+/// A connection to one registry host.
+pub struct Registry {
+    rt: tokio::runtime::Runtime,
+    client: Client,
+    registry: String,
+    auth: ResolvedAuth,
+    pub(crate) options: RegistryOptions,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("registry", &self.registry)
+            .field("auth_source", &self.auth.source)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    /// Connect to the registry `reference` names (no request is made yet).
+    pub fn connect(reference: &RegistryRef, options: RegistryOptions) -> Result<Self, RegistryError> {
+        let auth = auth::resolve(&reference.registry, &options.auth)?;
+        info!(
+            "registry {}: credentials from {}",
+            reference.registry, auth.source
+        );
+        let protocol = if options.plain_http || reference.is_loopback() {
+            ClientProtocol::Http
+        } else {
+            ClientProtocol::Https
+        };
+        let config = ClientConfig {
+            protocol,
+            use_monolithic_push: options.monolithic,
+            read_timeout: Some(Duration::from_secs(60)),
+            connect_timeout: Some(Duration::from_secs(15)),
+            max_concurrent_download: options.concurrency.max(1),
+            max_concurrent_upload: options.concurrency.max(1),
+            user_agent: concat!("ingot/", env!("CARGO_PKG_VERSION")),
+            ..Default::default()
+        };
+        let client = Client::try_from(config)
+            .map_err(|e| RegistryError::Protocol(format!("setting up the HTTP client: {e}")))?;
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(options.concurrency.clamp(2, 8))
+            .enable_all()
+            .build()
+            .map_err(|e| RegistryError::Protocol(format!("starting the I/O runtime: {e}")))?;
+        Ok(Registry {
+            rt,
+            client,
+            registry: reference.registry.clone(),
+            auth,
+            options,
+        })
+    }
+
+    /// Where the credentials came from (safe to print).
+    pub fn auth_source(&self) -> &str {
+        &self.auth.source
+    }
+
+    pub(crate) fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// Remove secrets from text that came from elsewhere (a registry's error body).
+    fn scrub(&self, text: String) -> String {
+        let mut text = text;
+        for s in self.auth.credentials.secrets() {
+            if !s.is_empty() {
+                text = text.replace(s, "<redacted>");
+            }
+        }
+        text
+    }
+
+    fn classify(&self, what: &str, e: OciDistributionError) -> Failure {
+        let auth_failed = |detail: String| {
+            Failure::Fatal(RegistryError::Auth {
+                registry: self.registry.clone(),
+                source_desc: format!("credentials: {}", self.auth.source),
+                detail: self.scrub(detail),
+            })
+        };
+        let by_status = |code: u16, detail: String| match code {
+            401 | 403 => auth_failed(format!("HTTP {code} for {what}")),
+            404 => Failure::Fatal(RegistryError::NotFound(what.to_owned())),
+            408 | 429 | 500..=599 => Failure::Transient(self.scrub(format!("HTTP {code}: {detail}"))),
+            _ => Failure::Fatal(RegistryError::Protocol(
+                self.scrub(format!("{what}: HTTP {code}: {detail}")),
+            )),
+        };
+        match e {
+            OciDistributionError::AuthenticationFailure(m) => {
+                auth_failed(format!("the token service refused: {}", m.trim()))
+            }
+            OciDistributionError::UnauthorizedError { .. } => {
+                auth_failed(format!("HTTP 401 Unauthorized for {what}"))
+            }
+            OciDistributionError::RegistryError { envelope, .. } => {
+                let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
+                let text = envelope.to_string();
+                if codes
+                    .iter()
+                    .any(|c| matches!(c, OciErrorCode::Unauthorized | OciErrorCode::Denied))
+                {
+                    auth_failed(format!("{what}: {text}"))
+                } else if codes.iter().any(|c| {
+                    matches!(
+                        c,
+                        OciErrorCode::BlobUnknown
+                            | OciErrorCode::ManifestUnknown
+                            | OciErrorCode::NameUnknown
+                            | OciErrorCode::NotFound
+                    )
+                }) {
+                    Failure::Fatal(RegistryError::NotFound(what.to_owned()))
+                } else if codes.iter().any(|c| matches!(c, OciErrorCode::Toomanyrequests)) {
+                    Failure::Transient(text)
+                } else {
+                    Failure::Fatal(RegistryError::Protocol(self.scrub(format!("{what}: {text}"))))
+                }
+            }
+            OciDistributionError::ServerError { code, message, .. } => by_status(code, message),
+            OciDistributionError::RequestError(re) => match re.status() {
+                Some(st) => by_status(st.as_u16(), re.to_string()),
+                None => Failure::Transient(self.scrub(format!("{re:#}"))),
+            },
+            OciDistributionError::IoError(io) => Failure::Transient(io.to_string()),
+            OciDistributionError::ImageManifestNotFoundError(_) => {
+                Failure::Fatal(RegistryError::NotFound(what.to_owned()))
+            }
+            OciDistributionError::DigestError(d) => Failure::Fatal(RegistryError::Integrity {
+                blob: what.to_owned(),
+                detail: d.to_string(),
+            }),
+            other => Failure::Fatal(RegistryError::Protocol(
+                self.scrub(format!("{what}: {other}")),
+            )),
+        }
+    }
+
+    /// Run `op` until it succeeds, fails for good, or the retries are used up.
+    async fn retry<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, RegistryError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, OciDistributionError>>,
+    {
+        let policy = self.options.retry;
+        let mut failures = 0u32;
+        loop {
+            match op().await {
+                Ok(v) => return Ok(v),
+                Err(e) => match self.classify(what, e) {
+                    Failure::Fatal(e) => return Err(e),
+                    Failure::Transient(detail) => {
+                        failures += 1;
+                        if failures >= policy.attempts.max(1) {
+                            return Err(RegistryError::Transient {
+                                op: what.to_owned(),
+                                attempts: failures,
+                                detail,
+                            });
+                        }
+                        let wait = policy.backoff(failures);
+                        warn!("{what}: {detail}; retrying in {wait:?} ({failures}/{})", policy.attempts);
+                        tokio::time::sleep(wait).await;
+                    }
+                },
+            }
+        }
+    }
+
+    async fn store_auth(&self, reference: &RegistryRef) {
+        self.client
+            .store_auth_if_needed(&reference.registry, &self.auth.credentials.to_oci())
+            .await;
+    }
+
+    /// The digest a reference names: its digest if it has one, else the tag's (a HEAD request).
+    pub fn resolve(&self, reference: &RegistryRef) -> Result<String, RegistryError> {
+        self.block_on(self.resolve_async(reference))
+    }
+
+    /// Like [`Registry::resolve`], but a missing tag is `None`.
+    pub fn try_resolve(&self, reference: &RegistryRef) -> Result<Option<String>, RegistryError> {
+        match self.resolve(reference) {
+            Ok(d) => Ok(Some(d)),
+            Err(RegistryError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) async fn resolve_async(&self, reference: &RegistryRef) -> Result<String, RegistryError> {
+        if let Some(d) = &reference.digest {
+            return Ok(d.clone());
+        }
+        self.store_auth(reference).await;
+        let oref = reference.to_oci();
+        let auth = self.auth.credentials.to_oci();
+        let what = format!("manifest {reference}");
+        let digest = self
+            .retry(&what, || self.client.fetch_manifest_digest(&oref, &auth))
+            .await?;
+        if !ingot_layers::descriptor::is_sha256_digest(&digest) {
+            return Err(RegistryError::Protocol(format!(
+                "{reference}: the registry gave the digest `{digest}`, not a sha256 digest"
+            )));
+        }
+        Ok(digest)
+    }
+
+    /// The manifest a reference names: its exact bytes and their digest (checked).
+    pub fn fetch_manifest(&self, reference: &RegistryRef) -> Result<(Vec<u8>, String), RegistryError> {
+        self.block_on(self.fetch_manifest_async(reference))
+    }
+
+    pub(crate) async fn fetch_manifest_async(
+        &self,
+        reference: &RegistryRef,
+    ) -> Result<(Vec<u8>, String), RegistryError> {
+        let digest = self.resolve_async(reference).await?;
+        let by_digest = reference.with_digest(&digest);
+        let oref = by_digest.to_oci();
+        let auth = self.auth.credentials.to_oci();
+        let what = format!("manifest {by_digest}");
+        let (bytes, _) = self
+            .retry(&what, || {
+                self.client
+                    .pull_manifest_raw(&oref, &auth, &[MANIFEST_MEDIA_TYPE, INDEX_MEDIA_TYPE])
+            })
+            .await?;
+        let actual = sha256_digest(&bytes);
+        if actual != digest {
+            return Err(RegistryError::Integrity {
+                blob: digest,
+                detail: format!("the manifest's bytes hash to {actual}"),
+            });
+        }
+        Ok((bytes.to_vec(), digest))
+    }
+
+    /// A small blob (the stack descriptor), read into memory, digest and size checked.
+    pub fn fetch_blob(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+    ) -> Result<Vec<u8>, RegistryError> {
+        if size > MAX_IN_MEMORY_BLOB {
+            return Err(RegistryError::Protocol(format!(
+                "blob {digest} is {size} bytes: too large to read into memory (stream it)"
+            )));
+        }
+        let mut sink = std::io::Cursor::new(Vec::with_capacity(size as usize));
+        self.stream_blob(reference, digest, size, &mut sink, None)?;
+        Ok(sink.into_inner())
+    }
+
+    /// Stream one blob into `sink`, resuming with `Range` requests after transient failures,
+    /// and check its size and SHA-256. The sink must be empty at position 0; bytes reach it
+    /// before the digest is known, so a caller that must not keep bad bytes writes to a
+    /// temporary place (as [`Registry::pull_blob_to_file`] does).
+    pub fn stream_blob<W: Write + Seek>(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+        sink: &mut W,
+        progress: Option<&ProgressBar>,
+    ) -> Result<(), RegistryError> {
+        self.block_on(self.stream_blob_async(reference, digest, size, sink, progress))
+    }
+
+    pub(crate) async fn stream_blob_async<W: Write + Seek>(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+        sink: &mut W,
+        progress: Option<&ProgressBar>,
+    ) -> Result<(), RegistryError> {
+        if !ingot_layers::descriptor::is_sha256_digest(digest) {
+            return Err(RegistryError::Protocol(format!("`{digest}` is not a sha256 digest")));
+        }
+        self.store_auth(reference).await;
+        let oref = reference.to_oci();
+        let desc = OciDescriptor {
+            digest: digest.to_owned(),
+            size: size as i64,
+            ..Default::default()
+        };
+        let what = format!("blob {digest}");
+        let sink_err = |e: std::io::Error| RegistryError::Io {
+            path: format!("(destination of blob {digest})").into(),
+            source: e,
+        };
+        let policy = self.options.retry;
+        let mut hasher = Sha256::new();
+        let mut offset = 0u64;
+        let mut failures = 0u32;
+        while offset < size {
+            let start = offset;
+            // A first request without Range (a plain 200); later ones from the last good byte.
+            let response = if offset == 0 {
+                self.client
+                    .pull_blob_stream(&oref, &desc)
+                    .await
+                    .map(BlobResponse::Full)
+            } else {
+                info!("{what}: resuming at byte {offset} of {size}");
+                self.client
+                    .pull_blob_stream_partial(&oref, &desc, offset, None)
+                    .await
+            };
+            let failure = match response {
+                Err(e) => Some(self.classify(&what, e)),
+                Ok(resp) => {
+                    let mut stream = match resp {
+                        BlobResponse::Partial(s) => s,
+                        BlobResponse::Full(s) => {
+                            if offset != 0 {
+                                warn!("{what}: the registry ignored the Range request; starting over");
+                                hasher = Sha256::new();
+                                offset = 0;
+                                sink.seek(SeekFrom::Start(0)).map_err(sink_err)?;
+                                if let Some(p) = progress {
+                                    p.set_position(0);
+                                }
+                            }
+                            s
+                        }
+                    };
+                    let mut failure = None;
+                    while offset < size {
+                        match stream.next().await {
+                            None => {
+                                failure = Some(Failure::Transient(format!(
+                                    "the response ended at byte {offset} of {size}"
+                                )));
+                                break;
+                            }
+                            Some(Err(e)) => {
+                                failure = Some(Failure::Transient(e.to_string()));
+                                break;
+                            }
+                            Some(Ok(chunk)) => {
+                                if chunk.len() as u64 > size - offset {
+                                    return Err(RegistryError::Integrity {
+                                        blob: digest.to_owned(),
+                                        detail: format!(
+                                            "the registry sent more than the {size} bytes the \
+                                             manifest gives; discarded"
+                                        ),
+                                    });
+                                }
+                                hasher.update(&chunk);
+                                sink.write_all(&chunk).map_err(sink_err)?;
+                                offset += chunk.len() as u64;
+                                if let Some(p) = progress {
+                                    p.inc(chunk.len() as u64);
+                                }
+                            }
+                        }
+                    }
+                    failure
+                }
+            };
+            match failure {
+                None => {}
+                Some(Failure::Fatal(e)) => return Err(e),
+                Some(Failure::Transient(detail)) => {
+                    if offset > start {
+                        failures = 0; // progress was made: the budget starts again
+                    }
+                    failures += 1;
+                    if failures >= policy.attempts.max(1) {
+                        return Err(RegistryError::Transient {
+                            op: format!("{what} (at byte {offset} of {size})"),
+                            attempts: failures,
+                            detail,
+                        });
+                    }
+                    let wait = policy.backoff(failures);
+                    warn!(
+                        "{what}: {detail} at byte {offset} of {size}; resuming in {wait:?} \
+                         ({failures}/{})",
+                        policy.attempts
+                    );
+                    tokio::time::sleep(wait).await;
+                }
+            }
+        }
+        sink.flush().map_err(sink_err)?;
+        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if actual != digest {
+            return Err(RegistryError::Integrity {
+                blob: digest.to_owned(),
+                detail: format!(
+                    "the registry's bytes hash to {actual}; discarded (the registry's copy is \
+                     corrupt or was replaced)"
+                ),
+            });
+        }
+        debug!("{what}: {size} bytes, digest ok");
+        Ok(())
+    }
+
+    /// Download a blob to `dest`: into a temporary file beside it, renamed into place only
+    /// after the size and digest check. Bad bytes are never left at `dest`.
+    pub fn pull_blob_to_file(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+        dest: &Path,
+        progress: Option<&ProgressBar>,
+    ) -> Result<(), RegistryError> {
+        self.block_on(self.pull_blob_to_file_async(reference, digest, size, dest, progress))
+    }
+
+    pub(crate) async fn pull_blob_to_file_async(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+        dest: &Path,
+        progress: Option<&ProgressBar>,
+    ) -> Result<(), RegistryError> {
+        let dir = dest.parent().unwrap_or(Path::new("."));
+        let tmp = tempfile::Builder::new()
+            .prefix(".partial-")
+            .tempfile_in(dir)
+            .map_err(RegistryError::io(dir))?;
+        let (file, tmp_path) = tmp.into_parts();
+        let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
+        self.stream_blob_async(reference, digest, size, &mut writer, progress)
+            .await?;
+        let file = writer
+            .into_inner()
+            .map_err(|e| RegistryError::io(&tmp_path)(e.into_error()))?;
+        file.sync_all().map_err(RegistryError::io(&tmp_path))?;
+        std::fs::set_permissions(&tmp_path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .map_err(RegistryError::io(&tmp_path))?;
+        tmp_path
+            .persist(dest)
+            .map_err(|e| RegistryError::io(dest)(e.error))?;
+        Ok(())
+    }
+
+    /// Whether the repository already has a blob (a HEAD request).
+    pub fn blob_exists(&self, reference: &RegistryRef, digest: &str) -> Result<bool, RegistryError> {
+        self.block_on(self.blob_exists_async(reference, digest))
+    }
+
+    pub(crate) async fn blob_exists_async(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+    ) -> Result<bool, RegistryError> {
+        self.store_auth(reference).await;
+        let oref = reference.to_oci();
+        self.retry(&format!("blob {digest}"), || {
+            self.client.blob_exists(&oref, digest)
+        })
+        .await
+    }
+
+    /// Upload a file as a blob, streamed in [`RegistryOptions::push_item`]-sized items. A
+    /// failed upload is retried from its start (upload sessions cannot be resumed).
+    pub(crate) async fn push_blob_file_async(
+        &self,
+        reference: &RegistryRef,
+        path: &Path,
+        digest: &str,
+        size: u64,
+        progress: Option<&ProgressBar>,
+    ) -> Result<(), RegistryError> {
+        self.store_auth(reference).await;
+        let oref = reference.to_oci();
+        let what = format!("uploading blob {digest}");
+        let item = self.options.push_item.max(1 << 20);
+        let mut first = true;
+        self.retry(&what, || {
+            let path = path.to_owned();
+            let progress = progress.cloned();
+            let oref = oref.clone();
+            let retried = !std::mem::replace(&mut first, false);
+            async move {
+                if retried && self.client.blob_exists(&oref, digest).await? {
+                    return Ok(());
+                }
+                if let Some(p) = &progress {
+                    p.set_position(0);
+                }
+                let stream = file_stream(path, item, progress);
+                self.client
+                    .push_blob_stream(&oref, stream, digest, Some(size))
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .await
+    }
+
+    /// Push a manifest's exact bytes under `reference`'s tag (or its digest). Returns the
+    /// digest the registry stored it under, checked against the bytes' digest.
+    pub(crate) async fn push_manifest_async(
+        &self,
+        reference: &RegistryRef,
+        bytes: &[u8],
+        media_type: &str,
+    ) -> Result<String, RegistryError> {
+        self.store_auth(reference).await;
+        let ours = sha256_digest(bytes);
+        let target = match &reference.tag {
+            Some(t) => reference.with_tag(t),
+            None => reference.with_digest(&ours),
+        };
+        let oref = target.to_oci();
+        let content_type = http::HeaderValue::from_str(media_type)
+            .map_err(|_| RegistryError::Protocol(format!("bad media type `{media_type}`")))?;
+        let body = Bytes::copy_from_slice(bytes);
+        self.retry(&format!("pushing manifest {target}"), || {
+            self.client
+                .push_manifest_raw(&oref, body.clone(), content_type.clone())
+        })
+        .await?;
+        let stored = self.resolve_async(&target).await?;
+        if stored != ours {
+            return Err(RegistryError::Integrity {
+                blob: ours,
+                detail: format!("the registry stored the manifest as {stored}"),
+            });
+        }
+        Ok(ours)
+    }
+}
+
+/// A file as a stream of `item`-sized `Bytes`, read on a blocking thread; at most two items
+/// are in flight, so memory stays bounded whatever the file's size.
+fn file_stream(
+    path: std::path::PathBuf,
+    item: usize,
+    progress: Option<ProgressBar>,
+) -> impl futures_util::Stream<Item = oci_client::errors::Result<Bytes>> + Send + 'static {
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(2);
+    tokio::task::spawn_blocking(move || {
+        let mut file = match std::fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                let _ = tx.blocking_send(Err(e));
+                return;
+            }
+        };
+        loop {
+            let mut buf = vec![0u8; item];
+            let mut filled = 0;
+            while filled < item {
+                match file.read(&mut buf[filled..]) {
+                    Ok(0) => break,
+                    Ok(n) => filled += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(e));
+                        return;
+                    }
+                }
+            }
+            if filled == 0 {
+                return;
+            }
+            buf.truncate(filled);
+            if tx.blocking_send(Ok(Bytes::from(buf))).is_err() {
+                return; // the upload stopped
+            }
+            if filled < item {
+                return;
+            }
+        }
+    });
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    })
+    .map(move |r| {
+        if let (Ok(b), Some(p)) = (&r, &progress) {
+            p.inc(b.len() as u64);
+        }
+        r.map_err(OciDistributionError::IoError)
+    })
+}

@@ -1,0 +1,166 @@
+//! Publish an OCI image layout to a registry: blobs the registry lacks (a HEAD first), each
+//! streamed from its file, several at once; the manifest last, as the exact bytes in the layout,
+//! so its digest (the one signed consumers pin) is unchanged.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use tracing::info;
+
+use super::client::Registry;
+use super::progress::{short, Progress};
+use super::reference::RegistryRef;
+use super::RegistryError;
+use crate::oci_layout::{ImageManifest, Layout, MANIFEST_MEDIA_TYPE};
+
+/// What `publish` did.
+#[derive(Debug, Clone)]
+pub struct PublishReport {
+    /// The reference published to (with its tag, if any).
+    pub reference: RegistryRef,
+    /// `sha256:…` of the manifest.
+    pub digest: String,
+    /// The tag already named this manifest: nothing was pushed.
+    pub unchanged: bool,
+    /// Blobs uploaded (digest, size).
+    pub pushed: Vec<(String, u64)>,
+    /// Blobs the registry already had.
+    pub skipped: Vec<(String, u64)>,
+    /// Wall time.
+    pub elapsed: Duration,
+}
+
+impl PublishReport {
+    /// Bytes uploaded.
+    pub fn bytes_pushed(&self) -> u64 {
+        self.pushed.iter().map(|(_, s)| s).sum()
+    }
+}
+
+/// Read the layout's only manifest: its exact bytes, digest and parsed form.
+pub fn layout_manifest(layout_dir: &Path) -> Result<(Layout, Vec<u8>, String, ImageManifest), RegistryError> {
+    let layout = Layout::open(layout_dir)?;
+    let desc = layout.find_manifest(None)?;
+    let bytes = layout.read_blob(&desc.digest, desc.size)?;
+    let manifest: ImageManifest = serde_json::from_slice(&bytes).map_err(|e| {
+        RegistryError::Protocol(format!(
+            "{}: manifest {} is not an OCI image manifest: {e}",
+            layout_dir.display(),
+            desc.digest
+        ))
+    })?;
+    Ok((layout, bytes, desc.digest, manifest))
+}
+
+/// Publish the layout at `layout_dir` to `target` (which needs a tag or a digest).
+pub fn publish(
+    reg: &Registry,
+    layout_dir: &Path,
+    target: &RegistryRef,
+    allow_overwrite: bool,
+) -> Result<PublishReport, RegistryError> {
+    let start = Instant::now();
+    if target.tag.is_none() && target.digest.is_none() {
+        return Err(RegistryError::Reference(format!(
+            "{target}: give a tag (…:TAG) or the manifest's digest (…@sha256:…) to publish under"
+        )));
+    }
+    let (layout, manifest_bytes, digest, manifest) = layout_manifest(layout_dir)?;
+    if let Some(d) = &target.digest {
+        if d != &digest {
+            return Err(RegistryError::Reference(format!(
+                "{target}: the layout's manifest is {digest}, not {d}"
+            )));
+        }
+    }
+    let mut report = PublishReport {
+        reference: target.clone(),
+        digest: digest.clone(),
+        unchanged: false,
+        pushed: vec![],
+        skipped: vec![],
+        elapsed: Duration::ZERO,
+    };
+    if target.tag.is_some() {
+        let tag_ref = RegistryRef {
+            digest: None,
+            ..target.clone()
+        };
+        match reg.try_resolve(&tag_ref)? {
+            Some(existing) if existing == digest => {
+                info!("{tag_ref} already names {digest}: nothing to push");
+                report.unchanged = true;
+                report.elapsed = start.elapsed();
+                return Ok(report);
+            }
+            Some(existing) if !allow_overwrite => {
+                return Err(RegistryError::Conflict {
+                    reference: tag_ref.to_string(),
+                    existing,
+                    ours: digest,
+                })
+            }
+            _ => {}
+        }
+    }
+
+    // Config first, then layers; each digest once.
+    let mut blobs: Vec<(String, u64, PathBuf)> = Vec::new();
+    for d in std::iter::once(&manifest.config).chain(manifest.layers.iter()) {
+        if blobs.iter().any(|(x, _, _)| x == &d.digest) {
+            continue;
+        }
+        let path = layout.blob_path(&d.digest)?;
+        let meta = std::fs::metadata(&path).map_err(|_| crate::oci_layout::LayoutError::Missing {
+            digest: d.digest.clone(),
+            path: path.clone(),
+        })?;
+        if meta.len() != d.size {
+            return Err(crate::oci_layout::LayoutError::Size {
+                digest: d.digest.clone(),
+                expected: d.size,
+                actual: meta.len(),
+            }
+            .into());
+        }
+        blobs.push((d.digest.clone(), d.size, path));
+    }
+
+    let progress = Progress::new(reg.options.progress);
+    let concurrency = reg.options.concurrency.max(1);
+    let results: Vec<Result<(String, u64, bool), RegistryError>> = reg.block_on(async {
+        futures_util::stream::iter(blobs.iter().map(|(d, size, path)| {
+            let progress = &progress;
+            async move {
+                if reg.blob_exists_async(target, d).await? {
+                    return Ok((d.clone(), *size, false));
+                }
+                let bar = progress.bar(&format!("push {}", short(d)), *size);
+                reg.push_blob_file_async(target, path, d, *size, Some(&bar))
+                    .await?;
+                bar.finish();
+                Ok((d.clone(), *size, true))
+            }
+        }))
+        .buffer_unordered(concurrency)
+        .collect()
+        .await
+    });
+    for r in results {
+        let (d, size, pushed) = r?;
+        if pushed {
+            report.pushed.push((d, size));
+        } else {
+            report.skipped.push((d, size));
+        }
+    }
+    let media_type = manifest
+        .media_type
+        .clone()
+        .unwrap_or_else(|| MANIFEST_MEDIA_TYPE.to_owned());
+    let stored = reg.block_on(reg.push_manifest_async(target, &manifest_bytes, &media_type))?;
+    debug_assert_eq!(stored, digest);
+    report.elapsed = start.elapsed();
+    Ok(report)
+}

@@ -1,0 +1,101 @@
+//! [`RegistrySource`]: an artifact read straight from a registry, for `ingot verify` and
+//! `ingot inspect`. The tag is resolved once; everything after is fetched by digest. Large blobs
+//! are downloaded (resumably, digest-checked) into a private temporary directory.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use super::client::{Registry, RegistryOptions};
+use super::progress::{short, Progress};
+use super::reference::RegistryRef;
+use super::RegistryError;
+use crate::verify::{ArtifactSource, VerifyError};
+
+/// An artifact in a registry.
+#[derive(Debug)]
+pub struct RegistrySource {
+    registry: Registry,
+    reference: RegistryRef,
+    digest: String,
+    tmp: tempfile::TempDir,
+    files: RefCell<HashMap<String, PathBuf>>,
+    progress: Progress,
+}
+
+impl From<RegistryError> for VerifyError {
+    fn from(e: RegistryError) -> Self {
+        match e {
+            RegistryError::Integrity { .. } => VerifyError::Digest(e.to_string()),
+            other => VerifyError::Input(other.to_string()),
+        }
+    }
+}
+
+impl RegistrySource {
+    /// Connect and resolve the reference to a manifest digest.
+    pub fn open(reference: &RegistryRef, options: RegistryOptions) -> Result<Self, RegistryError> {
+        if reference.tag.is_none() && reference.digest.is_none() {
+            return Err(RegistryError::Reference(format!(
+                "{reference}: give a tag (…:TAG) or a digest (…@sha256:…)"
+            )));
+        }
+        let progress = Progress::new(options.progress);
+        let registry = Registry::connect(reference, options)?;
+        let digest = registry.resolve(reference)?;
+        let tmp = tempfile::Builder::new()
+            .prefix("ingot-registry-")
+            .tempdir()
+            .map_err(RegistryError::io(&std::env::temp_dir()))?;
+        Ok(RegistrySource {
+            registry,
+            reference: reference.with_digest(&digest),
+            digest,
+            tmp,
+            files: RefCell::new(HashMap::new()),
+            progress,
+        })
+    }
+
+    /// The manifest digest the reference resolved to.
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The connection (for callers that want more than the trait offers).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+}
+
+impl ArtifactSource for RegistrySource {
+    fn describe(&self) -> String {
+        self.reference.to_string()
+    }
+
+    fn manifest(&self) -> Result<(Vec<u8>, String), VerifyError> {
+        Ok(self.registry.fetch_manifest(&self.reference)?)
+    }
+
+    fn blob(&self, digest: &str, size: u64) -> Result<Vec<u8>, VerifyError> {
+        Ok(self.registry.fetch_blob(&self.reference, digest, size)?)
+    }
+
+    fn blob_file(&self, digest: &str, size: u64) -> Result<PathBuf, VerifyError> {
+        if let Some(p) = self.files.borrow().get(digest) {
+            return Ok(p.clone());
+        }
+        if !ingot_layers::descriptor::is_sha256_digest(digest) {
+            return Err(VerifyError::Input(format!("`{digest}` is not a sha256 digest")));
+        }
+        let dest = self.tmp.path().join(&digest["sha256:".len()..]);
+        let bar = self.progress.bar(&format!("fetch {}", short(digest)), size);
+        self.registry
+            .pull_blob_to_file(&self.reference, digest, size, &dest, Some(&bar))?;
+        bar.finish_and_clear();
+        self.files
+            .borrow_mut()
+            .insert(digest.to_owned(), dest.clone());
+        Ok(dest)
+    }
+}

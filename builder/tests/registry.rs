@@ -1,0 +1,448 @@
+//! `ingot publish` / `pull` / `verify oci://` / `inspect oci://` against a real Debian
+//! `docker-registry` (distribution 2.8) on 127.0.0.1: round trips, skopeo interop, basic auth
+//! (htpasswd, docker config.json), a bearer token (OCI_REGISTRY_AUTH_TOKEN) demanded by a front
+//! forwarding to the real registry, a registry killed and restarted mid-download (the pull
+//! resumes with a Range request), and a corrupted blob in the registry's storage.
+
+mod common;
+mod registry_support;
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{build, demo_manifest, have_tool, keypair, read_layout, repo};
+use registry_support::{
+    bulk_manifest, docker_config, htpasswd_line, tree_digests, Front, FrontOptions, Registry,
+};
+
+fn have_registry(test: &str) -> bool {
+    have_tool(test, "docker-registry")
+}
+
+/// Run ingot with args, env and optional stdin; no inherited credentials.
+fn ingot_with(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
+    cmd.args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("OCI_REGISTRY_AUTH_TOKEN")
+        // An empty DOCKER_CONFIG dir unless the test gives one: never the developer's own.
+        .env("DOCKER_CONFIG", "/nonexistent-ingot-test")
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("running ingot");
+    if let Some(s) = stdin {
+        child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn ok(o: Output) -> String {
+    assert!(o.status.success(), "ingot failed:\n{}", text(&o));
+    String::from_utf8_lossy(&o.stdout).trim().to_owned()
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A signed demo build: (layout dir, public key).
+fn demo_build(dir: &Path) -> (PathBuf, PathBuf) {
+    let (sk, pk) = keypair(dir, "release");
+    let out = dir.join("demo");
+    build(&demo_manifest(), &out, Some(&sk));
+    (out, pk)
+}
+
+#[test]
+fn publish_pull_verify_and_skopeo_round_trip() {
+    let test = "publish_pull_verify_and_skopeo_round_trip";
+    if !have_registry(test) || !have_tool(test, "skopeo") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, pk) = demo_build(tmp.path());
+    let built = read_layout(&layout);
+    let reg = Registry::start(&tmp.path().join("reg"), None);
+    let target = reg.url("stacks/demo:1.0.0");
+
+    // Publish: prints the layout's manifest digest.
+    let digest = ok(ingot_with(&["publish", p(&layout), &target, "-q"], &[], None));
+    assert_eq!(digest, built.manifest_digest);
+    // Again: nothing to push, says so.
+    let again = ingot_with(&["publish", p(&layout), &target, "-q"], &[], None);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("unchanged"), "{}", text(&again));
+    // The access log shows no blob upload the second time: count uploads before/after.
+    let uploads = |log: &str| log.matches("POST /v2/stacks/demo/blobs/uploads/").count();
+    let log = reg.log_text();
+    let n_blobs = 1 + built.manifest["layers"].as_array().unwrap().len();
+    assert_eq!(uploads(&log), n_blobs, "each blob uploaded exactly once:\n{log}");
+
+    // resolve names the digest; a missing tag is exit 7.
+    assert_eq!(ok(ingot_with(&["resolve", &target], &[], None)), digest);
+    let missing = ingot_with(&["resolve", &reg.url("stacks/demo:9.9.9")], &[], None);
+    assert_eq!(missing.status.code(), Some(7), "{}", text(&missing));
+
+    // Pull by tag: the same layout, byte for byte (blobs, index.json, oci-layout).
+    let pulled = tmp.path().join("pulled");
+    assert_eq!(ok(ingot_with(&["pull", &target, p(&pulled), "-q"], &[], None)), digest);
+    assert_eq!(tree_digests(&pulled), tree_digests(&layout));
+    ok(ingot_with(&["verify", p(&pulled), "--trust-key", p(&pk)], &[], None));
+
+    // Pull by digest: same blobs.
+    let by_digest = tmp.path().join("by-digest");
+    let digest_ref = reg.url(&format!("stacks/demo@{digest}"));
+    ok(ingot_with(&["pull", &digest_ref, p(&by_digest), "-q"], &[], None));
+    let blobs = |d: &Path| {
+        tree_digests(d)
+            .into_iter()
+            .filter(|(n, _)| n.starts_with("blobs/"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(blobs(&by_digest), blobs(&layout));
+
+    // verify and inspect straight from the registry.
+    let v = ok(ingot_with(&["verify", &target, "--trust-key", p(&pk)], &[], None));
+    assert!(v.contains(&digest) && v.contains("verified demo 1.0.0"), "{v}");
+    let inspect = ok(ingot_with(&["inspect", &digest_ref, "--json"], &[], None));
+    let report: serde_json::Value = serde_json::from_str(&inspect).unwrap();
+    assert_eq!(report["manifestDigest"], digest.as_str());
+    assert_eq!(report["layers"].as_array().unwrap().len(), 4);
+
+    // Publishing under a digest reference works too (no tag).
+    let other = reg.url(&format!("stacks/by-digest@{digest}"));
+    assert_eq!(ok(ingot_with(&["publish", p(&layout), &other, "-q"], &[], None)), digest);
+
+    // skopeo copies what ingot published; the copy verifies.
+    let sk_dir = tmp.path().join("skopeo");
+    let src = format!("docker://{}/stacks/demo:1.0.0", reg.host());
+    let dst = format!("oci:{}:1.0.0", sk_dir.display());
+    let out = Command::new("skopeo")
+        .args(["copy", "--src-tls-verify=false", &src, &dst])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "skopeo copy: {}", String::from_utf8_lossy(&out.stderr));
+    ok(ingot_with(&["verify", p(&sk_dir), "--trust-key", p(&pk)], &[], None));
+    assert_eq!(blobs(&sk_dir), blobs(&layout));
+
+    // A tag naming other content is not moved without --allow-overwrite (exit 9).
+    let tag_other = reg.url("stacks/demo:moving");
+    ok(ingot_with(&["publish", p(&layout), &tag_other, "-q"], &[], None));
+    let unsigned = tmp.path().join("unsigned");
+    build(&demo_manifest(), &unsigned, None);
+    let conflict = ingot_with(&["publish", p(&unsigned), &tag_other, "-q"], &[], None);
+    assert_eq!(conflict.status.code(), Some(9), "{}", text(&conflict));
+    ok(ingot_with(
+        &["publish", p(&unsigned), &tag_other, "-q", "--allow-overwrite"],
+        &[],
+        None,
+    ));
+}
+
+#[test]
+fn basic_auth_flags_docker_config_and_token_env() {
+    let test = "basic_auth_flags_docker_config_and_token_env";
+    if !have_registry(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, pk) = demo_build(tmp.path());
+    let password = "Corr3ct-Horse-Battery";
+    let reg = Registry::start(
+        &tmp.path().join("reg"),
+        Some(&htpasswd_line("releaser", password)),
+    );
+    let target = reg.url("stacks/demo:1.0.0");
+
+    // No credentials: a clear authentication error, exit 6.
+    let none = ingot_with(&["publish", p(&layout), &target, "-q"], &[], None);
+    assert_eq!(none.status.code(), Some(6), "{}", text(&none));
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(err.contains("authentication to") && err.contains("anonymous"), "{err}");
+
+    // Wrong password: exit 6, and the password is not echoed.
+    let wrong = ingot_with(
+        &["publish", p(&layout), &target, "-q", "--username", "releaser", "--password-stdin"],
+        &[],
+        Some("not-the-password\n"),
+    );
+    assert_eq!(wrong.status.code(), Some(6), "{}", text(&wrong));
+    assert!(!text(&wrong).contains("not-the-password"));
+
+    // Right password on stdin: published. Debug logs on, the password never printed.
+    let good = ingot_with(
+        &[
+            "-vv", "publish", p(&layout), &target, "-q", "--username", "releaser",
+            "--password-stdin",
+        ],
+        &[],
+        Some(&format!("{password}\n")),
+    );
+    assert!(good.status.success(), "{}", text(&good));
+    assert!(!text(&good).contains(password), "the password leaked:\n{}", text(&good));
+
+    // docker config.json (DOCKER_CONFIG) credentials pull it back; it verifies.
+    let cfg = tmp.path().join("docker");
+    docker_config(&cfg, &reg.host(), "releaser", password);
+    let pulled = tmp.path().join("pulled");
+    let out = ingot_with(
+        &["-vv", "pull", &target, p(&pulled), "-q"],
+        &[("DOCKER_CONFIG", p(&cfg))],
+        None,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(!text(&out).contains(password));
+    ok(ingot_with(&["verify", p(&pulled), "--trust-key", p(&pk)], &[], None));
+    // verify straight from the registry with the same config.
+    ok(ingot_with(
+        &["verify", &target, "--trust-key", p(&pk)],
+        &[("DOCKER_CONFIG", p(&cfg))],
+        None,
+    ));
+
+    // A config.json with a wrong password: exit 6.
+    let bad_cfg = tmp.path().join("docker-bad");
+    docker_config(&bad_cfg, &reg.host(), "releaser", "nope");
+    let bad = ingot_with(
+        &["pull", &target, p(&tmp.path().join("x")), "-q"],
+        &[("DOCKER_CONFIG", p(&bad_cfg))],
+        None,
+    );
+    assert_eq!(bad.status.code(), Some(6), "{}", text(&bad));
+
+    // CAPH's user:password form of OCI_REGISTRY_AUTH_TOKEN logs in with those credentials.
+    let caph = ingot_with(
+        &["-vv", "resolve", &target],
+        &[("OCI_REGISTRY_AUTH_TOKEN", &format!("releaser:{password}"))],
+        None,
+    );
+    assert!(caph.status.success(), "{}", text(&caph));
+    assert!(!text(&caph).contains(password));
+}
+
+#[test]
+fn bearer_token_from_env_reaches_the_registry_and_never_the_output() {
+    let test = "bearer_token_from_env_reaches_the_registry_and_never_the_output";
+    if !have_registry(test) {
+        return;
+    }
+    use base64::Engine;
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, pk) = demo_build(tmp.path());
+    let reg = Registry::start(&tmp.path().join("reg"), None);
+    let token = "ghp_ingotTestToken0123456789abcdefXYZ";
+    // CAPH's download script sends `Authorization: Bearer $(echo $TOKEN | base64)`-style: the
+    // token base64-encoded.
+    let wire = base64::engine::general_purpose::STANDARD.encode(token);
+    let front = Front::start(
+        reg.port,
+        FrontOptions {
+            bearer: Some(wire.clone()),
+            rate: None,
+        },
+    );
+    let target = front.url("stacks/demo:1.0.0");
+
+    // Without the token: refused, exit 6.
+    let none = ingot_with(&["publish", p(&layout), &target, "-q"], &[], None);
+    assert_eq!(none.status.code(), Some(6), "{}", text(&none));
+    // A wrong token: exit 6.
+    let wrong = ingot_with(
+        &["publish", p(&layout), &target, "-q"],
+        &[("OCI_REGISTRY_AUTH_TOKEN", "ghp_wrong")],
+        None,
+    );
+    assert_eq!(wrong.status.code(), Some(6), "{}", text(&wrong));
+
+    // The token: publish, pull, verify from the registry; debug logs on.
+    let env = [("OCI_REGISTRY_AUTH_TOKEN", token)];
+    let outputs = [
+        ingot_with(&["-vvv", "publish", p(&layout), &target, "-q"], &env, None),
+        ingot_with(
+            &["-vvv", "pull", &target, p(&tmp.path().join("pulled")), "-q"],
+            &env,
+            None,
+        ),
+        ingot_with(&["-vvv", "verify", &target, "--trust-key", p(&pk)], &env, None),
+    ];
+    for o in &outputs {
+        assert!(o.status.success(), "{}", text(o));
+        let t = text(o);
+        assert!(!t.contains(token) && !t.contains(&wire), "the token leaked:\n{t}");
+    }
+    let seen = front.auth_seen.lock().unwrap().clone();
+    assert!(seen.iter().any(|a| a == &format!("Bearer {wire}")));
+    assert_eq!(
+        tree_digests(&tmp.path().join("pulled")),
+        tree_digests(&layout)
+    );
+}
+
+#[test]
+fn pull_resumes_with_range_after_the_registry_restarts() {
+    let test = "pull_resumes_with_range_after_the_registry_restarts";
+    if !have_registry(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (sk, pk) = keypair(tmp.path(), "release");
+    let manifest = bulk_manifest(&repo(), tmp.path(), 48 << 20);
+    let layout = tmp.path().join("bulk");
+    build(&manifest, &layout, Some(&sk));
+    let mut reg = Registry::start(&tmp.path().join("reg"), None);
+    ok(ingot_with(
+        &["publish", p(&layout), &reg.url("stacks/bulk:1.0.0"), "-q"],
+        &[],
+        None,
+    ));
+    let built = read_layout(&layout);
+    let big = built.layer("bulk")["data"]["digest"].as_str().unwrap().to_owned();
+    let big_size = built.layer("bulk")["data"]["size"].as_u64().unwrap();
+    assert!(big_size > 40 << 20, "the bulk blob is {big_size} bytes");
+
+    // Pull through a front that slows responses to 12 MB/s, so the kill lands mid-blob.
+    let front = Front::start(
+        reg.port,
+        FrontOptions {
+            bearer: None,
+            rate: Some(12_000_000),
+        },
+    );
+    let out = tmp.path().join("pulled");
+    let child = Command::new(env!("CARGO_BIN_EXE_ingot"))
+        .args(["-v", "pull", &front.url("stacks/bulk:1.0.0"), p(&out), "-q", "--concurrency", "1"])
+        .env_remove("OCI_REGISTRY_AUTH_TOKEN")
+        .env("DOCKER_CONFIG", "/nonexistent-ingot-test")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until a partial download of the big blob has 8 MiB, then kill the registry.
+    let blobs_dir = out.join("blobs/sha256");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let partial_len = || -> u64 {
+        fs::read_dir(&blobs_dir)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(".partial-"))
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+    };
+    while partial_len() < 8 << 20 {
+        assert!(Instant::now() < deadline, "the download never reached 8 MiB");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    reg.stop();
+    let stopped_at = partial_len();
+    std::thread::sleep(Duration::from_millis(1500));
+    reg.restart();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "pull failed:\n{}", text(&o));
+    assert!(stopped_at < big_size, "the kill came after the download");
+
+    // The registry's access log: a 206 (a Range request) for the big blob after the restart.
+    let log = reg.log_text();
+    let hex = big.strip_prefix("sha256:").unwrap();
+    let ranged: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(&format!("GET /v2/stacks/bulk/blobs/sha256:{hex}")) && l.contains("\" 206 "))
+        .collect();
+    assert!(!ranged.is_empty(), "no Range request in the access log:\n{log}");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("resuming at byte"), "{stderr}");
+
+    // The result is whole and verifies.
+    assert_eq!(tree_digests(&out), tree_digests(&layout));
+    ok(ingot_with(&["verify", p(&out), "--trust-key", p(&pk)], &[], None));
+}
+
+#[test]
+fn a_corrupted_blob_in_the_registry_is_refused_and_not_kept() {
+    let test = "a_corrupted_blob_in_the_registry_is_refused_and_not_kept";
+    if !have_registry(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, pk) = demo_build(tmp.path());
+    let reg = Registry::start(&tmp.path().join("reg"), None);
+    let target = reg.url("stacks/demo:1.0.0");
+    ok(ingot_with(&["publish", p(&layout), &target, "-q"], &[], None));
+
+    // Flip one byte in the middle of the control-plane data blob in the registry's storage.
+    let built = read_layout(&layout);
+    let digest = built.layer("control-plane")["data"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let stored = reg.blob_data(&digest);
+    let mut bytes = fs::read(&stored).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    fs::write(&stored, &bytes).unwrap();
+
+    let out = tmp.path().join("pulled");
+    let o = ingot_with(&["pull", &target, p(&out), "-q"], &[], None);
+    assert_eq!(o.status.code(), Some(4), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(&digest) && err.contains("discarded"), "{err}");
+    // Nothing of the bad blob is kept: not under its name, no partial file.
+    let blobs_dir = out.join("blobs/sha256");
+    assert!(!blobs_dir.join(digest.strip_prefix("sha256:").unwrap()).exists());
+    for e in fs::read_dir(&blobs_dir).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        assert!(!name.starts_with(".partial-"), "left behind: {name}");
+    }
+    assert!(!out.join("index.json").exists(), "an incomplete pull has no index.json");
+
+    // verify straight from the registry names the blob too (exit 4).
+    let v = ingot_with(&["verify", &target, "--trust-key", p(&pk)], &[], None);
+    assert_eq!(v.status.code(), Some(4), "{}", text(&v));
+    assert!(String::from_utf8_lossy(&v.stderr).contains(&digest), "{}", text(&v));
+}
+
+#[test]
+fn bad_references_are_usage_errors() {
+    for r in ["127.0.0.1:5000/demo:1", "oci://host/Upper:1", "oci://host"] {
+        let o = ingot_with(&["resolve", r], &[], None);
+        assert_eq!(o.status.code(), Some(2), "{r}: {}", text(&o));
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let o = ingot_with(&["publish", p(tmp.path()), "oci://127.0.0.1:1/demo", "-q"], &[], None);
+    assert_eq!(o.status.code(), Some(2), "no tag: {}", text(&o));
+}
+
+#[test]
+fn an_unreachable_registry_gives_up_after_the_retries() {
+    // Nothing listens on this port: connection refused, retried, then exit 8.
+    let port = registry_support::free_port();
+    let start = Instant::now();
+    let o = ingot_with(
+        &["resolve", &format!("oci://127.0.0.1:{port}/demo:1"), "--retries", "3"],
+        &[],
+        None,
+    );
+    assert_eq!(o.status.code(), Some(8), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("gave up after 3 attempts"));
+    // Two backoffs: 0.5 s + 1 s.
+    assert!(start.elapsed() >= Duration::from_millis(1400));
+}

@@ -1,0 +1,406 @@
+//! Fixtures for the registry tests: a real Debian `docker-registry` (distribution 2.8) on
+//! 127.0.0.1 with filesystem storage in a temporary directory and its access log on, and a small
+//! HTTP front (std TcpListener) that can demand a bearer token and slow responses down, forwarding
+//! every request to that real registry.
+
+#![allow(dead_code)] // not every test uses every helper
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A free TCP port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An htpasswd line with a bcrypt hash (the only scheme distribution accepts).
+pub fn htpasswd_line(user: &str, password: &str) -> String {
+    let hash = bcrypt::hash_with_result(password, 5)
+        .unwrap()
+        .format_for_version(bcrypt::Version::TwoA);
+    format!("{user}:{hash}\n")
+}
+
+/// A running `docker-registry serve`. Killed on drop.
+pub struct Registry {
+    pub dir: PathBuf,
+    pub port: u16,
+    config: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Registry {
+    /// Start a registry storing into `dir/data`; with `htpasswd`, basic auth is required.
+    pub fn start(dir: &Path, htpasswd: Option<&str>) -> Registry {
+        fs::create_dir_all(dir.join("data")).unwrap();
+        let port = free_port();
+        let mut config = format!(
+            "version: 0.1\n\
+             log:\n  level: info\n  accesslog:\n    disabled: false\n\
+             storage:\n  filesystem:\n    rootdirectory: {data}\n  delete:\n    enabled: true\n\
+             http:\n  addr: 127.0.0.1:{port}\n",
+            data = dir.join("data").display()
+        );
+        if let Some(lines) = htpasswd {
+            let path = dir.join("htpasswd");
+            fs::write(&path, lines).unwrap();
+            config.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: ingot-test\n    path: {}\n",
+                path.display()
+            ));
+        }
+        let config_path = dir.join("config.yml");
+        fs::write(&config_path, config).unwrap();
+        let mut r = Registry {
+            dir: dir.to_owned(),
+            port,
+            config: config_path,
+            log: dir.join("registry.log"),
+            child: None,
+        };
+        r.restart();
+        r
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `oci://127.0.0.1:PORT/{rest}`.
+    pub fn url(&self, rest: &str) -> String {
+        format!("oci://{}/{rest}", self.host())
+    }
+
+    /// Stop the registry process (SIGKILL: connections drop mid-transfer).
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// (Re)start on the same port and storage; waits until it answers.
+    pub fn restart(&mut self) {
+        self.stop();
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("starting docker-registry");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = http_status(self.port, "/v2/") {
+                assert!(status == 200 || status == 401, "GET /v2/ gave {status}");
+                return;
+            }
+            if let Some(c) = self.child.as_mut() {
+                if let Ok(Some(st)) = c.try_wait() {
+                    panic!("docker-registry exited ({st}):\n{}", self.log_text());
+                }
+            }
+            assert!(Instant::now() < deadline, "docker-registry did not come up:\n{}", self.log_text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Everything the registry printed (its access log is on stdout).
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Where the registry stores a blob's bytes.
+    pub fn blob_data(&self, digest: &str) -> PathBuf {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        self.dir
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// GET `path` on 127.0.0.1:port; the status code, or None if nothing answers.
+pub fn http_status(port: u16, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).ok()?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// What the front does.
+#[derive(Clone, Default)]
+pub struct FrontOptions {
+    /// Demand `Authorization: Bearer <this>` on every request (401 otherwise).
+    pub bearer: Option<String>,
+    /// Cap response bytes per second (per connection).
+    pub rate: Option<u64>,
+}
+
+/// An HTTP front on 127.0.0.1 forwarding to a registry port, one request per connection.
+pub struct Front {
+    pub port: u16,
+    stop: Arc<AtomicBool>,
+    /// Every `Authorization` header value seen.
+    pub auth_seen: Arc<Mutex<Vec<String>>>,
+    /// Requests refused for a missing or wrong token.
+    pub refused: Arc<AtomicUsize>,
+}
+
+impl Front {
+    pub fn start(upstream: u16, options: FrontOptions) -> Front {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let auth_seen = Arc::new(Mutex::new(Vec::new()));
+        let refused = Arc::new(AtomicUsize::new(0));
+        let (stop2, seen2, refused2) = (stop.clone(), auth_seen.clone(), refused.clone());
+        std::thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        let (options, seen, refused) =
+                            (options.clone(), seen2.clone(), refused2.clone());
+                        std::thread::spawn(move || {
+                            let _ = serve(conn, upstream, &options, &seen, &refused);
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Front {
+            port,
+            stop,
+            auth_seen,
+            refused,
+        }
+    }
+
+    pub fn url(&self, rest: &str) -> String {
+        format!("oci://127.0.0.1:{}/{rest}", self.port)
+    }
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn serve(
+    client: TcpStream,
+    upstream: u16,
+    options: &FrontOptions,
+    seen: &Mutex<Vec<String>>,
+    refused: &AtomicUsize,
+) -> std::io::Result<()> {
+    client.set_nonblocking(false)?;
+    let mut reader = BufReader::new(client.try_clone()?);
+    let mut client = client;
+    let mut head = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        let end = line == "\r\n";
+        head.push(line);
+        if end {
+            break;
+        }
+    }
+    let header = |name: &str| {
+        head.iter().skip(1).find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_owned())
+        })
+    };
+    let authorization = header("authorization");
+    if let Some(a) = &authorization {
+        seen.lock().unwrap().push(a.clone());
+    }
+    if let Some(token) = &options.bearer {
+        if authorization.as_deref() != Some(&format!("Bearer {token}")) {
+            refused.fetch_add(1, Ordering::Relaxed);
+            let body = r#"{"errors":[{"code":"UNAUTHORIZED","message":"a valid bearer token is required"}]}"#;
+            write!(
+                client,
+                "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )?;
+            return Ok(());
+        }
+    }
+    let content_length: Option<u64> = header("content-length").and_then(|v| v.parse().ok());
+    let chunked = header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
+    let mut up = match TcpStream::connect(("127.0.0.1", upstream)) {
+        Ok(s) => s,
+        Err(_) => {
+            write!(
+                client,
+                "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            )?;
+            return Ok(());
+        }
+    };
+    let mut out = String::new();
+    for (i, l) in head.iter().enumerate() {
+        let is_conn = l
+            .split_once(':')
+            .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("connection"));
+        if i > 0 && l == "\r\n" {
+            out.push_str("Connection: close\r\n");
+        }
+        if !is_conn || i == 0 {
+            out.push_str(l);
+        }
+    }
+    up.write_all(out.as_bytes())?;
+    if let Some(n) = content_length {
+        std::io::copy(&mut (&mut reader).take(n), &mut up)?;
+    } else if chunked {
+        loop {
+            let mut size_line = String::new();
+            reader.read_line(&mut size_line)?;
+            up.write_all(size_line.as_bytes())?;
+            let size = u64::from_str_radix(size_line.trim().split(';').next().unwrap_or("0"), 16)
+                .unwrap_or(0);
+            if size == 0 {
+                // trailers, then the empty line
+                loop {
+                    let mut l = String::new();
+                    reader.read_line(&mut l)?;
+                    up.write_all(l.as_bytes())?;
+                    if l == "\r\n" || l.is_empty() {
+                        break;
+                    }
+                }
+                break;
+            }
+            std::io::copy(&mut (&mut reader).take(size + 2), &mut up)?;
+        }
+    }
+    up.flush()?;
+    // The response, as it comes, throttled if asked.
+    let mut buf = vec![0u8; 64 << 10];
+    let start = Instant::now();
+    let mut sent = 0u64;
+    loop {
+        let n = up.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        client.write_all(&buf[..n])?;
+        sent += n as u64;
+        if let Some(rate) = options.rate {
+            let due = Duration::from_secs_f64(sent as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Write a docker config.json with an `auths` entry for `host` into `dir`.
+pub fn docker_config(dir: &Path, host: &str, user: &str, password: &str) {
+    use base64::Engine;
+    fs::create_dir_all(dir).unwrap();
+    let auth = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    fs::write(
+        dir.join("config.json"),
+        format!(r#"{{"auths":{{"{host}":{{"auth":"{auth}"}}}}}}"#),
+    )
+    .unwrap();
+}
+
+/// A manifest like the demo's (absolute fixture paths), plus a `bulk` layer holding one file of
+/// `bulk_bytes` random (incompressible) bytes: a stack with one large blob.
+pub fn bulk_manifest(repo: &Path, dir: &Path, bulk_bytes: usize) -> PathBuf {
+    let demo = fs::read_to_string(repo.join("manifests/demo.toml")).unwrap();
+    let fixtures = repo.join("tests/fixtures");
+    let mut text = demo.replace("../tests/fixtures", &fixtures.display().to_string());
+    let bulk = dir.join("bulk-tree");
+    fs::create_dir_all(bulk.join("opt")).unwrap();
+    let mut f = fs::File::create(bulk.join("opt/bulk.bin")).unwrap();
+    // xorshift: fast, incompressible enough for zstd, deterministic.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut chunk = vec![0u8; 1 << 20];
+    let mut left = bulk_bytes;
+    while left > 0 {
+        for w in chunk.chunks_exact_mut(8) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            w.copy_from_slice(&x.to_le_bytes());
+        }
+        let n = left.min(chunk.len());
+        f.write_all(&chunk[..n]).unwrap();
+        left -= n;
+    }
+    text.push_str(&format!(
+        "\n[[layer]]\nname = \"bulk\"\nkind = \"bulk\"\nwhen = \"virt\"\nsource = {{ dir = \"{}\" }}\n",
+        bulk.display()
+    ));
+    let path = dir.join("bulk.toml");
+    fs::write(&path, text).unwrap();
+    path
+}
+
+/// Every regular file under `dir`, relative path → bytes' sha256 (hex), sorted.
+pub fn tree_digests(dir: &Path) -> Vec<(String, String)> {
+    use sha2::Digest;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            } else {
+                let mut h = sha2::Sha256::new();
+                std::io::copy(&mut fs::File::open(&p).unwrap(), &mut h).unwrap();
+                out.push((
+                    p.strip_prefix(dir).unwrap().display().to_string(),
+                    hex::encode(h.finalize()),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}

@@ -1,5 +1,6 @@
 //! The one error type of the layer builder. Every variant names the input (a path on the host or an
-//! entry inside the source tree) so a failed release build says what to fix.
+//! entry inside the source tree) so a failed release build says what to fix. Wrapped errors are
+//! reachable through `source()` (print with `{:#}` in anyhow to see the whole chain).
 
 use std::io;
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum LayerError {
     /// A host file or directory could not be read or written.
-    #[error("{op} {}: {source}", path.display())]
+    #[error("{op} {}", path.display())]
     Io {
         op: &'static str,
         path: PathBuf,
@@ -48,7 +49,7 @@ pub enum LayerError {
     #[error("{0}")]
     TooLarge(String),
     /// Building the dm-verity hash tree failed.
-    #[error("dm-verity hash tree for {}: {source}", path.display())]
+    #[error("dm-verity hash tree for {}", path.display())]
     Verity {
         path: PathBuf,
         #[source]

@@ -16,14 +16,20 @@ pub fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
+/// Prints a SKIP line straight to stderr (the test harness captures `eprintln!`, not this).
+pub fn skip(what: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "\n*** SKIP {what} ***\n");
+}
+
 /// Prints a loud SKIP line and returns true when not root.
 pub fn skip_unless_root(test: &str) -> bool {
     if is_root() {
         return false;
     }
-    eprintln!(
-        "\n*** SKIP {test}: needs root (loop mounts, mknod, chown); CI runs it as root ***\n"
-    );
+    skip(&format!(
+        "{test}: needs root (loop mounts, mknod, chown); CI runs it as root"
+    ));
     true
 }
 

@@ -338,7 +338,8 @@ pub fn verify(
     Ok(report)
 }
 
-fn verity_params(layer: &LayerEntry) -> Result<VerityParams, VerifyError> {
+/// The verity parameters a layer entry of the signed descriptor names.
+pub fn verity_params(layer: &LayerEntry) -> Result<VerityParams, VerifyError> {
     let v = &layer.verity;
     let bad = |what: &str| VerifyError::Input(format!("layer `{}`: {what}", layer.name));
     Ok(VerityParams {

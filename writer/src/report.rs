@@ -1,0 +1,287 @@
+//! Telling people and machines what the writer is doing: a named stage and progress for each
+//! step, as a progress bar on a terminal, JSON lines (`--events`), and a JSON status file
+//! (`--report`) rewritten atomically at every stage change and at the end.
+//!
+//! Nothing secret passes through here: messages name layers, offsets and digests only.
+
+use std::fs::File;
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+/// The writer's named stages, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stage {
+    Resolve,
+    Verify,
+    Plan,
+    Wipe,
+    Write,
+    Esp,
+    PartitionTable,
+    Finish,
+}
+
+impl Stage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Resolve => "resolve",
+            Stage::Verify => "verify",
+            Stage::Plan => "plan",
+            Stage::Wipe => "wipe",
+            Stage::Write => "write",
+            Stage::Esp => "esp",
+            Stage::PartitionTable => "partition-table",
+            Stage::Finish => "finish",
+        }
+    }
+}
+
+/// One line of `--events`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    /// Seconds since the epoch, with milliseconds.
+    pub time: f64,
+    pub stage: Stage,
+    /// `start`, `progress`, `rewrite`, `done`, `failed`.
+    pub event: &'static str,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub layer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub percent: Option<f64>,
+}
+
+/// A range that failed its read-back check and was written again.
+#[derive(Debug, Clone, Serialize)]
+pub struct Rewrite {
+    pub layer: String,
+    /// Byte offset on the target.
+    pub offset: u64,
+    pub length: u64,
+    pub attempt: u32,
+}
+
+/// The `--report` file.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    /// `running`, `done` or `failed`.
+    pub state: &'static str,
+    pub stage: Stage,
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub layers: Vec<String>,
+    pub rewrites: Vec<Rewrite>,
+    pub bytes_written: u64,
+    pub updated: f64,
+}
+
+pub struct Reporter {
+    events: Option<Mutex<Box<dyn Write + Send>>>,
+    report_path: Option<PathBuf>,
+    status: Mutex<Status>,
+    bar: Mutex<Option<ProgressBar>>,
+    show_bar: bool,
+}
+
+fn now() -> f64 {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_millis() as f64) / 1000.0
+}
+
+impl Reporter {
+    /// `events`: a path, `-` for stdout, or none. `report`: the status file, or none.
+    pub fn new(events: Option<&str>, report: Option<PathBuf>) -> std::io::Result<Reporter> {
+        let events: Option<Box<dyn Write + Send>> = match events {
+            None => None,
+            Some("-") => Some(Box::new(std::io::stdout())),
+            Some(path) => Some(Box::new(File::create(path)?)),
+        };
+        Ok(Reporter {
+            events: events.map(Mutex::new),
+            report_path: report,
+            status: Mutex::new(Status {
+                state: "running",
+                stage: Stage::Resolve,
+                message: "starting".into(),
+                error: None,
+                layers: Vec::new(),
+                rewrites: Vec::new(),
+                bytes_written: 0,
+                updated: now(),
+            }),
+            bar: Mutex::new(None),
+            show_bar: std::io::stderr().is_terminal(),
+        })
+    }
+
+    fn emit(&self, e: Event) {
+        if let Some(out) = &self.events {
+            let mut out = out.lock().expect("events lock");
+            if let Ok(line) = serde_json::to_string(&e) {
+                let _ = writeln!(out, "{line}");
+                let _ = out.flush();
+            }
+        }
+    }
+
+    fn save(&self) {
+        let Some(path) = &self.report_path else {
+            return;
+        };
+        let mut status = self.status.lock().expect("status lock");
+        status.updated = now();
+        let Ok(json) = serde_json::to_vec_pretty(&*status) else {
+            return;
+        };
+        drop(status);
+        // Write beside and rename: a reader never sees half a file.
+        let tmp = path.with_extension("tmp");
+        if std::fs::write(&tmp, json)
+            .and_then(|_| std::fs::rename(&tmp, path))
+            .is_err()
+        {
+            tracing::warn!("cannot write the status file {}", path.display());
+        }
+    }
+
+    fn event(
+        &self,
+        stage: Stage,
+        event: &'static str,
+        message: String,
+        layer: Option<&str>,
+    ) -> Event {
+        Event {
+            time: now(),
+            stage,
+            event,
+            message,
+            layer: layer.map(str::to_string),
+            bytes: None,
+            total: None,
+            percent: None,
+        }
+    }
+
+    /// A stage begins.
+    pub fn stage(&self, stage: Stage, message: impl Into<String>) {
+        let message = message.into();
+        tracing::info!("[{}] {message}", stage.name());
+        {
+            let mut s = self.status.lock().expect("status lock");
+            s.stage = stage;
+            s.message = message.clone();
+        }
+        self.emit(self.event(stage, "start", message, None));
+        self.save();
+    }
+
+    /// Progress of a long step; draws the bar on a terminal.
+    pub fn progress(&self, stage: Stage, layer: &str, bytes: u64, total: u64) {
+        let percent = if total == 0 {
+            100.0
+        } else {
+            (bytes as f64 * 100.0 / total as f64 * 10.0).round() / 10.0
+        };
+        let mut e = self.event(
+            stage,
+            "progress",
+            format!("{layer}: {bytes} of {total} bytes"),
+            Some(layer),
+        );
+        e.bytes = Some(bytes);
+        e.total = Some(total);
+        e.percent = Some(percent);
+        self.emit(e);
+        if self.show_bar {
+            let mut bar = self.bar.lock().expect("bar lock");
+            let b = bar.get_or_insert_with(|| {
+                let b = ProgressBar::new(total);
+                b.set_style(
+                    ProgressStyle::with_template(
+                        "{msg:>16} [{bar:40}] {bytes}/{total_bytes} {bytes_per_sec} {eta}",
+                    )
+                    .expect("template")
+                    .progress_chars("=> "),
+                );
+                b
+            });
+            b.set_length(total);
+            b.set_message(layer.to_string());
+            b.set_position(bytes);
+        }
+    }
+
+    /// A layer finished writing (or the bar is done).
+    pub fn finish_bar(&self) {
+        if let Some(b) = self.bar.lock().expect("bar lock").take() {
+            b.finish_and_clear();
+        }
+    }
+
+    pub fn add_written(&self, bytes: u64) {
+        self.status.lock().expect("status lock").bytes_written += bytes;
+    }
+
+    pub fn set_layers(&self, layers: Vec<String>) {
+        self.status.lock().expect("status lock").layers = layers;
+        self.save();
+    }
+
+    /// A range failed its read-back check and is written again.
+    pub fn rewrite(&self, r: Rewrite) {
+        let msg = format!(
+            "layer {}: {} bytes at offset {} read back wrong; rewriting (attempt {})",
+            r.layer, r.length, r.offset, r.attempt
+        );
+        tracing::warn!("{msg}");
+        let mut e = self.event(Stage::Write, "rewrite", msg, Some(&r.layer));
+        e.bytes = Some(r.length);
+        self.emit(e);
+        self.status.lock().expect("status lock").rewrites.push(r);
+        self.save();
+    }
+
+    pub fn done(&self, message: impl Into<String>) {
+        self.finish_bar();
+        let message = message.into();
+        {
+            let mut s = self.status.lock().expect("status lock");
+            s.state = "done";
+            s.stage = Stage::Finish;
+            s.message = message.clone();
+        }
+        self.emit(self.event(Stage::Finish, "done", message, None));
+        self.save();
+    }
+
+    pub fn failed(&self, error: &str) {
+        self.finish_bar();
+        let stage = {
+            let mut s = self.status.lock().expect("status lock");
+            s.state = "failed";
+            s.error = Some(error.to_string());
+            s.message = format!("failed in {}: {error}", s.stage.name());
+            s.stage
+        };
+        self.emit(self.event(stage, "failed", error.to_string(), None));
+        self.save();
+    }
+
+    pub fn status(&self) -> Status {
+        self.status.lock().expect("status lock").clone()
+    }
+}

@@ -1,0 +1,316 @@
+//! The disk being written: a block device or an image file, opened for O_DIRECT I/O, plus the
+//! aligned buffers O_DIRECT needs and the ways to make a range read as zeros cheaply.
+
+#![allow(unsafe_code)]
+
+use std::alloc::{alloc_zeroed, dealloc, Layout};
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::ops::{Deref, DerefMut};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+
+/// Alignment of every O_DIRECT buffer, offset and length: a 4 KiB page covers every logical
+/// sector size in use (512 and 4096).
+pub const ALIGN: usize = 4096;
+
+/// A zeroed heap buffer aligned for O_DIRECT.
+pub struct AlignedBuf {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: AlignedBuf owns its allocation exclusively, like a Box<[u8]>.
+unsafe impl Send for AlignedBuf {}
+// SAFETY: shared access only hands out `&[u8]`.
+unsafe impl Sync for AlignedBuf {}
+
+impl AlignedBuf {
+    /// `len` rounded up to [`ALIGN`], zero-filled.
+    pub fn new(len: usize) -> AlignedBuf {
+        let len = len.div_ceil(ALIGN).max(1) * ALIGN;
+        let layout = Layout::from_size_align(len, ALIGN).expect("valid layout");
+        // SAFETY: layout has non-zero size.
+        let ptr = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        AlignedBuf { ptr, len }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this exact layout.
+        unsafe {
+            dealloc(
+                self.ptr.as_ptr(),
+                Layout::from_size_align(self.len, ALIGN).expect("valid layout"),
+            )
+        }
+    }
+}
+
+impl Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: ptr is valid for len initialised bytes for the buffer's lifetime.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and &mut self guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TargetError {
+    #[error("{path}: {what}")]
+    Io {
+        path: PathBuf,
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("{path} is neither a block device nor a regular file")]
+    Kind { path: PathBuf },
+    #[error("{path} is {size} bytes: not a whole number of {sector}-byte sectors")]
+    Unaligned {
+        path: PathBuf,
+        size: u64,
+        sector: u32,
+    },
+}
+
+/// How the target can be made to read zeros without writing every byte.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Zeroing {
+    /// Punch a hole in the image file.
+    PunchHole,
+    /// BLKZEROOUT on a device that advertises hardware write-zeroes (or a loop device, which
+    /// turns it into a hole in its backing file).
+    WriteZeroes,
+    /// Nothing cheap: zero blocks must be written.
+    None,
+}
+
+/// An open target disk.
+pub struct Target {
+    path: PathBuf,
+    direct: File,
+    buffered: File,
+    size: u64,
+    sector: u32,
+    block_device: bool,
+    zeroing: Zeroing,
+}
+
+const BLKZEROOUT: libc::c_ulong = 0x127f; // _IO(0x12, 127)
+const BLKRRPART: libc::c_ulong = 0x125f; // _IO(0x12, 95)
+
+impl Target {
+    /// Opens `path` for reading and writing, O_DIRECT. A block device is opened O_EXCL, which
+    /// the kernel refuses while it (or a partition of it) is mounted or held.
+    pub fn open(path: &Path) -> Result<Target, TargetError> {
+        let io = |what: &str| {
+            let what = what.to_string();
+            let path = path.to_path_buf();
+            move |source| TargetError::Io { path, what, source }
+        };
+        let meta = std::fs::metadata(path).map_err(io("reading metadata"))?;
+        let block_device = meta.file_type().is_block_device();
+        if !block_device && !meta.file_type().is_file() {
+            return Err(TargetError::Kind {
+                path: path.to_path_buf(),
+            });
+        }
+        let mut flags = libc::O_DIRECT;
+        if block_device {
+            flags |= libc::O_EXCL;
+        }
+        let mut direct = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(flags)
+            .open(path)
+            .map_err(io("opening for direct I/O (is it mounted or in use?)"))?;
+        let buffered = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io("opening"))?;
+        let size = direct
+            .seek(SeekFrom::End(0))
+            .map_err(io("measuring size"))?;
+        let sector = if block_device {
+            rustix::fs::ioctl_blksszget(&direct)
+                .map_err(|e| io("reading the logical sector size")(e.into()))?
+        } else {
+            512
+        };
+        if size % sector as u64 != 0 {
+            return Err(TargetError::Unaligned {
+                path: path.to_path_buf(),
+                size,
+                sector,
+            });
+        }
+        let zeroing = if !block_device {
+            Zeroing::PunchHole
+        } else if write_zeroes_supported(meta.rdev()) {
+            Zeroing::WriteZeroes
+        } else {
+            Zeroing::None
+        };
+        Ok(Target {
+            path: path.to_path_buf(),
+            direct,
+            buffered,
+            size,
+            sector,
+            block_device,
+            zeroing,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn sector_size(&self) -> u32 {
+        self.sector
+    }
+
+    pub fn is_block_device(&self) -> bool {
+        self.block_device
+    }
+
+    fn err(&self, what: String) -> impl FnOnce(std::io::Error) -> TargetError + '_ {
+        move |source| TargetError::Io {
+            path: self.path.clone(),
+            what,
+            source,
+        }
+    }
+
+    /// O_DIRECT write: `offset` and `buf.len()` must be multiples of [`ALIGN`].
+    pub fn write_direct(&self, buf: &[u8], offset: u64) -> Result<(), TargetError> {
+        debug_assert!(offset % ALIGN as u64 == 0 && buf.len() % ALIGN == 0);
+        self.direct
+            .write_all_at(buf, offset)
+            .map_err(self.err(format!("writing {} bytes at {offset}", buf.len())))
+    }
+
+    /// O_DIRECT read, bypassing the page cache: what the disk holds, not what we wrote.
+    pub fn read_direct(&self, buf: &mut [u8], offset: u64) -> Result<(), TargetError> {
+        debug_assert!(offset % ALIGN as u64 == 0 && buf.len() % ALIGN == 0);
+        let len = buf.len();
+        self.direct
+            .read_exact_at(buf, offset)
+            .map_err(self.err(format!("reading {len} bytes at {offset}")))
+    }
+
+    /// Buffered write of a few sectors (partition tables, signatures).
+    pub fn write_small(&self, buf: &[u8], offset: u64) -> Result<(), TargetError> {
+        self.buffered
+            .write_all_at(buf, offset)
+            .map_err(self.err(format!("writing {} bytes at {offset}", buf.len())))
+    }
+
+    /// Buffered read (partition tables, boot files).
+    pub fn read_small(&self, buf: &mut [u8], offset: u64) -> Result<(), TargetError> {
+        let len = buf.len();
+        self.buffered
+            .read_exact_at(buf, offset)
+            .map_err(self.err(format!("reading {len} bytes at {offset}")))
+    }
+
+    /// A second buffered handle, for the `gpt` crate which wants to own a `Read + Write + Seek`.
+    pub fn clone_buffered(&self) -> Result<File, TargetError> {
+        self.buffered
+            .try_clone()
+            .map_err(self.err("duplicating the file handle".into()))
+    }
+
+    /// Makes `[offset, offset + len)` read as zeros without writing it, when the target can.
+    /// Returns false when it cannot: the caller must then write every block, zeros included.
+    pub fn zero_range(&self, offset: u64, len: u64) -> Result<bool, TargetError> {
+        if len == 0 {
+            return Ok(true);
+        }
+        match self.zeroing {
+            Zeroing::PunchHole => {
+                use rustix::fs::{fallocate, FallocateFlags};
+                match fallocate(
+                    &self.direct,
+                    FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+                    offset,
+                    len,
+                ) {
+                    Ok(()) => Ok(true),
+                    Err(rustix::io::Errno::OPNOTSUPP) => Ok(false),
+                    Err(e) => Err(self.err(format!("punching a hole at {offset}+{len}"))(
+                        e.into(),
+                    )),
+                }
+            }
+            Zeroing::WriteZeroes => {
+                let range: [u64; 2] = [offset, len];
+                // SAFETY: BLKZEROOUT reads a [u64; 2] {start, length}; the fd is a block device.
+                let rc =
+                    unsafe { libc::ioctl(self.direct.as_raw_fd(), BLKZEROOUT, range.as_ptr()) };
+                if rc == 0 {
+                    Ok(true)
+                } else {
+                    let e = std::io::Error::last_os_error();
+                    tracing::warn!(
+                        "{}: BLKZEROOUT failed ({e}); writing zero blocks instead",
+                        self.path.display()
+                    );
+                    Ok(false)
+                }
+            }
+            Zeroing::None => Ok(false),
+        }
+    }
+
+    /// Flushes everything written to stable storage.
+    pub fn sync(&self) -> Result<(), TargetError> {
+        self.direct.sync_all().map_err(self.err("syncing".into()))?;
+        self.buffered.sync_all().map_err(self.err("syncing".into()))
+    }
+
+    /// Asks the kernel to re-read the partition table (block devices only; a loop device needs
+    /// partition scanning enabled, `losetup -P`). Failure is reported, not fatal: the table on
+    /// disk is what the next boot reads.
+    pub fn reread_partitions(&self) {
+        if !self.block_device {
+            return;
+        }
+        // SAFETY: BLKRRPART takes no argument.
+        let rc = unsafe { libc::ioctl(self.buffered.as_raw_fd(), BLKRRPART, 0) };
+        if rc != 0 {
+            tracing::info!(
+                "{}: the kernel did not re-read the partition table ({})",
+                self.path.display(),
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+}
+
+/// True when the block device behind `rdev` advertises write-zeroes offload in sysfs.
+fn write_zeroes_supported(rdev: u64) -> bool {
+    let (major, minor) = (libc::major(rdev), libc::minor(rdev));
+    let path = format!("/sys/dev/block/{major}:{minor}/queue/write_zeroes_max_bytes");
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .is_some_and(|n| n > 0)
+}

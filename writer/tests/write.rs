@@ -1,0 +1,594 @@
+//! ingot-writer end to end on image files and loop devices, checked with the real tools:
+//! `sgdisk -v`, `sfdisk --json`, `fsck.fat -n`, `mtype`, `veritysetup verify`, a kernel mount.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use ingot::build::{build, BuildOptions};
+use ingot::manifest::Manifest;
+use ingot::sign::SecretKey;
+
+const MIB: u64 = 1 << 20;
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true")
+}
+
+/// A tool from Debian's packages, or None (skip) outside CI.
+fn tool(name: &str) -> Option<PathBuf> {
+    for dir in ["/usr/sbin", "/sbin", "/usr/bin", "/bin"] {
+        let p = Path::new(dir).join(name);
+        if p.exists() {
+            return Some(p);
+        }
+    }
+    assert!(!in_ci(), "{name} is not installed: ci/test installs it");
+    eprintln!("SKIP: {name} not installed");
+    None
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    out
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+struct Stack {
+    dir: tempfile::TempDir,
+    layout: PathBuf,
+    public: PathBuf,
+}
+
+/// Builds `manifest` signed with a fresh key.
+fn build_stack(manifest: &Path) -> Stack {
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let public = dir.path().join("ingot.pub");
+    fs::write(&public, key.public_key().to_minisign()).unwrap();
+    let layout = dir.path().join("layout");
+    let m = Manifest::load(manifest).unwrap_or_else(|e| panic!("{e}"));
+    build(
+        &m,
+        &BuildOptions {
+            out: layout.clone(),
+            sign_key: Some(key),
+            frame_size: 4 << 20,
+            zstd_level: 3,
+            revision: None,
+            force: false,
+            progress: false,
+        },
+    )
+    .unwrap_or_else(|e| panic!("building {}: {e}", manifest.display()));
+    Stack {
+        dir,
+        layout,
+        public,
+    }
+}
+
+fn demo() -> Stack {
+    build_stack(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/demo.toml"))
+}
+
+fn sparse_file(path: &Path, size: u64) {
+    let f = fs::File::create(path).unwrap();
+    f.set_len(size).unwrap();
+}
+
+fn writer(stack: &Stack, target: &Path, extra: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot-writer"));
+    cmd.arg(&stack.layout)
+        .arg("--target")
+        .arg(target)
+        .arg("--trust-key")
+        .arg(&stack.public)
+        .args(extra);
+    run(&mut cmd)
+}
+
+#[derive(Debug)]
+struct Part {
+    start: u64,
+    size: u64,
+    name: String,
+    uuid: String,
+    type_guid: String,
+}
+
+/// The partition table as `sfdisk --json` reads it (byte offsets).
+fn sfdisk(image: &Path) -> Vec<Part> {
+    let Some(sfdisk) = tool("sfdisk") else {
+        return Vec::new();
+    };
+    let out = run(Command::new(sfdisk).arg("--json").arg(image));
+    assert!(out.status.success(), "sfdisk: {}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sector = v["partitiontable"]["sectorsize"].as_u64().unwrap_or(512);
+    v["partitiontable"]["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| Part {
+            start: p["start"].as_u64().unwrap() * sector,
+            size: p["size"].as_u64().unwrap() * sector,
+            name: p["name"].as_str().unwrap_or("").to_string(),
+            uuid: p["uuid"].as_str().unwrap().to_lowercase(),
+            type_guid: p["type"].as_str().unwrap().to_lowercase(),
+        })
+        .collect()
+}
+
+fn extract(image: &Path, part: &Part, to: &Path) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::File::open(image).unwrap();
+    let mut buf = vec![0u8; part.size as usize];
+    f.read_exact_at(&mut buf, part.start).unwrap();
+    fs::write(to, buf).unwrap();
+}
+
+fn has_partition_table(image: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let f = fs::File::open(image).unwrap();
+    let mut lba = [0u8; 1024];
+    f.read_exact_at(&mut lba, 0).unwrap();
+    lba[510..512] == [0x55, 0xAA] || &lba[512..520] == b"EFI PART"
+}
+
+/// Everything a written disk must satisfy; returns the layer names on it, in order.
+fn check_disk(image: &Path, work: &Path) -> Vec<String> {
+    if let Some(sgdisk) = tool("sgdisk") {
+        let out = run(Command::new(sgdisk).arg("-v").arg(image));
+        assert!(
+            text(&out.stdout).contains("No problems found"),
+            "sgdisk -v: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+    let parts = sfdisk(image);
+    if parts.is_empty() {
+        return Vec::new();
+    }
+    assert_eq!(parts[0].name, "ESP");
+    assert_eq!(parts[0].type_guid, "c12a7328-f81f-11d2-ba4b-00a0c93ec93b");
+    assert_eq!(parts.last().unwrap().name, "var");
+    for p in &parts {
+        assert_eq!(p.start % MIB, 0, "{} is 1 MiB aligned", p.name);
+    }
+    let esp = work.join("esp.img");
+    extract(image, &parts[0], &esp);
+    if let Some(fsck) = tool("fsck.fat") {
+        let out = run(Command::new(fsck).arg("-n").arg(&esp));
+        assert!(
+            out.status.success(),
+            "fsck.fat -n: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        assert!(
+            !text(&out.stdout).contains("Bad"),
+            "fsck.fat: {}",
+            text(&out.stdout)
+        );
+    }
+    let Some(mtype) = tool("mtype") else {
+        return Vec::new();
+    };
+    let out = run(Command::new(mtype)
+        .arg("-i")
+        .arg(&esp)
+        .arg("::loader/entries/ingot.conf"));
+    assert!(out.status.success(), "mtype: {}", text(&out.stderr));
+    let entry = text(&out.stdout);
+    let options = entry
+        .lines()
+        .find_map(|l| l.strip_prefix("options "))
+        .expect("options line");
+    let layers = options
+        .split_whitespace()
+        .find_map(|a| a.strip_prefix("ingot.layers="))
+        .expect("ingot.layers= on the command line");
+    let mut names = Vec::new();
+    for item in layers.split(',') {
+        let (name, root) = item.split_once(':').unwrap();
+        names.push(name.to_string());
+        let uuid = |hex: &str| {
+            format!(
+                "{}-{}-{}-{}-{}",
+                &hex[0..8],
+                &hex[8..12],
+                &hex[12..16],
+                &hex[16..20],
+                &hex[20..32]
+            )
+        };
+        let data = parts
+            .iter()
+            .find(|p| p.uuid == uuid(&root[..32]))
+            .unwrap_or_else(|| panic!("data partition of {name}"));
+        let hash = parts
+            .iter()
+            .find(|p| p.uuid == uuid(&root[root.len() - 32..]))
+            .unwrap_or_else(|| panic!("verity partition of {name}"));
+        assert_eq!(data.name, format!("ingot-{name}"));
+        assert_eq!(hash.name, format!("ingot-{name}-verity"));
+        if let Some(vs) = tool("veritysetup") {
+            let (d, h) = (
+                work.join(format!("{name}.data")),
+                work.join(format!("{name}.hash")),
+            );
+            extract(image, data, &d);
+            extract(image, hash, &h);
+            let out = run(Command::new(vs).arg("verify").arg(&d).arg(&h).arg(root));
+            assert!(
+                out.status.success(),
+                "veritysetup verify {name}: {}",
+                text(&out.stderr)
+            );
+        }
+    }
+    names
+}
+
+#[test]
+fn worker_and_gpu_control_plane_on_image_files() {
+    let stack = demo();
+    let work = stack.dir.path();
+    let cases: [(&[&str], &[&str]); 3] = [
+        (&["--role", "worker"], &["base"]),
+        (
+            &["--role", "worker", "--gpu", "nvidia"],
+            &["base", "nvidia"],
+        ),
+        (
+            &["--role", "control-plane", "--gpu", "nvidia", "--virt"],
+            &["base", "control-plane", "nvidia", "kata"],
+        ),
+    ];
+    for (args, want) in cases {
+        let img = work.join("disk.img");
+        sparse_file(&img, 1024 * MIB);
+        let events = work.join("events.jsonl");
+        let report = work.join("report.json");
+        let mut all: Vec<&str> = args.to_vec();
+        all.extend([
+            "--events",
+            events.to_str().unwrap(),
+            "--report",
+            report.to_str().unwrap(),
+        ]);
+        let out = writer(&stack, &img, &all);
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        assert_eq!(check_disk(&img, work), want, "{args:?}");
+        let status: serde_json::Value =
+            serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+        assert_eq!(status["state"], "done");
+        let lines = fs::read_to_string(&events).unwrap();
+        let stages: Vec<String> = lines
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|e| e["event"] == "start")
+            .map(|e| e["stage"].as_str().unwrap().to_string())
+            .collect();
+        for s in [
+            "resolve",
+            "verify",
+            "plan",
+            "wipe",
+            "write",
+            "esp",
+            "partition-table",
+        ] {
+            assert!(
+                stages.iter().any(|x| x == s),
+                "stage {s} reported: {stages:?}"
+            );
+        }
+        fs::remove_file(&img).unwrap();
+    }
+}
+
+#[test]
+fn a_small_target_is_refused_untouched() {
+    let stack = demo();
+    let img = stack.dir.path().join("small.img");
+    sparse_file(&img, 200 * MIB);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .write_all(&[0xAB; 4096])
+        .unwrap();
+    let out = writer(&stack, &img, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("too small"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("nothing was written"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        &fs::read(&img).unwrap()[..4096],
+        &[0xAB; 4096][..],
+        "the disk was not touched"
+    );
+}
+
+/// A flipped byte in a data blob or a hash blob, a descriptor edited without its signature, and
+/// an untrusted key: each fails before the disk is touched.
+#[test]
+fn tampered_stacks_are_refused() {
+    let stack = demo();
+    let work = stack.dir.path();
+    let manifest_of = |layout: &Path| -> serde_json::Value {
+        let index: serde_json::Value =
+            serde_json::from_slice(&fs::read(layout.join("index.json")).unwrap()).unwrap();
+        let digest = index["manifests"][0]["digest"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        serde_json::from_slice(&fs::read(blob(layout, &digest)).unwrap()).unwrap()
+    };
+    let copy = |name: &str| {
+        let to = work.join(name);
+        let out = run(Command::new("cp").arg("-a").arg(&stack.layout).arg(&to));
+        assert!(out.status.success());
+        to
+    };
+    let m = manifest_of(&stack.layout);
+    let flip = |path: &Path, at: usize| {
+        let mut b = fs::read(path).unwrap();
+        let at = at.min(b.len() - 1);
+        b[at] ^= 0x01;
+        fs::write(path, b).unwrap();
+    };
+    let mut cases: Vec<(PathBuf, PathBuf, &str)> = Vec::new();
+    let data_flip = copy("data-flip");
+    flip(
+        &blob(&data_flip, m["layers"][0]["digest"].as_str().unwrap()),
+        1000,
+    );
+    cases.push((data_flip, stack.public.clone(), "corrupt"));
+    let hash_flip = copy("hash-flip");
+    flip(
+        &blob(&hash_flip, m["layers"][1]["digest"].as_str().unwrap()),
+        5000,
+    );
+    cases.push((hash_flip, stack.public.clone(), "corrupt"));
+    let desc_edit = copy("desc-edit");
+    {
+        let path = blob(&desc_edit, m["config"]["digest"].as_str().unwrap());
+        let t = fs::read_to_string(&path).unwrap();
+        let root = t.split("\"rootHash\":\"").nth(1).unwrap()[..64].to_string();
+        let other = format!(
+            "{}{}",
+            &root[..63],
+            if root.ends_with('0') { "1" } else { "0" }
+        );
+        fs::write(&path, t.replacen(&root, &other, 1)).unwrap();
+    }
+    cases.push((desc_edit, stack.public.clone(), "stack descriptor"));
+    let other_key = work.join("other.pub");
+    fs::write(&other_key, SecretKey::generate().public_key().to_minisign()).unwrap();
+    cases.push((stack.layout.clone(), other_key, "signature"));
+
+    for (layout, key, expect) in cases {
+        let img = work.join("disk.img");
+        sparse_file(&img, 1024 * MIB);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot-writer"));
+        cmd.arg(&layout)
+            .arg("--target")
+            .arg(&img)
+            .arg("--trust-key")
+            .arg(&key);
+        let out = run(&mut cmd);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{}: {err}", layout.display());
+        assert!(
+            err.contains(expect),
+            "{}: expected {expect:?} in {err}",
+            layout.display()
+        );
+        assert!(
+            !has_partition_table(&img),
+            "{}: no partition table",
+            layout.display()
+        );
+        assert!(
+            fs::read(&img).unwrap().iter().all(|b| *b == 0),
+            "the disk was not touched"
+        );
+    }
+}
+
+fn blob(layout: &Path, digest: &str) -> PathBuf {
+    layout
+        .join("blobs/sha256")
+        .join(digest.strip_prefix("sha256:").unwrap())
+}
+
+/// A stack big enough to be caught mid-write: the demo's base tree plus 192 MiB of random data.
+fn big_stack(work: &Path) -> Stack {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let tree = work.join("big-base");
+    let out = run(Command::new("cp")
+        .arg("-a")
+        .arg(root.join("tests/fixtures/demo/base"))
+        .arg(&tree));
+    assert!(out.status.success());
+    let mut data = vec![0u8; 192 * MIB as usize];
+    let mut x = 0x9E3779B97F4A7C15u64;
+    for chunk in data.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes());
+    }
+    fs::write(tree.join("usr/random.bin"), data).unwrap();
+    let manifest = work.join("big.toml");
+    fs::write(
+        &manifest,
+        format!(
+            "name = \"big\"\nversion = \"1\"\nsource_date_epoch = 1700000000\n\n[boot]\nkernel = \"/boot/vmlinuz\"\n\
+             initrd = \"/boot/initrd.img\"\nefi = \"/boot/efi/EFI/BOOT/BOOTX64.EFI\"\n\n[[layer]]\nname = \"base\"\n\
+             kind = \"base\"\nsource = {{ dir = \"{}\" }}\n",
+            tree.display()
+        ),
+    )
+    .unwrap();
+    build_stack(&manifest)
+}
+
+/// SIGKILL while layers are being written: no partition table; the next run completes.
+#[test]
+fn killed_mid_write_leaves_no_partition_table() {
+    let work = tempfile::tempdir().unwrap();
+    let stack = big_stack(work.path());
+    let img = work.path().join("disk.img");
+    sparse_file(&img, 1024 * MIB);
+    // A previous install: the kill must not leave its table either.
+    let out = writer(&stack, &img, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(has_partition_table(&img));
+
+    let events = work.path().join("events.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ingot-writer"))
+        .arg(&stack.layout)
+        .args([
+            "--target",
+            img.to_str().unwrap(),
+            "--trust-key",
+            stack.public.to_str().unwrap(),
+        ])
+        .args(["--events", events.to_str().unwrap()])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let seen = fs::read_to_string(&events).unwrap_or_default();
+        if seen.contains("\"event\":\"progress\"") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no progress event: {seen}"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the writer finished before it could be killed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    assert!(
+        !has_partition_table(&img),
+        "a killed write leaves no partition table"
+    );
+
+    let out = writer(&stack, &img, &[]);
+    assert!(out.status.success(), "rerun: {}", text(&out.stderr));
+    assert_eq!(check_disk(&img, work.path()), vec!["base"]);
+}
+
+/// Detaches a loop device even when the test fails.
+struct Loop(String);
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
+    }
+}
+
+struct Mount(PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// As root: a loop device as the target; the base partition mounts read-only and matches the
+/// fixture tree file for file.
+#[test]
+fn loop_device_target_mounts_and_matches() {
+    if !is_root() {
+        assert!(!in_ci(), "CI runs the tests as root");
+        eprintln!("SKIP: needs root for loop devices");
+        return;
+    }
+    let stack = demo();
+    let work = stack.dir.path();
+    let img = work.join("disk.img");
+    sparse_file(&img, 1024 * MIB);
+    let out = run(Command::new("losetup")
+        .args(["--find", "--show", "--partscan"])
+        .arg(&img));
+    assert!(out.status.success(), "losetup: {}", text(&out.stderr));
+    let dev = Loop(text(&out.stdout).trim().to_string());
+    let out = writer(&stack, Path::new(&dev.0), &["--role", "control-plane"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    drop(dev);
+    assert_eq!(check_disk(&img, work), vec!["base", "control-plane"]);
+
+    let parts = sfdisk(&img);
+    let base = parts.iter().find(|p| p.name == "ingot-base").unwrap();
+    let mnt = work.join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    let out = run(Command::new("mount")
+        .args(["-t", "ext4", "-o"])
+        .arg(format!(
+            "ro,loop,offset={},sizelimit={}",
+            base.start, base.size
+        ))
+        .arg(&img)
+        .arg(&mnt));
+    assert!(out.status.success(), "mount: {}", text(&out.stderr));
+    let _m = Mount(mnt.clone());
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/demo/base");
+    let mut files = BTreeMap::new();
+    collect(&fixture, &fixture, &mut files);
+    assert!(!files.is_empty());
+    for (rel, bytes) in files {
+        assert_eq!(
+            fs::read(mnt.join(&rel)).unwrap_or_else(|e| panic!("{rel}: {e}")),
+            bytes,
+            "{rel}"
+        );
+    }
+}
+
+fn collect(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+    for e in fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let p = e.path();
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            collect(root, &p, out);
+        } else if t.is_file() {
+            out.insert(
+                p.strip_prefix(root).unwrap().to_string_lossy().into_owned(),
+                fs::read(&p).unwrap(),
+            );
+        }
+    }
+}

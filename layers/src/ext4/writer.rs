@@ -1,10 +1,11 @@
 //! Writes a planned image front to back: large positional writes from one buffer, file data read
 //! straight into it, gaps (holes, free space) skipped so the output stays sparse. The SHA-256 of
-//! the whole image (zeros of the gaps included) is computed on a second thread when asked.
+//! the whole image (zeros of the gaps included) is computed on the way, from the buffer while it
+//! is still in cache: a 1 MiB buffer read, hashed and written in turn costs less CPU than a
+//! hasher thread fed with large buffers, and CPU is what a busy build machine lacks.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::mpsc;
 
 use sha2::{Digest, Sha256};
 
@@ -13,17 +14,9 @@ use super::{ProgressFn, BLOCK_SIZE};
 use crate::error::LayerError;
 use crate::tree::DataSource;
 
-const BUF: usize = 8 << 20;
-/// Buffers queued for the hasher thread.
-const IN_FLIGHT: usize = 7;
+const BUF: usize = 1 << 20;
 /// Gaps shorter than this are written as zeros rather than skipped.
 const SMALL_GAP: u64 = 256 << 10;
-
-enum Msg {
-    /// A full-size buffer and how many of its bytes are image data.
-    Data(Vec<u8>, usize),
-    Zeros(u64),
-}
 
 struct Sink<'a> {
     out: &'a File,
@@ -32,7 +25,7 @@ struct Sink<'a> {
     fill: usize,
     /// Image offset of `buf[0]`.
     pos: u64,
-    hasher: Option<(mpsc::SyncSender<Msg>, mpsc::Receiver<Vec<u8>>)>,
+    hasher: Option<Sha256>,
     done: u64,
     total: u64,
     progress: Option<&'a ProgressFn>,
@@ -47,16 +40,14 @@ impl Sink<'_> {
         if self.fill == 0 {
             return Ok(());
         }
+        if let Some(h) = &mut self.hasher {
+            h.update(&self.buf[..self.fill]);
+        }
         self.out
             .write_all_at(&self.buf[..self.fill], self.pos)
             .map_err(|e| LayerError::io("writing", "the image", e))?;
         self.pos += self.fill as u64;
         self.done += self.fill as u64;
-        if let Some((tx, rx)) = &self.hasher {
-            let next = rx.recv().unwrap_or_else(|_| vec![0u8; BUF]);
-            let full = std::mem::replace(&mut self.buf, next);
-            let _ = tx.send(Msg::Data(full, self.fill));
-        }
         self.fill = 0;
         if let Some(p) = self.progress {
             p(self.done, self.total);
@@ -81,8 +72,15 @@ impl Sink<'_> {
             return Ok(());
         }
         self.flush()?;
-        if let Some((tx, _)) = &self.hasher {
-            let _ = tx.send(Msg::Zeros(gap));
+        if let Some(h) = &mut self.hasher {
+            // The skipped range reads back as zeros; hash it from a zeroed buffer.
+            self.buf.fill(0);
+            let mut n = gap;
+            while n > 0 {
+                let k = n.min(BUF as u64) as usize;
+                h.update(&self.buf[..k]);
+                n -= k as u64;
+            }
         }
         self.pos = off;
         Ok(())
@@ -148,56 +146,18 @@ pub(super) fn write(
     let total = plan.blocks * BLOCK_SIZE as u64;
     out.set_len(total)
         .map_err(|e| LayerError::io("sizing", "the image", e))?;
-    std::thread::scope(|s| {
-        let (hasher, handle) = if digest {
-            // Enough buffers in flight that the writer rarely waits for the hasher to be
-            // scheduled (on a busy machine a wake-up can take tens of milliseconds).
-            let (tx, rx) = mpsc::sync_channel::<Msg>(IN_FLIGHT);
-            let (back_tx, back_rx) = mpsc::sync_channel::<Vec<u8>>(IN_FLIGHT + 1);
-            for _ in 0..IN_FLIGHT {
-                let _ = back_tx.send(vec![0u8; BUF]);
-            }
-            let h = s.spawn(move || {
-                let mut h = Sha256::new();
-                let zeros = vec![0u8; 1 << 20];
-                for m in rx {
-                    match m {
-                        Msg::Data(b, n) => {
-                            h.update(&b[..n]);
-                            let _ = back_tx.send(b);
-                        }
-                        Msg::Zeros(mut n) => {
-                            while n > 0 {
-                                let k = n.min(zeros.len() as u64) as usize;
-                                h.update(&zeros[..k]);
-                                n -= k as u64;
-                            }
-                        }
-                    }
-                }
-                let out: [u8; 32] = h.finalize().into();
-                out
-            });
-            (Some((tx, back_rx)), Some(h))
-        } else {
-            (None, None)
-        };
-        let mut sink = Sink {
-            out,
-            buf: vec![0u8; BUF],
-            fill: 0,
-            pos: 0,
-            hasher,
-            done: 0,
-            total: plan.data_bytes,
-            progress,
-        };
-        let result = emit(&mut sink, plan, total);
-        // Closing the channel lets the hasher finish.
-        drop(sink.hasher.take());
-        let sha = handle.map(|h| h.join().expect("hasher thread panicked"));
-        result.map(|()| sha)
-    })
+    let mut sink = Sink {
+        out,
+        buf: vec![0u8; BUF],
+        fill: 0,
+        pos: 0,
+        hasher: digest.then(Sha256::new),
+        done: 0,
+        total: plan.data_bytes,
+        progress,
+    };
+    emit(&mut sink, plan, total)?;
+    Ok(sink.hasher.map(|h| h.finalize().into()))
 }
 
 fn emit(sink: &mut Sink<'_>, plan: &Plan<'_>, total: u64) -> Result<(), LayerError> {

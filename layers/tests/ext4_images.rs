@@ -594,3 +594,39 @@ fn oci_layout_is_flattened_with_whiteouts() {
     let err = build_image(&src, &t.path().join("bad.img"), &opts("o")).unwrap_err();
     assert!(err.to_string().contains(&d2), "{err}");
 }
+
+#[test]
+fn dir_nlink_past_65000_subdirectories() {
+    // 65,001 subdirectories: the parent's link count would pass ext4's 65,000 limit, so it is
+    // stored as 1 (dir_nlink); e2fsck checks that, and the directory is hashed.
+    let t = tempfile::tempdir().unwrap();
+    let names: Vec<Vec<u8>> = (0..65_001)
+        .map(|i| format!("top/d{i:05}/").into_bytes())
+        .collect();
+    let mut members: Vec<RawMember<'_>> = vec![(b"top/", b'5', b"", b"")];
+    members.extend(
+        names
+            .iter()
+            .map(|n| (n.as_slice(), b'5', &b""[..], &b""[..])),
+    );
+    let tarball = t.path().join("dirs.tar");
+    fs::write(&tarball, raw_tar(&members)).unwrap();
+    let img = t.path().join("dirs.img");
+    build_image(&Source::Tar(tarball), &img, &opts("nlink")).unwrap();
+    e2fsck_clean(&img);
+    let out = Command::new(tool("debugfs"))
+        .args(["-R", "stat /top"])
+        .arg(&img)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("Links: 1 "),
+        "/top link count is not 1:\n{text}"
+    );
+    if skip_unless_root("dir_nlink mount") {
+        return;
+    }
+    let m = LoopMount::new(&img, &t.path().join("mnt"));
+    assert_eq!(fs::read_dir(m.dir.join("top")).unwrap().count(), 65_001);
+}

@@ -13,6 +13,8 @@ use crate::error::LayerError;
 use crate::tree::{DataSource, FileData, Meta, Node, NodeId, NodeKind, Tree, MAX_NAME_LEN, ROOT};
 
 pub(super) fn load(root: &Path) -> Result<Tree, LayerError> {
+    // The root itself may be reached through a symlink; nothing below it is followed.
+    let root = &fs::canonicalize(root).map_err(|e| LayerError::io("reading", root, e))?;
     let md = fs::symlink_metadata(root).map_err(|e| LayerError::io("reading", root, e))?;
     if !md.is_dir() {
         return Err(LayerError::bad(

@@ -30,7 +30,11 @@ fn ingot_with(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Outpu
         .env_remove("OCI_REGISTRY_AUTH_TOKEN")
         // An empty DOCKER_CONFIG dir unless the test gives one: never the developer's own.
         .env("DOCKER_CONFIG", "/nonexistent-ingot-test")
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, v) in env {
@@ -82,17 +86,29 @@ fn publish_pull_verify_and_skopeo_round_trip() {
     let target = reg.url("stacks/demo:1.0.0");
 
     // Publish: prints the layout's manifest digest.
-    let digest = ok(ingot_with(&["publish", p(&layout), &target, "-q"], &[], None));
+    let digest = ok(ingot_with(
+        &["publish", p(&layout), &target, "-q"],
+        &[],
+        None,
+    ));
     assert_eq!(digest, built.manifest_digest);
     // Again: nothing to push, says so.
     let again = ingot_with(&["publish", p(&layout), &target, "-q"], &[], None);
     assert!(again.status.success(), "{}", text(&again));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("unchanged"), "{}", text(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("unchanged"),
+        "{}",
+        text(&again)
+    );
     // The access log shows no blob upload the second time: count uploads before/after.
     let uploads = |log: &str| log.matches("POST /v2/stacks/demo/blobs/uploads/").count();
     let log = reg.log_text();
     let n_blobs = 1 + built.manifest["layers"].as_array().unwrap().len();
-    assert_eq!(uploads(&log), n_blobs, "each blob uploaded exactly once:\n{log}");
+    assert_eq!(
+        uploads(&log),
+        n_blobs,
+        "each blob uploaded exactly once:\n{log}"
+    );
 
     // resolve names the digest; a missing tag is exit 7.
     assert_eq!(ok(ingot_with(&["resolve", &target], &[], None)), digest);
@@ -101,14 +117,25 @@ fn publish_pull_verify_and_skopeo_round_trip() {
 
     // Pull by tag: the same layout, byte for byte (blobs, index.json, oci-layout).
     let pulled = tmp.path().join("pulled");
-    assert_eq!(ok(ingot_with(&["pull", &target, p(&pulled), "-q"], &[], None)), digest);
+    assert_eq!(
+        ok(ingot_with(&["pull", &target, p(&pulled), "-q"], &[], None)),
+        digest
+    );
     assert_eq!(tree_digests(&pulled), tree_digests(&layout));
-    ok(ingot_with(&["verify", p(&pulled), "--trust-key", p(&pk)], &[], None));
+    ok(ingot_with(
+        &["verify", p(&pulled), "--trust-key", p(&pk)],
+        &[],
+        None,
+    ));
 
     // Pull by digest: same blobs.
     let by_digest = tmp.path().join("by-digest");
     let digest_ref = reg.url(&format!("stacks/demo@{digest}"));
-    ok(ingot_with(&["pull", &digest_ref, p(&by_digest), "-q"], &[], None));
+    ok(ingot_with(
+        &["pull", &digest_ref, p(&by_digest), "-q"],
+        &[],
+        None,
+    ));
     let blobs = |d: &Path| {
         tree_digests(d)
             .into_iter()
@@ -118,8 +145,15 @@ fn publish_pull_verify_and_skopeo_round_trip() {
     assert_eq!(blobs(&by_digest), blobs(&layout));
 
     // verify and inspect straight from the registry.
-    let v = ok(ingot_with(&["verify", &target, "--trust-key", p(&pk)], &[], None));
-    assert!(v.contains(&digest) && v.contains("verified demo 1.0.0"), "{v}");
+    let v = ok(ingot_with(
+        &["verify", &target, "--trust-key", p(&pk)],
+        &[],
+        None,
+    ));
+    assert!(
+        v.contains(&digest) && v.contains("verified demo 1.0.0"),
+        "{v}"
+    );
     let inspect = ok(ingot_with(&["inspect", &digest_ref, "--json"], &[], None));
     let report: serde_json::Value = serde_json::from_str(&inspect).unwrap();
     assert_eq!(report["manifestDigest"], digest.as_str());
@@ -127,7 +161,14 @@ fn publish_pull_verify_and_skopeo_round_trip() {
 
     // Publishing under a digest reference works too (no tag).
     let other = reg.url(&format!("stacks/by-digest@{digest}"));
-    assert_eq!(ok(ingot_with(&["publish", p(&layout), &other, "-q"], &[], None)), digest);
+    assert_eq!(
+        ok(ingot_with(
+            &["publish", p(&layout), &other, "-q"],
+            &[],
+            None
+        )),
+        digest
+    );
 
     // skopeo copies what ingot published; the copy verifies.
     let sk_dir = tmp.path().join("skopeo");
@@ -137,19 +178,37 @@ fn publish_pull_verify_and_skopeo_round_trip() {
         .args(["copy", "--src-tls-verify=false", &src, &dst])
         .output()
         .unwrap();
-    assert!(out.status.success(), "skopeo copy: {}", String::from_utf8_lossy(&out.stderr));
-    ok(ingot_with(&["verify", p(&sk_dir), "--trust-key", p(&pk)], &[], None));
+    assert!(
+        out.status.success(),
+        "skopeo copy: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    ok(ingot_with(
+        &["verify", p(&sk_dir), "--trust-key", p(&pk)],
+        &[],
+        None,
+    ));
     assert_eq!(blobs(&sk_dir), blobs(&layout));
 
     // A tag naming other content is not moved without --allow-overwrite (exit 9).
     let tag_other = reg.url("stacks/demo:moving");
-    ok(ingot_with(&["publish", p(&layout), &tag_other, "-q"], &[], None));
+    ok(ingot_with(
+        &["publish", p(&layout), &tag_other, "-q"],
+        &[],
+        None,
+    ));
     let unsigned = tmp.path().join("unsigned");
     build(&demo_manifest(), &unsigned, None);
     let conflict = ingot_with(&["publish", p(&unsigned), &tag_other, "-q"], &[], None);
     assert_eq!(conflict.status.code(), Some(9), "{}", text(&conflict));
     ok(ingot_with(
-        &["publish", p(&unsigned), &tag_other, "-q", "--allow-overwrite"],
+        &[
+            "publish",
+            p(&unsigned),
+            &tag_other,
+            "-q",
+            "--allow-overwrite",
+        ],
         &[],
         None,
     ));
@@ -174,11 +233,22 @@ fn basic_auth_flags_docker_config_and_token_env() {
     let none = ingot_with(&["publish", p(&layout), &target, "-q"], &[], None);
     assert_eq!(none.status.code(), Some(6), "{}", text(&none));
     let err = String::from_utf8_lossy(&none.stderr);
-    assert!(err.contains("authentication to") && err.contains("anonymous"), "{err}");
+    assert!(
+        err.contains("authentication to") && err.contains("anonymous"),
+        "{err}"
+    );
 
     // Wrong password: exit 6, and the password is not echoed.
     let wrong = ingot_with(
-        &["publish", p(&layout), &target, "-q", "--username", "releaser", "--password-stdin"],
+        &[
+            "publish",
+            p(&layout),
+            &target,
+            "-q",
+            "--username",
+            "releaser",
+            "--password-stdin",
+        ],
         &[],
         Some("not-the-password\n"),
     );
@@ -188,14 +258,24 @@ fn basic_auth_flags_docker_config_and_token_env() {
     // Right password on stdin: published. Debug logs on, the password never printed.
     let good = ingot_with(
         &[
-            "-vv", "publish", p(&layout), &target, "-q", "--username", "releaser",
+            "-vv",
+            "publish",
+            p(&layout),
+            &target,
+            "-q",
+            "--username",
+            "releaser",
             "--password-stdin",
         ],
         &[],
         Some(&format!("{password}\n")),
     );
     assert!(good.status.success(), "{}", text(&good));
-    assert!(!text(&good).contains(password), "the password leaked:\n{}", text(&good));
+    assert!(
+        !text(&good).contains(password),
+        "the password leaked:\n{}",
+        text(&good)
+    );
 
     // docker config.json (DOCKER_CONFIG) credentials pull it back; it verifies.
     let cfg = tmp.path().join("docker");
@@ -208,7 +288,11 @@ fn basic_auth_flags_docker_config_and_token_env() {
     );
     assert!(out.status.success(), "{}", text(&out));
     assert!(!text(&out).contains(password));
-    ok(ingot_with(&["verify", p(&pulled), "--trust-key", p(&pk)], &[], None));
+    ok(ingot_with(
+        &["verify", p(&pulled), "--trust-key", p(&pk)],
+        &[],
+        None,
+    ));
     // verify straight from the registry with the same config.
     ok(ingot_with(
         &["verify", &target, "--trust-key", p(&pk)],
@@ -279,12 +363,19 @@ fn bearer_token_from_env_reaches_the_registry_and_never_the_output() {
             &env,
             None,
         ),
-        ingot_with(&["-vvv", "verify", &target, "--trust-key", p(&pk)], &env, None),
+        ingot_with(
+            &["-vvv", "verify", &target, "--trust-key", p(&pk)],
+            &env,
+            None,
+        ),
     ];
     for o in &outputs {
         assert!(o.status.success(), "{}", text(o));
         let t = text(o);
-        assert!(!t.contains(token) && !t.contains(&wire), "the token leaked:\n{t}");
+        assert!(
+            !t.contains(token) && !t.contains(&wire),
+            "the token leaked:\n{t}"
+        );
     }
     let seen = front.auth_seen.lock().unwrap().clone();
     assert!(seen.iter().any(|a| a == &format!("Bearer {wire}")));
@@ -312,7 +403,10 @@ fn pull_resumes_with_range_after_the_registry_restarts() {
         None,
     ));
     let built = read_layout(&layout);
-    let big = built.layer("bulk")["data"]["digest"].as_str().unwrap().to_owned();
+    let big = built.layer("bulk")["data"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let big_size = built.layer("bulk")["data"]["size"].as_u64().unwrap();
     assert!(big_size > 40 << 20, "the bulk blob is {big_size} bytes");
 
@@ -326,7 +420,15 @@ fn pull_resumes_with_range_after_the_registry_restarts() {
     );
     let out = tmp.path().join("pulled");
     let child = Command::new(env!("CARGO_BIN_EXE_ingot"))
-        .args(["-v", "pull", &front.url("stacks/bulk:1.0.0"), p(&out), "-q", "--concurrency", "1"])
+        .args([
+            "-v",
+            "pull",
+            &front.url("stacks/bulk:1.0.0"),
+            p(&out),
+            "-q",
+            "--concurrency",
+            "1",
+        ])
         .env_remove("OCI_REGISTRY_AUTH_TOKEN")
         .env("DOCKER_CONFIG", "/nonexistent-ingot-test")
         .stdout(Stdio::piped())
@@ -349,7 +451,10 @@ fn pull_resumes_with_range_after_the_registry_restarts() {
             .unwrap_or(0)
     };
     while partial_len() < 8 << 20 {
-        assert!(Instant::now() < deadline, "the download never reached 8 MiB");
+        assert!(
+            Instant::now() < deadline,
+            "the download never reached 8 MiB"
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     reg.stop();
@@ -365,15 +470,24 @@ fn pull_resumes_with_range_after_the_registry_restarts() {
     let hex = big.strip_prefix("sha256:").unwrap();
     let ranged: Vec<&str> = log
         .lines()
-        .filter(|l| l.contains(&format!("GET /v2/stacks/bulk/blobs/sha256:{hex}")) && l.contains("\" 206 "))
+        .filter(|l| {
+            l.contains(&format!("GET /v2/stacks/bulk/blobs/sha256:{hex}")) && l.contains("\" 206 ")
+        })
         .collect();
-    assert!(!ranged.is_empty(), "no Range request in the access log:\n{log}");
+    assert!(
+        !ranged.is_empty(),
+        "no Range request in the access log:\n{log}"
+    );
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(stderr.contains("resuming at byte"), "{stderr}");
 
     // The result is whole and verifies.
     assert_eq!(tree_digests(&out), tree_digests(&layout));
-    ok(ingot_with(&["verify", p(&out), "--trust-key", p(&pk)], &[], None));
+    ok(ingot_with(
+        &["verify", p(&out), "--trust-key", p(&pk)],
+        &[],
+        None,
+    ));
 }
 
 #[test]
@@ -386,7 +500,11 @@ fn a_corrupted_blob_in_the_registry_is_refused_and_not_kept() {
     let (layout, pk) = demo_build(tmp.path());
     let reg = Registry::start(&tmp.path().join("reg"), None);
     let target = reg.url("stacks/demo:1.0.0");
-    ok(ingot_with(&["publish", p(&layout), &target, "-q"], &[], None));
+    ok(ingot_with(
+        &["publish", p(&layout), &target, "-q"],
+        &[],
+        None,
+    ));
 
     // Flip one byte in the middle of the control-plane data blob in the registry's storage.
     let built = read_layout(&layout);
@@ -407,17 +525,26 @@ fn a_corrupted_blob_in_the_registry_is_refused_and_not_kept() {
     assert!(err.contains(&digest) && err.contains("discarded"), "{err}");
     // Nothing of the bad blob is kept: not under its name, no partial file.
     let blobs_dir = out.join("blobs/sha256");
-    assert!(!blobs_dir.join(digest.strip_prefix("sha256:").unwrap()).exists());
+    assert!(!blobs_dir
+        .join(digest.strip_prefix("sha256:").unwrap())
+        .exists());
     for e in fs::read_dir(&blobs_dir).unwrap() {
         let name = e.unwrap().file_name().to_string_lossy().into_owned();
         assert!(!name.starts_with(".partial-"), "left behind: {name}");
     }
-    assert!(!out.join("index.json").exists(), "an incomplete pull has no index.json");
+    assert!(
+        !out.join("index.json").exists(),
+        "an incomplete pull has no index.json"
+    );
 
     // verify straight from the registry names the blob too (exit 4).
     let v = ingot_with(&["verify", &target, "--trust-key", p(&pk)], &[], None);
     assert_eq!(v.status.code(), Some(4), "{}", text(&v));
-    assert!(String::from_utf8_lossy(&v.stderr).contains(&digest), "{}", text(&v));
+    assert!(
+        String::from_utf8_lossy(&v.stderr).contains(&digest),
+        "{}",
+        text(&v)
+    );
 }
 
 #[test]
@@ -427,7 +554,11 @@ fn bad_references_are_usage_errors() {
         assert_eq!(o.status.code(), Some(2), "{r}: {}", text(&o));
     }
     let tmp = tempfile::tempdir().unwrap();
-    let o = ingot_with(&["publish", p(tmp.path()), "oci://127.0.0.1:1/demo", "-q"], &[], None);
+    let o = ingot_with(
+        &["publish", p(tmp.path()), "oci://127.0.0.1:1/demo", "-q"],
+        &[],
+        None,
+    );
     assert_eq!(o.status.code(), Some(2), "no tag: {}", text(&o));
 }
 
@@ -437,7 +568,12 @@ fn an_unreachable_registry_gives_up_after_the_retries() {
     let port = registry_support::free_port();
     let start = Instant::now();
     let o = ingot_with(
-        &["resolve", &format!("oci://127.0.0.1:{port}/demo:1"), "--retries", "3"],
+        &[
+            "resolve",
+            &format!("oci://127.0.0.1:{port}/demo:1"),
+            "--retries",
+            "3",
+        ],
         &[],
         None,
     );

@@ -125,7 +125,10 @@ impl std::fmt::Debug for Registry {
 
 impl Registry {
     /// Connect to the registry `reference` names (no request is made yet).
-    pub fn connect(reference: &RegistryRef, options: RegistryOptions) -> Result<Self, RegistryError> {
+    pub fn connect(
+        reference: &RegistryRef,
+        options: RegistryOptions,
+    ) -> Result<Self, RegistryError> {
         let auth = auth::resolve(&reference.registry, &options.auth)?;
         info!(
             "registry {}: credentials from {}",
@@ -193,7 +196,9 @@ impl Registry {
         let by_status = |code: u16, detail: String| match code {
             401 | 403 => auth_failed(format!("HTTP {code} for {what}")),
             404 => Failure::Fatal(RegistryError::NotFound(what.to_owned())),
-            408 | 429 | 500..=599 => Failure::Transient(self.scrub(format!("HTTP {code}: {detail}"))),
+            408 | 429 | 500..=599 => {
+                Failure::Transient(self.scrub(format!("HTTP {code}: {detail}")))
+            }
             _ => Failure::Fatal(RegistryError::Protocol(
                 self.scrub(format!("{what}: HTTP {code}: {detail}")),
             )),
@@ -223,10 +228,15 @@ impl Registry {
                     )
                 }) {
                     Failure::Fatal(RegistryError::NotFound(what.to_owned()))
-                } else if codes.iter().any(|c| matches!(c, OciErrorCode::Toomanyrequests)) {
+                } else if codes
+                    .iter()
+                    .any(|c| matches!(c, OciErrorCode::Toomanyrequests))
+                {
                     Failure::Transient(text)
                 } else {
-                    Failure::Fatal(RegistryError::Protocol(self.scrub(format!("{what}: {text}"))))
+                    Failure::Fatal(RegistryError::Protocol(
+                        self.scrub(format!("{what}: {text}")),
+                    ))
                 }
             }
             OciDistributionError::ServerError { code, message, .. } => by_status(code, message),
@@ -271,7 +281,10 @@ impl Registry {
                             });
                         }
                         let wait = policy.backoff(failures);
-                        warn!("{what}: {detail}; retrying in {wait:?} ({failures}/{})", policy.attempts);
+                        warn!(
+                            "{what}: {detail}; retrying in {wait:?} ({failures}/{})",
+                            policy.attempts
+                        );
                         tokio::time::sleep(wait).await;
                     }
                 },
@@ -299,7 +312,10 @@ impl Registry {
         }
     }
 
-    pub(crate) async fn resolve_async(&self, reference: &RegistryRef) -> Result<String, RegistryError> {
+    pub(crate) async fn resolve_async(
+        &self,
+        reference: &RegistryRef,
+    ) -> Result<String, RegistryError> {
         if let Some(d) = &reference.digest {
             return Ok(d.clone());
         }
@@ -319,7 +335,10 @@ impl Registry {
     }
 
     /// The manifest a reference names: its exact bytes and their digest (checked).
-    pub fn fetch_manifest(&self, reference: &RegistryRef) -> Result<(Vec<u8>, String), RegistryError> {
+    pub fn fetch_manifest(
+        &self,
+        reference: &RegistryRef,
+    ) -> Result<(Vec<u8>, String), RegistryError> {
         self.block_on(self.fetch_manifest_async(reference))
     }
 
@@ -334,8 +353,11 @@ impl Registry {
         let what = format!("manifest {by_digest}");
         let (bytes, _) = self
             .retry(&what, || {
-                self.client
-                    .pull_manifest_raw(&oref, &auth, &[MANIFEST_MEDIA_TYPE, INDEX_MEDIA_TYPE])
+                self.client.pull_manifest_raw(
+                    &oref,
+                    &auth,
+                    &[MANIFEST_MEDIA_TYPE, INDEX_MEDIA_TYPE],
+                )
             })
             .await?;
         let actual = sha256_digest(&bytes);
@@ -389,7 +411,9 @@ impl Registry {
         progress: Option<&ProgressBar>,
     ) -> Result<(), RegistryError> {
         if !ingot_layers::descriptor::is_sha256_digest(digest) {
-            return Err(RegistryError::Protocol(format!("`{digest}` is not a sha256 digest")));
+            return Err(RegistryError::Protocol(format!(
+                "`{digest}` is not a sha256 digest"
+            )));
         }
         self.store_auth(reference).await;
         let oref = reference.to_oci();
@@ -428,7 +452,9 @@ impl Registry {
                         BlobResponse::Partial(s) => s,
                         BlobResponse::Full(s) => {
                             if offset != 0 {
-                                warn!("{what}: the registry ignored the Range request; starting over");
+                                warn!(
+                                    "{what}: the registry ignored the Range request; starting over"
+                                );
                                 hasher = Sha256::new();
                                 offset = 0;
                                 sink.seek(SeekFrom::Start(0)).map_err(sink_err)?;
@@ -548,8 +574,11 @@ impl Registry {
             .into_inner()
             .map_err(|e| RegistryError::io(&tmp_path)(e.into_error()))?;
         file.sync_all().map_err(RegistryError::io(&tmp_path))?;
-        std::fs::set_permissions(&tmp_path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
-            .map_err(RegistryError::io(&tmp_path))?;
+        std::fs::set_permissions(
+            &tmp_path,
+            std::os::unix::fs::PermissionsExt::from_mode(0o644),
+        )
+        .map_err(RegistryError::io(&tmp_path))?;
         tmp_path
             .persist(dest)
             .map_err(|e| RegistryError::io(dest)(e.error))?;
@@ -557,7 +586,11 @@ impl Registry {
     }
 
     /// Whether the repository already has a blob (a HEAD request).
-    pub fn blob_exists(&self, reference: &RegistryRef, digest: &str) -> Result<bool, RegistryError> {
+    pub fn blob_exists(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+    ) -> Result<bool, RegistryError> {
         self.block_on(self.blob_exists_async(reference, digest))
     }
 

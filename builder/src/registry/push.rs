@@ -39,7 +39,9 @@ impl PublishReport {
 }
 
 /// Read the layout's only manifest: its exact bytes, digest and parsed form.
-pub fn layout_manifest(layout_dir: &Path) -> Result<(Layout, Vec<u8>, String, ImageManifest), RegistryError> {
+pub fn layout_manifest(
+    layout_dir: &Path,
+) -> Result<(Layout, Vec<u8>, String, ImageManifest), RegistryError> {
     let layout = Layout::open(layout_dir)?;
     let desc = layout.find_manifest(None)?;
     let bytes = layout.read_blob(&desc.digest, desc.size)?;
@@ -112,10 +114,11 @@ pub fn publish(
             continue;
         }
         let path = layout.blob_path(&d.digest)?;
-        let meta = std::fs::metadata(&path).map_err(|_| crate::oci_layout::LayoutError::Missing {
-            digest: d.digest.clone(),
-            path: path.clone(),
-        })?;
+        let meta =
+            std::fs::metadata(&path).map_err(|_| crate::oci_layout::LayoutError::Missing {
+                digest: d.digest.clone(),
+                path: path.clone(),
+            })?;
         if meta.len() != d.size {
             return Err(crate::oci_layout::LayoutError::Size {
                 digest: d.digest.clone(),

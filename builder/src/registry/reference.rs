@@ -117,7 +117,9 @@ impl FromStr for RegistryRef {
             None => (path, None),
         };
         if repository.is_empty() || !repository.split('/').all(valid_component) {
-            return Err(bad("bad repository name: lowercase letters, digits, . _ - and /"));
+            return Err(bad(
+                "bad repository name: lowercase letters, digits, . _ - and /",
+            ));
         }
         Ok(RegistryRef {
             registry: registry.to_owned(),

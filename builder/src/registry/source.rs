@@ -86,7 +86,9 @@ impl ArtifactSource for RegistrySource {
             return Ok(p.clone());
         }
         if !ingot_layers::descriptor::is_sha256_digest(digest) {
-            return Err(VerifyError::Input(format!("`{digest}` is not a sha256 digest")));
+            return Err(VerifyError::Input(format!(
+                "`{digest}` is not a sha256 digest"
+            )));
         }
         let dest = self.tmp.path().join(&digest["sha256:".len()..]);
         let bar = self.progress.bar(&format!("fetch {}", short(digest)), size);

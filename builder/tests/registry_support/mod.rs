@@ -119,7 +119,11 @@ impl Registry {
                     panic!("docker-registry exited ({st}):\n{}", self.log_text());
                 }
             }
-            assert!(Instant::now() < deadline, "docker-registry did not come up:\n{}", self.log_text());
+            assert!(
+                Instant::now() < deadline,
+                "docker-registry did not come up:\n{}",
+                self.log_text()
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -150,7 +154,11 @@ impl Drop for Registry {
 pub fn http_status(port: u16, path: &str) -> Option<u16> {
     let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n").ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut line = String::new();
     BufReader::new(s).read_line(&mut line).ok()?;
     line.split_whitespace().nth(1)?.parse().ok()

@@ -582,3 +582,59 @@ fn an_unreachable_registry_gives_up_after_the_retries() {
     // Two backoffs: 0.5 s + 1 s.
     assert!(start.elapsed() >= Duration::from_millis(1400));
 }
+
+#[test]
+fn release_script_publishes_once_and_a_rerun_changes_nothing() {
+    let test = "release_script_publishes_once_and_a_rerun_changes_nothing";
+    if !have_registry(test) || !have_tool(test, "python3") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (sk, _pk) = keypair(tmp.path(), "release");
+    let reg = Registry::start(&tmp.path().join("reg"), None);
+    let notes = tmp.path().join("notes");
+    let release = |label: &str| {
+        let o = Command::new(repo().join("ci/release"))
+            .arg(demo_manifest())
+            .arg(reg.url("stacks/demo"))
+            .env("INGOT", env!("CARGO_BIN_EXE_ingot"))
+            .env("INGOT_RELEASE_KEY", &sk)
+            .env("INGOT_RELEASE_NOTES", &notes)
+            .env_remove("OCI_REGISTRY_AUTH_TOKEN")
+            .env("DOCKER_CONFIG", "/nonexistent-ingot-test")
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{label}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let first = release("first run");
+    assert!(first.contains("release: published"), "{first}");
+    let digest = ok(ingot_with(
+        &["resolve", &reg.url("stacks/demo:1.0.0")],
+        &[],
+        None,
+    ));
+    let md = fs::read_to_string(notes.join("demo-1.0.0.md")).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_slice(&fs::read(notes.join("demo-1.0.0.json")).unwrap()).unwrap();
+    assert!(md.contains("# demo 1.0.0") && md.contains(&digest), "{md}");
+    assert_eq!(json["manifestDigest"], digest.as_str());
+    assert_eq!(json["version"], "1.0.0");
+    let layers = json["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 4);
+    for l in layers {
+        let root = l["rootHash"].as_str().unwrap();
+        assert_eq!(root.len(), 64);
+        assert!(md.contains(root) && md.contains(l["rule"].as_str().unwrap()));
+    }
+    let puts = |log: &str| log.matches("PUT /v2/stacks/demo/").count();
+    let before = puts(&reg.log_text());
+
+    let second = release("rerun");
+    assert!(
+        second.contains("already published") && second.contains(&digest),
+        "{second}"
+    );
+    assert!(second.contains("unchanged"), "{second}");
+    assert_eq!(puts(&reg.log_text()), before, "the rerun pushed something");
+}

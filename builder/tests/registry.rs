@@ -638,3 +638,61 @@ fn release_script_publishes_once_and_a_rerun_changes_nothing() {
     assert!(second.contains("unchanged"), "{second}");
     assert_eq!(puts(&reg.log_text()), before, "the rerun pushed something");
 }
+
+#[test]
+fn library_api_resolves_fetches_the_descriptor_and_streams_a_blob() {
+    let test = "library_api_resolves_fetches_the_descriptor_and_streams_a_blob";
+    if !have_registry(test) {
+        return;
+    }
+    use ingot::registry::{Registry as Client, RegistryError, RegistryOptions, RegistryRef};
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, _pk) = demo_build(tmp.path());
+    let built = read_layout(&layout);
+    let reg = Registry::start(&tmp.path().join("reg"), None);
+    let target = reg.url("stacks/demo:1.0.0");
+    ok(ingot_with(
+        &["publish", p(&layout), &target, "-q"],
+        &[],
+        None,
+    ));
+
+    let reference: RegistryRef = target.parse().unwrap();
+    let options = RegistryOptions {
+        progress: false,
+        ..RegistryOptions::default()
+    };
+    let client = Client::connect(&reference, options).unwrap();
+    assert_eq!(client.resolve(&reference).unwrap(), built.manifest_digest);
+    let stack = client.fetch_stack(&reference).unwrap();
+    assert_eq!(stack.manifest_digest, built.manifest_digest);
+    assert_eq!(stack.descriptor_bytes, built.descriptor_bytes);
+    assert_eq!(
+        stack.manifest_bytes,
+        fs::read(common::blob_path(&layout, &built.manifest_digest)).unwrap()
+    );
+
+    // One blob to a sink, digest checked.
+    let data = built.layer("control-plane")["data"].clone();
+    let digest = data["digest"].as_str().unwrap();
+    let size = data["size"].as_u64().unwrap();
+    let mut sink = std::io::Cursor::new(Vec::new());
+    client
+        .stream_blob(&reference, digest, size, &mut sink, None)
+        .unwrap();
+    assert_eq!(
+        sink.into_inner(),
+        fs::read(built.data_blob("control-plane")).unwrap()
+    );
+
+    // A blob the registry does not have: NotFound, not retried.
+    let missing = format!("sha256:{}", "0".repeat(64));
+    let mut sink = std::io::Cursor::new(Vec::new());
+    let err = client
+        .stream_blob(&reference, &missing, 10, &mut sink, None)
+        .unwrap_err();
+    assert!(matches!(err, RegistryError::NotFound(_)), "{err:?}");
+    // A tag that does not exist.
+    let none: RegistryRef = reg.url("stacks/demo:0.0.0").parse().unwrap();
+    assert_eq!(client.try_resolve(&none).unwrap(), None);
+}

@@ -31,7 +31,7 @@ use tracing::{debug, info, warn};
 use super::auth::{self, ExplicitAuth, ResolvedAuth};
 use super::reference::RegistryRef;
 use super::RegistryError;
-use crate::oci_layout::{sha256_digest, INDEX_MEDIA_TYPE, MANIFEST_MEDIA_TYPE};
+use crate::oci_layout::{sha256_digest, ImageManifest, INDEX_MEDIA_TYPE, MANIFEST_MEDIA_TYPE};
 
 /// Default size of the items a blob upload is streamed in (`oci-client` sends at most 4 MiB
 /// per PATCH; larger items are split without copying).
@@ -98,6 +98,19 @@ impl Default for RegistryOptions {
             progress: true,
         }
     }
+}
+
+/// What [`Registry::fetch_stack`] returns.
+#[derive(Debug, Clone)]
+pub struct FetchedStack {
+    /// `sha256:…` of the manifest.
+    pub manifest_digest: String,
+    /// The manifest's exact bytes.
+    pub manifest_bytes: Vec<u8>,
+    /// The manifest, parsed.
+    pub manifest: ImageManifest,
+    /// The config blob's bytes: the stack descriptor (signature not yet checked).
+    pub descriptor_bytes: Vec<u8>,
 }
 
 enum Failure {
@@ -368,6 +381,29 @@ impl Registry {
             });
         }
         Ok((bytes.to_vec(), digest))
+    }
+
+    /// A stack's manifest and the stack descriptor it names (its config blob), both fetched
+    /// by digest and digest-checked. The descriptor's signature is not checked here: do that
+    /// (with [`crate::verify::verify_metadata`] or the signing key) before believing it.
+    pub fn fetch_stack(&self, reference: &RegistryRef) -> Result<FetchedStack, RegistryError> {
+        let (manifest_bytes, manifest_digest) = self.fetch_manifest(reference)?;
+        let manifest: ImageManifest = serde_json::from_slice(&manifest_bytes).map_err(|e| {
+            RegistryError::Protocol(format!(
+                "{reference}: manifest {manifest_digest} is not an OCI image manifest: {e}"
+            ))
+        })?;
+        let descriptor_bytes = self.fetch_blob(
+            &reference.with_digest(&manifest_digest),
+            &manifest.config.digest,
+            manifest.config.size,
+        )?;
+        Ok(FetchedStack {
+            manifest_digest,
+            manifest_bytes,
+            manifest,
+            descriptor_bytes,
+        })
     }
 
     /// A small blob (the stack descriptor), read into memory, digest and size checked.

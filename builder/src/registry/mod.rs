@@ -21,7 +21,7 @@ pub mod reference;
 pub mod source;
 
 pub use auth::{Credentials, Secret};
-pub use client::{Registry, RegistryOptions, RetryPolicy};
+pub use client::{FetchedStack, Registry, RegistryOptions, RetryPolicy};
 pub use reference::RegistryRef;
 
 /// Why a registry operation failed. Callers branch on the variant (see [`RegistryError::exit_code`]).

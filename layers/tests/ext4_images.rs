@@ -630,3 +630,49 @@ fn dir_nlink_past_65000_subdirectories() {
     let m = LoopMount::new(&img, &t.path().join("mnt"));
     assert_eq!(fs::read_dir(m.dir.join("top")).unwrap().count(), 65_001);
 }
+
+#[test]
+fn shared_xattr_blocks_hold_at_most_1024_inodes() {
+    // 2,500 files with one identical set of attributes too big for the inode: three shared
+    // blocks (1024 + 1024 + 452 references), each refcount checked by e2fsck.
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    fs::create_dir(&src).unwrap();
+    for i in 0..2500 {
+        let p = src.join(format!("f{i:04}"));
+        fs::write(&p, b"").unwrap();
+        set_xattr(&p, "user.label", &[b'L'; 200]);
+    }
+    let img = t.path().join("x.img");
+    build_image(&Source::Dir(src.clone()), &img, &opts("xattr")).unwrap();
+    e2fsck_clean(&img);
+    let acl = |name: &str| {
+        let out = Command::new(tool("debugfs"))
+            .args(["-R", &format!("stat /{name}")])
+            .arg(&img)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let line = text
+            .lines()
+            .find(|l| l.contains("File ACL:"))
+            .unwrap_or_default()
+            .to_string();
+        line.split("File ACL:")
+            .nth(1)
+            .unwrap_or_default()
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let (a, b, c) = (acl("f0000"), acl("f1023"), acl("f1024"));
+    assert!(a != "0" && !a.is_empty(), "f0000 has no xattr block");
+    assert_eq!(a, b, "the first 1024 inodes share one block");
+    assert_ne!(a, c, "the 1025th inode shares a full block");
+    if skip_unless_root("shared xattr mount") {
+        return;
+    }
+    let m = LoopMount::new(&img, &t.path().join("mnt"));
+    compare_trees(&src, &m.dir);
+}

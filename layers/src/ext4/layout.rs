@@ -21,6 +21,8 @@ use crate::tree::{DataSource, NodeId, NodeKind, Tree, ROOT};
 
 const B: u64 = BLOCK_SIZE as u64;
 const ROOT_INO: u32 = 2;
+/// The kernel's limit on inodes sharing one xattr block (`EXT4_XATTR_REFCOUNT_MAX`).
+const XATTR_REFCOUNT_MAX: u32 = 1024;
 /// ext4's link count ceiling for non-directories (`EXT4_LINK_MAX`).
 const LINK_MAX: u32 = 65000;
 /// Bytes for in-inode attributes: inode size - 128 - i_extra_isize.
@@ -400,10 +402,16 @@ pub(super) fn plan<'t>(
                     reason: "attributes do not fit in one 4 KiB block".into(),
                 });
             }
-            let id = *xblock_ids.entry(rest.clone()).or_insert_with(|| {
-                xblocks.push((rest, 0));
-                xblocks.len() - 1
-            });
+            // Share identical blocks, at most XATTR_REFCOUNT_MAX inodes per block as the kernel
+            // does, then start another copy.
+            let id = match xblock_ids.get(&rest) {
+                Some(&id) if xblocks[id].1 < XATTR_REFCOUNT_MAX => id,
+                _ => {
+                    xblocks.push((rest.clone(), 0));
+                    xblock_ids.insert(rest, xblocks.len() - 1);
+                    xblocks.len() - 1
+                }
+            };
             xblocks[id].1 += 1;
             Some(id)
         };

@@ -33,10 +33,10 @@ pub struct RegistryArgs {
     /// Blobs transferred at once.
     #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=32))]
     pub concurrency: u32,
-    /// Upload each blob with one streamed PUT instead of 4 MiB PATCH requests (for registries
-    /// that handle chunked uploads badly).
+    /// Upload each blob as 4 MiB PATCH requests instead of one streamed PUT (for registries or
+    /// proxies that cap the size of a request body).
     #[arg(long)]
-    pub monolithic: bool,
+    pub chunked: bool,
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
@@ -67,7 +67,7 @@ impl RegistryArgs {
                 ..RetryPolicy::default()
             },
             concurrency: self.concurrency as usize,
-            monolithic: self.monolithic,
+            chunked: self.chunked,
             progress: !self.quiet,
             ..RegistryOptions::default()
         })

@@ -159,6 +159,27 @@ fn publish_pull_verify_and_skopeo_round_trip() {
     assert_eq!(report["manifestDigest"], digest.as_str());
     assert_eq!(report["layers"].as_array().unwrap().len(), 4);
 
+    // Chunked uploads (4 MiB PATCHes) give the same artifact.
+    let chunked = reg.url("stacks/chunked:1.0.0");
+    assert_eq!(
+        ok(ingot_with(
+            &["publish", p(&layout), &chunked, "-q", "--chunked"],
+            &[],
+            None
+        )),
+        digest
+    );
+    let chunked_pull = tmp.path().join("chunked");
+    ok(ingot_with(
+        &["pull", &chunked, p(&chunked_pull), "-q"],
+        &[],
+        None,
+    ));
+    assert_eq!(tree_digests(&chunked_pull), tree_digests(&layout));
+    assert!(reg
+        .log_text()
+        .contains("PATCH /v2/stacks/chunked/blobs/uploads/"));
+
     // Publishing under a digest reference works too (no tag).
     let other = reg.url(&format!("stacks/by-digest@{digest}"));
     assert_eq!(

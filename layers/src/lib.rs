@@ -50,32 +50,47 @@ pub fn build_layer(
     out_hash: Option<&Path>,
     opts: &Ext4Options,
 ) -> Result<LayerBuild, LayerError> {
-    let image = ext4::build_image_inner(source, out_img, opts, out_hash.is_some())?;
-    let verity = match out_hash {
-        None => None,
-        Some(hash) => match seal(out_img, hash, &image, opts) {
-            Ok(v) => Some(v),
-            Err(e) => {
-                // Leave nothing half-built behind: the image without its tree is not a layer.
-                let _ = std::fs::remove_file(out_img);
-                return Err(e);
-            }
-        },
+    let tree = ext4::load(source, out_img)?;
+    let image = ext4::write_unpersisted(&tree, out_img, opts, out_hash.is_some())?;
+    drop(tree);
+    let Some(hash) = out_hash else {
+        let image = image.persist(out_img)?;
+        return Ok(LayerBuild {
+            image_size: image.size,
+            data_blocks: image.blocks,
+            image,
+            verity: None,
+        });
     };
+    // The image's writeback (fsync) runs while the hash tree is computed from the page cache.
+    let (synced, sealed) = std::thread::scope(|s| {
+        let syncer = s.spawn(|| image.tmp.as_file().sync_all());
+        let sealed = seal(image.tmp.path(), hash, &image.info, opts);
+        (syncer.join().expect("sync thread panicked"), sealed)
+    });
+    synced.map_err(|e| LayerError::io("syncing", image.tmp.path(), e))?;
+    let (verity, hash_tmp) = sealed?;
+    // Image first, then its tree; if the second rename fails, take the image back out.
+    let info = image.persist_synced(out_img)?;
+    if let Err(e) = hash_tmp.persist(hash) {
+        let _ = std::fs::remove_file(out_img);
+        return Err(LayerError::io("renaming the hash tree to", hash, e.error));
+    }
     Ok(LayerBuild {
-        image_size: image.size,
-        data_blocks: image.blocks,
-        image,
-        verity,
+        image_size: info.size,
+        data_blocks: info.blocks,
+        image: info,
+        verity: Some(verity),
     })
 }
 
+/// Builds the verity tree of `img` into a synced temporary file beside `hash`.
 fn seal(
     img: &Path,
     hash: &Path,
     image: &ImageInfo,
     opts: &Ext4Options,
-) -> Result<VerityInfo, LayerError> {
+) -> Result<(VerityInfo, tempfile::NamedTempFile), LayerError> {
     let salt = image.sha256.expect("digest requested").to_vec();
     let uuid = ext4::derive_uuid("ingot verity uuid", &opts.seed);
     let params = ingot_verity::VerityParams {
@@ -106,12 +121,13 @@ fn seal(
         .metadata()
         .map_err(|e| LayerError::io("reading", tmp.path(), e))?
         .len();
-    tmp.persist(hash)
-        .map_err(|e| LayerError::io("renaming the hash tree to", hash, e.error))?;
-    Ok(VerityInfo {
-        root_hash: r.root_hash,
-        salt,
-        uuid,
-        hash_size,
-    })
+    Ok((
+        VerityInfo {
+            root_hash: r.root_hash,
+            salt,
+            uuid,
+            hash_size,
+        },
+        tmp,
+    ))
 }

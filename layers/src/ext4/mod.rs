@@ -98,26 +98,45 @@ pub fn build_image(
     out: &Path,
     opts: &Ext4Options,
 ) -> Result<ImageInfo, LayerError> {
-    build_image_inner(source, out, opts, false)
+    write_tree(&load(source, out)?, out, opts, false)
 }
 
-pub(crate) fn build_image_inner(
-    source: &Source,
-    out: &Path,
-    opts: &Ext4Options,
-    digest: bool,
-) -> Result<ImageInfo, LayerError> {
-    let dir = out_dir(out);
+/// Loads a source into the tree model, logging how long it took.
+pub(crate) fn load(source: &Source, out: &Path) -> Result<Tree, LayerError> {
     let t0 = std::time::Instant::now();
-    let tree = source.load(dir)?;
+    let tree = source.load(out_dir(out))?;
     tracing::info!(nodes = tree.nodes.len(), elapsed = ?t0.elapsed(), "loaded source tree");
-    write_tree(&tree, out, opts, digest)
+    Ok(tree)
 }
 
 pub(crate) fn out_dir(out: &Path) -> &Path {
     match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
+    }
+}
+
+/// An image written to a temporary file beside its destination, not yet synced or renamed.
+pub(crate) struct Unpersisted {
+    pub info: ImageInfo,
+    pub tmp: tempfile::NamedTempFile,
+}
+
+impl Unpersisted {
+    /// Syncs the image and renames it to `out`.
+    pub(crate) fn persist(self, out: &Path) -> Result<ImageInfo, LayerError> {
+        let f: &File = self.tmp.as_file();
+        f.sync_all()
+            .map_err(|e| LayerError::io("syncing", self.tmp.path(), e))?;
+        self.persist_synced(out)
+    }
+
+    /// Renames an already synced image to `out`.
+    pub(crate) fn persist_synced(self, out: &Path) -> Result<ImageInfo, LayerError> {
+        self.tmp
+            .persist(out)
+            .map_err(|e| LayerError::io("renaming the image to", out, e.error))?;
+        Ok(self.info)
     }
 }
 
@@ -129,6 +148,15 @@ pub fn write_tree(
     opts: &Ext4Options,
     digest: bool,
 ) -> Result<ImageInfo, LayerError> {
+    write_unpersisted(tree, out, opts, digest)?.persist(out)
+}
+
+pub(crate) fn write_unpersisted(
+    tree: &Tree,
+    out: &Path,
+    opts: &Ext4Options,
+    digest: bool,
+) -> Result<Unpersisted, LayerError> {
     let uuid = derive_uuid("ingot ext4 uuid", &opts.seed);
     let mut hash_seed = [0u8; 16];
     hash_seed.copy_from_slice(
@@ -149,18 +177,15 @@ pub fn write_tree(
     let t1 = std::time::Instant::now();
     let sha = writer::write(tmp.as_file(), &plan, digest, opts.progress.as_ref())?;
     tracing::info!(elapsed = ?t1.elapsed(), "wrote image");
-    let f: &File = tmp.as_file();
-    f.sync_all()
-        .map_err(|e| LayerError::io("syncing", tmp.path(), e))?;
-    tracing::info!(elapsed = ?t1.elapsed(), "synced image");
-    tmp.persist(out)
-        .map_err(|e| LayerError::io("renaming the image to", out, e.error))?;
-    Ok(ImageInfo {
-        size: plan.blocks * BLOCK_SIZE as u64,
-        blocks: plan.blocks,
-        used_blocks: plan.used_blocks,
-        inodes: plan.inodes,
-        uuid,
-        sha256: sha,
+    Ok(Unpersisted {
+        info: ImageInfo {
+            size: plan.blocks * BLOCK_SIZE as u64,
+            blocks: plan.blocks,
+            used_blocks: plan.used_blocks,
+            inodes: plan.inodes,
+            uuid,
+            sha256: sha,
+        },
+        tmp,
     })
 }

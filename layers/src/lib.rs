@@ -105,6 +105,7 @@ fn seal(
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(|e| LayerError::io("creating a temporary file in", dir, e))?;
+    ext4::readable(&tmp)?;
     let t0 = std::time::Instant::now();
     let r = ingot_verity::format_file(img, tmp.path(), &params).map_err(|source| {
         LayerError::Verity {

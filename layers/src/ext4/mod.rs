@@ -109,6 +109,14 @@ pub(crate) fn load(source: &Source, out: &Path) -> Result<Tree, LayerError> {
     Ok(tree)
 }
 
+/// Temporary files are created 0600; a published image is readable by everyone (0644).
+pub(crate) fn readable(tmp: &tempfile::NamedTempFile) -> Result<(), LayerError> {
+    use std::os::unix::fs::PermissionsExt;
+    tmp.as_file()
+        .set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| LayerError::io("setting the mode of", tmp.path(), e))
+}
+
 pub(crate) fn out_dir(out: &Path) -> &Path {
     match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -174,6 +182,7 @@ pub(crate) fn write_unpersisted(
         .suffix(".tmp")
         .tempfile_in(dir)
         .map_err(|e| LayerError::io("creating a temporary file in", dir, e))?;
+    readable(&tmp)?;
     let t1 = std::time::Instant::now();
     let sha = writer::write(tmp.as_file(), &plan, digest, opts.progress.as_ref())?;
     tracing::info!(elapsed = ?t1.elapsed(), "wrote image");

@@ -60,7 +60,7 @@ t_ingot_push=$(timed "$ingot" publish "$work/layout" "oci://$host/bench/ingot:1.
 t_skopeo_push=$(timed skopeo copy --dest-tls-verify=false "oci:$work/layout:1.0.0" "docker://$host/bench/skopeo:1.0.0")
 t_ingot_pull=$(timed "$ingot" pull "oci://$host/bench/ingot:1.0.0" "$work/ingot-pull" --quiet)
 t_skopeo_pull=$(timed skopeo copy --src-tls-verify=false "docker://$host/bench/ingot:1.0.0" "oci:$work/skopeo-pull:1.0.0")
-"$ingot" verify "$work/ingot-pull" --allow-unsigned >/dev/null
+RUST_LOG=error "$ingot" verify "$work/ingot-pull" --allow-unsigned >/dev/null
 
 python3 - "$bytes" "$t_ingot_push" "$t_skopeo_push" "$t_ingot_pull" "$t_skopeo_pull" <<'PY'
 import sys

@@ -717,3 +717,92 @@ fn library_api_resolves_fetches_the_descriptor_and_streams_a_blob() {
     let none: RegistryRef = reg.url("stacks/demo:0.0.0").parse().unwrap();
     assert_eq!(client.try_resolve(&none).unwrap(), None);
 }
+
+#[test]
+fn a_killed_pull_rerun_keeps_the_finished_blobs_and_completes() {
+    let test = "a_killed_pull_rerun_keeps_the_finished_blobs_and_completes";
+    if !have_registry(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (sk, pk) = keypair(tmp.path(), "release");
+    let manifest = bulk_manifest(&repo(), tmp.path(), 32 << 20);
+    let layout = tmp.path().join("bulk");
+    build(&manifest, &layout, Some(&sk));
+    let reg = Registry::start(&tmp.path().join("reg"), None);
+    ok(ingot_with(
+        &["publish", p(&layout), &reg.url("stacks/bulk:1.0.0"), "-q"],
+        &[],
+        None,
+    ));
+    let front = Front::start(
+        reg.port,
+        FrontOptions {
+            bearer: None,
+            rate: Some(8_000_000),
+        },
+    );
+    let out = tmp.path().join("pulled");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ingot"))
+        .args(["pull", &front.url("stacks/bulk:1.0.0"), p(&out), "-q"])
+        .env_remove("OCI_REGISTRY_AUTH_TOKEN")
+        .env("DOCKER_CONFIG", "/nonexistent-ingot-test")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let blobs_dir = out.join("blobs/sha256");
+    let names = || -> Vec<String> {
+        fs::read_dir(&blobs_dir)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // Kill the pull once some blobs are complete and the big one is partly there.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let n = names();
+        let done = n.iter().filter(|x| !x.starts_with('.')).count();
+        let partial_big = fs::read_dir(&blobs_dir).is_ok_and(|rd| {
+            rd.filter_map(|e| e.ok()).any(|e| {
+                e.file_name().to_string_lossy().starts_with(".partial-")
+                    && e.metadata().is_ok_and(|m| m.len() > 4 << 20)
+            })
+        });
+        if done >= 2 && partial_big {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the pull never got going: {n:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(!out.join("index.json").exists());
+
+    // Again, straight from the registry: the finished blobs are kept, the partial file removed.
+    let again = ingot_with(
+        &["-v", "pull", &reg.url("stacks/bulk:1.0.0"), p(&out), "-q"],
+        &[],
+        None,
+    );
+    assert!(again.status.success(), "{}", text(&again));
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(err.contains("left by an interrupted pull"), "{err}");
+    let kept: usize = err
+        .split(" already there")
+        .next()
+        .and_then(|s| s.rsplit(", ").next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count of kept blobs in: {err}"));
+    assert!(kept >= 2, "{err}");
+    assert!(names().iter().all(|n| !n.starts_with(".partial-")));
+    assert_eq!(tree_digests(&out), tree_digests(&layout));
+    ok(ingot_with(
+        &["verify", p(&out), "--trust-key", p(&pk)],
+        &[],
+        None,
+    ));
+}

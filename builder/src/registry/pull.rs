@@ -78,6 +78,7 @@ pub fn pull(reg: &Registry, source: &RegistryRef, out: &Path) -> Result<PullRepo
     }
     let writer = LayoutWriter::create(out).map_err(RegistryError::io(out))?;
     let layout = Layout::open(out)?;
+    remove_stale_partials(&out.join("blobs/sha256"))?;
 
     let mut blobs: Vec<(String, u64)> = Vec::new();
     for d in std::iter::once(&manifest.config).chain(manifest.layers.iter()) {
@@ -140,6 +141,19 @@ pub fn pull(reg: &Registry, source: &RegistryRef, out: &Path) -> Result<PullRepo
     write_index(out, desc)?;
     report.elapsed = start.elapsed();
     Ok(report)
+}
+
+/// Temporary files an interrupted pull (a killed process) left behind.
+fn remove_stale_partials(dir: &Path) -> Result<(), RegistryError> {
+    for entry in std::fs::read_dir(dir).map_err(RegistryError::io(dir))? {
+        let entry = entry.map_err(RegistryError::io(dir))?;
+        if entry.file_name().to_string_lossy().starts_with(".partial-") {
+            let path = entry.path();
+            tracing::info!("removing {}, left by an interrupted pull", path.display());
+            std::fs::remove_file(&path).map_err(RegistryError::io(&path))?;
+        }
+    }
+    Ok(())
 }
 
 fn write_index(out: &Path, desc: Descriptor) -> Result<(), RegistryError> {

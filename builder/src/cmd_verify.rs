@@ -18,6 +18,18 @@ use ingot::verify::{open, verify, SignatureStatus, StackRef, Trust};
 /// disagrees with the signed descriptor; 5 a layer's content or verity tree does not match its
 /// signed root hash.
 #[derive(Args, Debug)]
+#[command(after_help = "\
+Checks the minisign signature over the stack descriptor first (nothing is trusted before it), \
+then every blob's digest and size, then every layer: decompress, recompute the dm-verity tree \
+and root hash, compare with the signed descriptor. The first thing wrong is named.
+
+Exit codes:
+  0  verified
+  1  I/O error, not an ingot stack, malformed descriptor
+  2  usage
+  3  signature missing, from another key, or not matching the descriptor
+  4  a blob's digest or size is wrong, or the manifest disagrees with the descriptor
+  5  a layer's content or verity tree does not match its signed root hash")]
 pub struct VerifyArgs {
     /// The artifact: an OCI image layout directory (`DIR` or `oci:DIR`), or a registry
     /// reference `oci://HOST[:PORT]/REPO:TAG` (or `…@sha256:DIGEST`; credentials from

@@ -620,3 +620,24 @@ fn a_failed_build_leaves_nothing() {
     let left: Vec<_> = fs::read_dir(&parent).unwrap().collect();
     assert!(left.is_empty(), "left behind: {left:?}");
 }
+
+#[test]
+fn key_generate_protects_the_secret_key() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let (sk, pk) = keypair(tmp.path(), "k");
+    assert_eq!(fs::metadata(&sk).unwrap().permissions().mode() & 0o777, 0o600);
+    let first = fs::read(&sk).unwrap();
+    // A second run refuses to overwrite either file.
+    let out = ingot([
+        "key".as_ref(),
+        "generate".as_ref(),
+        "--secret".as_ref(),
+        sk.as_os_str(),
+        "--public".as_ref(),
+        pk.as_os_str(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+    assert_eq!(fs::read(&sk).unwrap(), first);
+}

@@ -626,7 +626,10 @@ fn key_generate_protects_the_secret_key() {
     use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
     let (sk, pk) = keypair(tmp.path(), "k");
-    assert_eq!(fs::metadata(&sk).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(
+        fs::metadata(&sk).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
     let first = fs::read(&sk).unwrap();
     // A second run refuses to overwrite either file.
     let out = ingot([

@@ -379,7 +379,11 @@ fn tampered_stacks_are_refused() {
         let path = blob(&desc_edit, m["config"]["digest"].as_str().unwrap());
         let t = fs::read_to_string(&path).unwrap();
         let root = t.split("\"rootHash\":\"").nth(1).unwrap()[..64].to_string();
-        let other = format!("{}{}", &root[..63], if root.ends_with('0') { "1" } else { "0" });
+        let other = format!(
+            "{}{}",
+            &root[..63],
+            if root.ends_with('0') { "1" } else { "0" }
+        );
         let edited = t.replacen(&root, &other, 1);
         let put = |bytes: &[u8]| -> String {
             use sha2::Digest;
@@ -392,7 +396,8 @@ fn tampered_stacks_are_refused() {
         let manifest_bytes = serde_json::to_vec(&manifest).unwrap();
         let manifest_digest = put(&manifest_bytes);
         let index_path = desc_edit.join("index.json");
-        let mut index: serde_json::Value = serde_json::from_slice(&fs::read(&index_path).unwrap()).unwrap();
+        let mut index: serde_json::Value =
+            serde_json::from_slice(&fs::read(&index_path).unwrap()).unwrap();
         index["manifests"][0]["digest"] = manifest_digest.into();
         index["manifests"][0]["size"] = manifest_bytes.len().into();
         fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();

@@ -80,24 +80,6 @@ struct Frame {
     data: AlignedBuf,
 }
 
-/// Splits a blob into its zstd frames.
-fn frames(blob: &[u8]) -> Result<Vec<&[u8]>, String> {
-    let mut out = Vec::new();
-    let mut offset = 0usize;
-    while offset < blob.len() {
-        let len = zstd::zstd_safe::find_frame_compressed_size(&blob[offset..]).map_err(|code| {
-            format!(
-                "frame {} at byte {offset}: {}",
-                out.len(),
-                zstd::zstd_safe::get_error_name(code)
-            )
-        })?;
-        out.push(&blob[offset..offset + len]);
-        offset += len;
-    }
-    Ok(out)
-}
-
 /// Writes one layer's image into its partition with both checks. `zeroed`: the partition reads
 /// zeros already, so zero blocks need not be sent.
 pub fn write_layer(
@@ -135,7 +117,7 @@ pub fn write_layer(
             layer.image_size
         )));
     }
-    let frames = frames(layer.blob).map_err(&blob_err)?;
+    let frames = ingot::compress::split_frames(layer.blob).map_err(|e| blob_err(e.to_string()))?;
     let want = layer.image_size.div_ceil(layer.frame_size) as usize;
     if frames.len() != want {
         return Err(blob_err(format!(

@@ -261,8 +261,8 @@ impl Layout {
             .join(&digest["sha256:".len()..]))
     }
 
-    /// Read a blob whole and check its digest and size.
-    pub fn read_blob(&self, digest: &str, size: u64) -> Result<Vec<u8>, LayoutError> {
+    /// The path of a blob that exists with the expected size (its digest is not checked yet).
+    fn present_blob(&self, digest: &str, size: u64) -> Result<PathBuf, LayoutError> {
         let path = self.blob_path(digest)?;
         let meta = fs::metadata(&path).map_err(|_| LayoutError::Missing {
             digest: digest.to_owned(),
@@ -275,6 +275,12 @@ impl Layout {
                 actual: meta.len(),
             });
         }
+        Ok(path)
+    }
+
+    /// Read a blob whole and check its digest and size.
+    pub fn read_blob(&self, digest: &str, size: u64) -> Result<Vec<u8>, LayoutError> {
+        let path = self.present_blob(digest, size)?;
         let bytes = fs::read(&path).map_err(io_err(&path))?;
         let actual = sha256_digest(&bytes);
         if actual != digest {
@@ -288,18 +294,7 @@ impl Layout {
 
     /// Check a blob file's digest and size by streaming it; returns its path.
     pub fn check_blob(&self, digest: &str, size: u64) -> Result<PathBuf, LayoutError> {
-        let path = self.blob_path(digest)?;
-        let meta = fs::metadata(&path).map_err(|_| LayoutError::Missing {
-            digest: digest.to_owned(),
-            path: path.clone(),
-        })?;
-        if meta.len() != size {
-            return Err(LayoutError::Size {
-                digest: digest.to_owned(),
-                expected: size,
-                actual: meta.len(),
-            });
-        }
+        let path = self.present_blob(digest, size)?;
         let (actual, _) = sha256_file(&path).map_err(io_err(&path))?;
         if actual != digest {
             return Err(LayoutError::Digest {

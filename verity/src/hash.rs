@@ -168,7 +168,7 @@ fn two_way_available<D: 'static>() -> bool {
 /// True when every byte of `block` is zero. Sparse images are mostly zeros: the scan leaves on
 /// the first non-zero 256-byte stretch of dense data and runs at memory speed over zeros.
 #[inline]
-pub(crate) fn is_zero(block: &[u8]) -> bool {
+pub fn is_zero(block: &[u8]) -> bool {
     let mut chunks = block.chunks_exact(256);
     for chunk in &mut chunks {
         let acc = chunk.chunks_exact(8).fold(0u64, |acc, w| {

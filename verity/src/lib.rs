@@ -23,7 +23,7 @@ mod verify;
 
 pub use error::{ParamError, SuperblockError, VerifyError, VerityError};
 pub use file::{format_file, read_superblock, verify_files, FormatResult};
-pub use hash::HashAlgorithm;
+pub use hash::{is_zero, HashAlgorithm};
 pub use params::{Geometry, HashType, VerityParams, MAX_BLOCK_SIZE, MAX_SALT_SIZE, MIN_BLOCK_SIZE};
 pub use superblock::{Superblock, SUPERBLOCK_SIZE};
 pub use tree::{build_tree, build_tree_sparse, Tree, ZeroRanges};

@@ -8,7 +8,7 @@
 //! All-zero blocks are skipped when the partition was first made to read zeros (a hole punched
 //! in an image file, BLKZEROOUT on a device that offloads it), and still read back and checked.
 
-use ingot_verity::Verifier;
+use ingot_verity::{is_zero, Verifier};
 use rayon::prelude::*;
 
 use crate::report::{Reporter, Rewrite, Stage};
@@ -170,7 +170,7 @@ pub fn write_layer(
         let (written, checked) = rayon::join(
             || write_frames(target, layer, &current, zeroed),
             || match &previous {
-                Some(frames) => read_back(target, layer, frames, zeroed, opts, reporter),
+                Some(frames) => read_back(target, layer, frames, opts, reporter),
                 None => Ok((0, 0)),
             },
         );
@@ -185,7 +185,7 @@ pub fn write_layer(
         pending = Some(current);
     }
     if let Some(frames) = pending {
-        let (rw, rewrites) = read_back(target, layer, &frames, zeroed, opts, reporter)?;
+        let (rw, rewrites) = read_back(target, layer, &frames, opts, reporter)?;
         stats.written += rw;
         stats.rewrites += rewrites;
     }
@@ -244,10 +244,6 @@ fn write_runs(
     Ok((written, skipped))
 }
 
-fn is_zero(block: &[u8]) -> bool {
-    block.chunks_exact(8).all(|w| w == [0u8; 8])
-}
-
 /// Reads each frame back with O_DIRECT and checks it against the tree; a frame that fails is
 /// written again (whole, zeros included) up to the attempt limit. Returns (bytes rewritten,
 /// number of rewrites).
@@ -255,7 +251,6 @@ fn read_back(
     target: &Target,
     layer: &LayerData<'_>,
     frames: &[Frame],
-    _zeroed: bool,
     opts: WriteOptions,
     reporter: &Reporter,
 ) -> Result<(u64, u32), EngineError> {

@@ -149,7 +149,6 @@ pub fn write_stack(req: &WriteRequest, reporter: &Reporter) -> Result<Outcome, W
     reporter.stage(Stage::Resolve, format!("opening {:?}", req.source));
     let source = ingot::verify::open(&req.source)?;
     let (report, layers) = prepare(source.as_ref(), req, reporter)?;
-    let d = &report.descriptor;
 
     reporter.stage(Stage::Plan, format!("planning {}", req.target.display()));
     let target = Target::open(&req.target)?;
@@ -189,7 +188,6 @@ pub fn write_stack(req: &WriteRequest, reporter: &Reporter) -> Result<Outcome, W
                     "clearing the partition tables after a failure also failed: {clear}"
                 );
             }
-            let _ = d;
             Err(e)
         }
     }

@@ -262,7 +262,7 @@ impl Layout {
     }
 
     /// The path of a blob that exists with the expected size (its digest is not checked yet).
-    fn present_blob(&self, digest: &str, size: u64) -> Result<PathBuf, LayoutError> {
+    pub fn present_blob(&self, digest: &str, size: u64) -> Result<PathBuf, LayoutError> {
         let path = self.blob_path(digest)?;
         let meta = fs::metadata(&path).map_err(|_| LayoutError::Missing {
             digest: digest.to_owned(),

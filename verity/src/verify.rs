@@ -122,6 +122,22 @@ impl Verifier {
         with_digest!(self.params.algorithm, D => self.check_data::<D>(first_block, data))
     }
 
+    /// How many data blocks the tree says are all zeros (their leaf is the digest of a zero
+    /// block). Lets a writer decide up front whether skipping zero blocks is worth zeroing the
+    /// target first.
+    pub fn zero_blocks(&self) -> u64 {
+        with_digest!(self.params.algorithm, D => self.count_zero_blocks::<D>())
+    }
+
+    fn count_zero_blocks<D: Digest + Clone + Send + Sync + 'static>(&self) -> u64 {
+        let hasher = SaltedHasher::<D>::new(self.params.hash_type, &self.params.salt);
+        let zero = hasher.hash(&vec![0u8; self.params.data_block_size as usize]);
+        (0..self.params.data_blocks)
+            .into_par_iter()
+            .filter(|&b| *self.leaf(b) == *zero)
+            .count() as u64
+    }
+
     fn check_data<D: Digest + Clone + Send + Sync + 'static>(
         &self,
         first_block: u64,
@@ -253,6 +269,25 @@ mod tests {
             v.verify_blocks(19_999, &d[..8192]),
             Err(VerifyError::Range { .. })
         ));
+    }
+
+    #[test]
+    fn counts_zero_blocks_from_the_tree() {
+        let mut d = data(3_000);
+        for b in [0usize, 7, 8, 2_999] {
+            d[b * 4096..(b + 1) * 4096].fill(0);
+        }
+        // Nearly zero is not zero.
+        d[100 * 4096..101 * 4096].fill(0);
+        d[100 * 4096 + 4095] = 1;
+        let p = params(3_000);
+        let t = build_tree(&p, &d).unwrap();
+        let v = Verifier::new(&p, t.blocks.clone(), &t.root_hash).unwrap();
+        assert_eq!(v.zero_blocks(), 4);
+        let zeros = vec![0u8; 5 * 4096];
+        let p = params(5);
+        let t = build_tree(&p, &zeros).unwrap();
+        assert_eq!(Verifier::new(&p, t.blocks, &t.root_hash).unwrap().zero_blocks(), 5);
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! in an image file, BLKZEROOUT on a device that offloads it), and still read back and checked.
 
 use ingot_verity::{is_zero, Verifier};
+use std::sync::{mpsc, Mutex};
+
 use rayon::prelude::*;
 
 use crate::report::{Reporter, Rewrite, Stage};
@@ -63,7 +65,7 @@ pub struct LayerData<'a> {
     pub name: &'a str,
     /// The tree, already checked against the signed root hash.
     pub verifier: &'a Verifier,
-    /// The compressed blob (digest already checked): zstd frames of `frame_size` bytes each.
+    /// The compressed blob (not hashed whole; each decoded block is checked): zstd frames of `frame_size` bytes each.
     pub blob: &'a [u8],
     pub frame_size: u64,
     pub image_size: u64,
@@ -126,89 +128,127 @@ pub fn write_layer(
         )));
     }
 
+    // Three stages joined by short bounded queues, so that the disk always has work:
+    //   decode (rayon: decompress and check against the tree) → write (O_DIRECT)
+    //   → read back (O_DIRECT) and check again.
+    // The queues hold a few frames each: memory stays bounded and every frame is checked before
+    // it is written. Buffers go back to a pool, so the run does not fault in fresh pages for
+    // every frame.
     let batch = (rayon::current_num_threads() * 2).max(2);
-    let mut stats = WriteStats::default();
-    let mut pending: Option<Vec<Frame>> = None;
-    let mut done_bytes = 0u64;
-    for (batch_no, chunk) in frames.chunks(batch).enumerate() {
-        // Decompress and check against the tree, in parallel, before anything is written.
-        let decoded: Vec<Result<Frame, EngineError>> = chunk
-            .par_iter()
-            .enumerate()
-            .map(|(i, frame)| {
-                let index = (batch_no * batch + i) as u64;
-                let at = index * layer.frame_size;
-                let len = layer.frame_size.min(layer.image_size - at) as usize;
-                let mut data = AlignedBuf::new(layer.frame_size as usize);
-                let n = zstd::bulk::Decompressor::new()
-                    .and_then(|mut d| d.decompress_to_buffer(frame, &mut data[..]))
-                    .map_err(|e| blob_err(format!("frame {index}: {e}")))?;
-                if n != len {
-                    return Err(blob_err(format!(
-                        "frame {index} holds {n} bytes, {len} expected"
-                    )));
+    let depth = batch * 2;
+    let pool: Mutex<Vec<AlignedBuf>> = Mutex::new(Vec::new());
+    let (write_tx, write_rx) = mpsc::sync_channel::<Frame>(depth);
+    let (check_tx, check_rx) = mpsc::sync_channel::<Frame>(depth);
+    let (decoded, written, checked) = std::thread::scope(|s| {
+        let writer = s.spawn(|| -> Result<(u64, u64), EngineError> {
+            let (mut written, mut skipped) = (0, 0);
+            for f in write_rx {
+                let (w, sk) = write_runs(target, &f.data[..f.len], layer.offset + f.at, zeroed)?;
+                written += w;
+                skipped += sk;
+                if check_tx.send(f).is_err() {
+                    break; // the read-back stage failed; its error is the one to report
                 }
-                layer
-                    .verifier
-                    .verify_blocks(at / dbs, &data[..len])
-                    .map_err(|e| match e {
-                        ingot_verity::VerifyError::DataBlock { block, .. } => {
-                            EngineError::BadSource {
-                                layer: name.clone(),
-                                block,
-                            }
-                        }
-                        other => blob_err(other.to_string()),
-                    })?;
-                Ok(Frame { at, len, data })
-            })
-            .collect();
-        let current: Vec<Frame> = decoded.into_iter().collect::<Result<_, _>>()?;
-
-        // Write this batch while the previous one is read back and checked.
-        let previous = pending.take();
-        let (written, checked) = rayon::join(
-            || write_frames(target, layer, &current, zeroed),
-            || match &previous {
-                Some(frames) => read_back(target, layer, frames, opts, reporter),
-                None => Ok((0, 0)),
-            },
-        );
-        let (w, s) = written?;
-        stats.written += w;
-        stats.skipped += s;
-        let (rw, rewrites) = checked?;
-        stats.written += rw;
-        stats.rewrites += rewrites;
-        done_bytes += current.iter().map(|f| f.len as u64).sum::<u64>();
-        reporter.progress(Stage::Write, layer.name, done_bytes, layer.image_size);
-        pending = Some(current);
-    }
-    if let Some(frames) = pending {
-        let (rw, rewrites) = read_back(target, layer, &frames, opts, reporter)?;
-        stats.written += rw;
-        stats.rewrites += rewrites;
-    }
+            }
+            drop(check_tx);
+            Ok((written, skipped))
+        });
+        let checker = s.spawn(|| -> Result<(u64, u32), EngineError> {
+            let (mut rewritten, mut rewrites) = (0, 0);
+            // Frames already written are read back together in one large request: a few
+            // large reads cost far less than many 4 MiB ones.
+            const GROUP: usize = 4;
+            let mut back = AlignedBuf::new(GROUP * layer.frame_size as usize);
+            let mut done = 0u64;
+            let mut group: Vec<Frame> = Vec::with_capacity(GROUP);
+            let check_rx = check_rx; // owned here: the writer sees when this stage stops
+            while let Ok(first) = check_rx.recv() {
+                group.push(first);
+                while group.len() < GROUP {
+                    match check_rx.try_recv() {
+                        Ok(f) => group.push(f),
+                        Err(_) => break,
+                    }
+                }
+                let (rw, n) = read_back_group(target, layer, &group, &mut back, opts, reporter)?;
+                rewritten += rw;
+                rewrites += n;
+                for f in group.drain(..) {
+                    done += f.len as u64;
+                    pool.lock().expect("buffer pool").push(f.data);
+                }
+                reporter.progress(Stage::Write, layer.name, done, layer.image_size);
+            }
+            Ok((rewritten, rewrites))
+        });
+        let decoded = (|| -> Result<(), EngineError> {
+            for (batch_no, chunk) in frames.chunks(batch).enumerate() {
+                let frames: Vec<Result<Frame, EngineError>> = chunk
+                    .par_iter()
+                    .enumerate()
+                    .map(|(i, frame)| {
+                        let index = (batch_no * batch + i) as u64;
+                        let buf = pool.lock().expect("buffer pool").pop();
+                        decode_frame(layer, index, frame, buf, &blob_err)
+                    })
+                    .collect();
+                for f in frames {
+                    if write_tx.send(f?).is_err() {
+                        return Ok(()); // a later stage failed; its error is the one to report
+                    }
+                }
+            }
+            Ok(())
+        })();
+        drop(write_tx);
+        let written = writer.join().expect("write stage panicked");
+        let checked = checker.join().expect("read-back stage panicked");
+        (decoded, written, checked)
+    });
+    decoded?;
+    let (w, skipped) = written?;
+    let (rw, rewrites) = checked?;
+    let stats = WriteStats {
+        written: w + rw,
+        skipped,
+        rewrites,
+    };
     reporter.add_written(stats.written);
     Ok(stats)
 }
 
-/// Writes frames; with `zeroed`, only the runs of non-zero 4 KiB blocks. Returns
-/// (bytes written, zero bytes skipped).
-fn write_frames(
-    target: &Target,
+/// Decompresses frame `index` into `buf` (or a new buffer) and checks every block against the
+/// tree: nothing that fails leaves this function.
+fn decode_frame(
     layer: &LayerData<'_>,
-    frames: &[Frame],
-    zeroed: bool,
-) -> Result<(u64, u64), EngineError> {
-    let mut written = 0;
-    let mut skipped = 0;
-    for f in frames {
-        let (w, s) = write_runs(target, &f.data[..f.len], layer.offset + f.at, zeroed)?;
-        written += w;
-        skipped += s;
+    index: u64,
+    frame: &[u8],
+    buf: Option<AlignedBuf>,
+    blob_err: &(dyn Fn(String) -> EngineError + Sync),
+) -> Result<Frame, EngineError> {
+    let dbs = layer.verifier.params().data_block_size as u64;
+    let at = index * layer.frame_size;
+    let len = layer.frame_size.min(layer.image_size - at) as usize;
+    let mut data = buf.unwrap_or_else(|| AlignedBuf::new(layer.frame_size as usize));
+    let n = zstd::bulk::Decompressor::new()
+        .and_then(|mut d| d.decompress_to_buffer(frame, &mut data[..]))
+        .map_err(|e| blob_err(format!("frame {index}: {e}")))?;
+    if n != len {
+        return Err(blob_err(format!(
+            "frame {index} holds {n} bytes, {len} expected"
+        )));
     }
-    Ok((written, skipped))
+    layer
+        .verifier
+        .verify_blocks(at / dbs, &data[..len])
+        .map_err(|e| match e {
+            ingot_verity::VerifyError::DataBlock { block, .. } => EngineError::BadSource {
+                layer: layer.name.to_string(),
+                block,
+            },
+            other => blob_err(other.to_string()),
+        })?;
+    Ok(Frame { at, len, data })
 }
 
 /// Writes `data` (a multiple of ALIGN) at `offset`, skipping all-zero ALIGN blocks when the
@@ -244,54 +284,88 @@ fn write_runs(
     Ok((written, skipped))
 }
 
-/// Reads each frame back with O_DIRECT and checks it against the tree; a frame that fails is
-/// written again (whole, zeros included) up to the attempt limit. Returns (bytes rewritten,
-/// number of rewrites).
+/// Reads consecutive frames back in one request and checks them; when that fails, each frame
+/// is read back and handled on its own (see [`read_back`]).
+fn read_back_group(
+    target: &Target,
+    layer: &LayerData<'_>,
+    group: &[Frame],
+    buf: &mut AlignedBuf,
+    opts: WriteOptions,
+    reporter: &Reporter,
+) -> Result<(u64, u32), EngineError> {
+    let dbs = layer.verifier.params().data_block_size as u64;
+    let first = &group[0];
+    let contiguous = group
+        .windows(2)
+        .all(|w| w[0].at + w[0].len as u64 == w[1].at);
+    if contiguous {
+        let len: usize = group.iter().map(|f| f.len).sum();
+        target.read_direct(&mut buf[..len], layer.offset + first.at)?;
+        if layer
+            .verifier
+            .verify_blocks(first.at / dbs, &buf[..len])
+            .is_ok()
+        {
+            return Ok((0, 0));
+        }
+    }
+    let (mut rewritten, mut rewrites) = (0, 0);
+    for f in group {
+        let (rw, n) = read_back(target, layer, f, buf, opts, reporter)?;
+        rewritten += rw;
+        rewrites += n;
+    }
+    Ok((rewritten, rewrites))
+}
+
+/// Reads a frame back with O_DIRECT into `buf` and checks it against the tree; a frame that
+/// fails is written again (whole, zeros included) up to the attempt limit. Returns (bytes
+/// rewritten, number of rewrites).
 fn read_back(
     target: &Target,
     layer: &LayerData<'_>,
-    frames: &[Frame],
+    f: &Frame,
+    buf: &mut AlignedBuf,
     opts: WriteOptions,
     reporter: &Reporter,
 ) -> Result<(u64, u32), EngineError> {
     let dbs = layer.verifier.params().data_block_size as u64;
     let mut rewritten = 0u64;
     let mut rewrites = 0u32;
-    let mut buf = AlignedBuf::new(layer.frame_size as usize);
-    for f in frames {
-        let offset = layer.offset + f.at;
-        let mut attempt = 1;
-        loop {
-            target.read_direct(&mut buf[..f.len], offset)?;
-            let check = layer.verifier.verify_blocks(f.at / dbs, &buf[..f.len]);
-            let Err(e) = check else { break };
-            if attempt >= opts.max_attempts {
-                return Err(EngineError::ReadBack {
-                    layer: layer.name.to_string(),
-                    offset,
-                    length: f.len as u64,
-                    attempts: attempt,
-                    reason: e.to_string(),
-                });
-            }
-            attempt += 1;
-            reporter.rewrite(Rewrite {
+    let offset = layer.offset + f.at;
+    let mut attempt = 1;
+    loop {
+        target.read_direct(&mut buf[..f.len], offset)?;
+        let check = layer.verifier.verify_blocks(f.at / dbs, &buf[..f.len]);
+        let Err(e) = check else { break };
+        if attempt >= opts.max_attempts {
+            return Err(EngineError::ReadBack {
                 layer: layer.name.to_string(),
                 offset,
                 length: f.len as u64,
-                attempt,
+                attempts: attempt,
+                reason: e.to_string(),
             });
-            target.write_direct(&f.data[..f.len], offset)?;
-            target.sync()?;
-            rewritten += f.len as u64;
-            rewrites += 1;
         }
+        attempt += 1;
+        reporter.rewrite(Rewrite {
+            layer: layer.name.to_string(),
+            offset,
+            length: f.len as u64,
+            attempt,
+        });
+        target.write_direct(&f.data[..f.len], offset)?;
+        target.sync()?;
+        rewritten += f.len as u64;
+        rewrites += 1;
     }
     Ok((rewritten, rewrites))
 }
 
 /// Writes bytes that carry no hash tree of their own (a verity hash device, the ESP) and checks
-/// them by reading back and comparing, with the same bounded rewrites.
+/// them by reading back and comparing, with the same bounded rewrites. Chunk N is written while
+/// chunk N-1 is read back.
 pub fn write_bytes(
     target: &Target,
     what: &str,
@@ -301,46 +375,86 @@ pub fn write_bytes(
     opts: WriteOptions,
     reporter: &Reporter,
 ) -> Result<WriteStats, EngineError> {
-    let mut stats = WriteStats::default();
     const CHUNK: usize = 8 << 20;
-    let mut buf = AlignedBuf::new(CHUNK);
+    let mut stats = WriteStats::default();
+    let mut current = AlignedBuf::new(CHUNK);
+    let mut previous = AlignedBuf::new(CHUNK);
     let mut back = AlignedBuf::new(CHUNK);
-    for (i, part) in bytes.chunks(CHUNK).enumerate() {
-        let at = offset + (i * CHUNK) as u64;
-        let len = part.len().div_ceil(ALIGN) * ALIGN;
-        buf[..len].fill(0);
-        buf[..part.len()].copy_from_slice(part);
-        let (w, s) = write_runs(target, &buf[..len], at, zeroed)?;
-        stats.written += w;
-        stats.skipped += s;
-        let mut attempt = 1;
-        loop {
-            target.read_direct(&mut back[..len], at)?;
-            if back[..len] == buf[..len] {
-                break;
-            }
-            if attempt >= opts.max_attempts {
-                return Err(EngineError::ReadBack {
-                    layer: what.to_string(),
-                    offset: at,
-                    length: len as u64,
-                    attempts: attempt,
-                    reason: "bytes differ from what was written".into(),
-                });
-            }
-            attempt += 1;
-            reporter.rewrite(Rewrite {
-                layer: what.to_string(),
-                offset: at,
-                length: len as u64,
-                attempt,
-            });
-            target.write_direct(&buf[..len], at)?;
-            target.sync()?;
-            stats.written += len as u64;
-            stats.rewrites += 1;
+    // (offset, length) of the chunk in `previous`, waiting to be read back.
+    let mut pending: Option<(u64, usize)> = None;
+    let mut parts = bytes.chunks(CHUNK).enumerate();
+    loop {
+        let next = parts.next().map(|(i, part)| {
+            let len = part.len().div_ceil(ALIGN) * ALIGN;
+            current[..len].fill(0);
+            current[..part.len()].copy_from_slice(part);
+            (offset + (i * CHUNK) as u64, len)
+        });
+        if next.is_none() && pending.is_none() {
+            break;
         }
+        let (written, checked) = rayon::join(
+            || match next {
+                Some((at, len)) => write_runs(target, &current[..len], at, zeroed),
+                None => Ok((0, 0)),
+            },
+            || match pending {
+                Some((at, len)) => {
+                    check_bytes(target, what, &previous[..len], &mut back, at, opts, reporter)
+                }
+                None => Ok((0, 0)),
+            },
+        );
+        let (w, s) = written?;
+        let (rw, n) = checked?;
+        stats.written += w + rw;
+        stats.skipped += s;
+        stats.rewrites += n;
+        std::mem::swap(&mut current, &mut previous);
+        pending = next;
     }
     reporter.add_written(stats.written);
     Ok(stats)
+}
+
+/// Reads `expect.len()` bytes back at `at` and compares; rewrites up to the attempt limit.
+/// Returns (bytes rewritten, number of rewrites).
+fn check_bytes(
+    target: &Target,
+    what: &str,
+    expect: &[u8],
+    back: &mut AlignedBuf,
+    at: u64,
+    opts: WriteOptions,
+    reporter: &Reporter,
+) -> Result<(u64, u32), EngineError> {
+    let len = expect.len();
+    let (mut rewritten, mut rewrites) = (0u64, 0u32);
+    let mut attempt = 1;
+    loop {
+        target.read_direct(&mut back[..len], at)?;
+        if back[..len] == *expect {
+            return Ok((rewritten, rewrites));
+        }
+        if attempt >= opts.max_attempts {
+            return Err(EngineError::ReadBack {
+                layer: what.to_string(),
+                offset: at,
+                length: len as u64,
+                attempts: attempt,
+                reason: "bytes differ from what was written".into(),
+            });
+        }
+        attempt += 1;
+        reporter.rewrite(Rewrite {
+            layer: what.to_string(),
+            offset: at,
+            length: len as u64,
+            attempt,
+        });
+        target.write_direct(expect, at)?;
+        target.sync()?;
+        rewritten += len as u64;
+        rewrites += 1;
+    }
 }

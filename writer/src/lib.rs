@@ -133,7 +133,9 @@ fn prepare(
                 reason: e.to_string(),
             }
         })?;
-        let data_path = source.blob_file(&entry.data.digest, entry.data.size)?;
+        // Not hashed whole: every decompressed block is checked against the tree before it is
+        // written, which covers exactly the bytes that reach the disk.
+        let data_path = source.blob_file_unhashed(&entry.data.digest, entry.data.size)?;
         prepared.push(Prepared {
             entry: entry.clone(),
             verifier: Arc::new(verifier),
@@ -220,15 +222,23 @@ fn write_all(
             what: "opening the data blob",
             source,
         })?;
-        // SAFETY: the blob is a file in the source store, read-only here; its digest was
-        // checked, and every block is checked again against the tree before it is written.
+        // SAFETY: the blob is a file in the source store, read-only here; every block decoded
+        // from it is checked against the tree before it is written.
         #[allow(unsafe_code)]
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| WriteError::Io {
             path: p.data_path.clone(),
             what: "mapping the data blob",
             source,
         })?;
-        let zeroed = target.zero_range(data.offset, data.size)?;
+        // Zeroing first pays only when many blocks are zeros (the tree says which): on a thin
+        // or file-backed disk it frees space that dense data must then allocate again.
+        let zero_blocks = p.verifier.zero_blocks();
+        let blocks = p.verifier.params().data_blocks;
+        let zeroed = zero_blocks * 8 >= blocks && target.zero_range(data.offset, data.size)?;
+        tracing::debug!(
+            "layer {}: {zero_blocks} of {blocks} blocks are zeros; zeroing first: {zeroed}",
+            p.entry.name
+        );
         let stats = engine::write_layer(
             target,
             &LayerData {

@@ -1,0 +1,378 @@
+//! Staging: relocation, accounts, secrets, generated files, tar, determinism, real ssh-keygen.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use ingot_bootstrap::{parse, stage, Entry, EntryKind, Role, Staged};
+
+fn staged(name: &str, host_keys: bool, seed: u64) -> Staged {
+    let b = parse(&fixture(name)).unwrap();
+    stage(&input(b, host_keys), &mut rng(seed)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn file<'a>(s: &'a Staged, path: &str) -> (&'a Entry, String) {
+    let e = s.get(path).unwrap_or_else(|| panic!("{path} not staged"));
+    match &e.kind {
+        EntryKind::File(c) => (e, String::from_utf8_lossy(c).into_owned()),
+        _ => panic!("{path} is not a file"),
+    }
+}
+
+#[test]
+fn control_plane_init_is_staged() {
+    let s = staged("cloud-config-controlplane-init.yaml", false, 7);
+    assert_eq!(s.role, Role::ControlPlane);
+    assert_eq!(s.hostname, "hetzner-prod-cp-0");
+    // /run is relocated, with the jinja hostname rendered and secret mode.
+    assert!(s.entries.iter().all(|e| !e.path.starts_with("/run")));
+    let (kc, text) = file(&s, "/etc/ingot/run/kubeadm/kubeadm.yaml");
+    assert_eq!(
+        kc.mode, 0o600,
+        "0640 tightened: it carries a bootstrap token"
+    );
+    assert!(text.contains("name: 'hetzner-prod-cp-0'"), "{text}");
+    assert!(s.secrets.contains(&kc.path));
+    let (ph, _) = file(&s, "/etc/ingot/run/cluster-api/placeholder");
+    assert_eq!(ph.mode, 0o640);
+    // Certificates: keys secret, certs as given.
+    let (key, _) = file(&s, "/etc/kubernetes/pki/ca.key");
+    assert_eq!(key.mode, 0o600);
+    assert!(s.secrets.contains(&key.path));
+    let (crt, crt_text) = file(&s, "/etc/kubernetes/pki/ca.crt");
+    assert_eq!((crt.mode, crt.uid, crt.gid), (0o640, 0, 0));
+    assert_eq!(crt_text.as_bytes(), fixture("plain/ca.crt"));
+    assert!(!s.secrets.contains(&crt.path));
+    // The script copies /run first, then runs runcmd in order, then marks done.
+    let (sh, script) = file(&s, "/etc/ingot/bootstrap.sh");
+    assert_eq!(sh.mode, 0o700);
+    let cp = script.find("cp -a /etc/ingot/run/. /run/").expect(&script);
+    let init = script
+        .find("kubeadm init --config /run/kubeadm/kubeadm.yaml")
+        .expect(&script);
+    let sysctl = script.find("sysctl --system").expect(&script);
+    let done = script
+        .find(": > /var/lib/ingot/bootstrap.done")
+        .expect(&script);
+    assert!(cp < sysctl && sysctl < init && init < done, "{script}");
+    assert!(script.starts_with("#!/bin/sh\n") && script.contains("\nset -eu\n"));
+    let (_, unit) = file(&s, "/etc/systemd/system/ingot-bootstrap.service");
+    for line in [
+        "Type=oneshot",
+        "After=network-online.target containerd.service",
+        "Wants=network-online.target",
+        "ConditionPathExists=!/var/lib/ingot/bootstrap.done",
+        "ExecStart=/etc/ingot/bootstrap.sh",
+    ] {
+        assert!(unit.lines().any(|l| l == line), "{line} missing:\n{unit}");
+    }
+    let link = s
+        .get("/etc/systemd/system/multi-user.target.wants/ingot-bootstrap.service")
+        .unwrap();
+    assert_eq!(
+        link.kind,
+        EntryKind::Symlink("/etc/systemd/system/ingot-bootstrap.service".into())
+    );
+    // Identity.
+    assert_eq!(file(&s, "/etc/hostname").1, "hetzner-prod-cp-0\n");
+    assert!(file(&s, "/etc/hosts")
+        .1
+        .contains("127.0.1.1\thetzner-prod-cp-0\n"));
+    let id = file(&s, "/etc/machine-id").1;
+    assert_eq!(id.len(), 33);
+    assert!(
+        id[..32]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+            && id.ends_with('\n')
+    );
+    // Accounts: capi is new (uid 1000), docker created, sudo extended.
+    let passwd = file(&s, "/etc/passwd").1;
+    assert!(passwd.starts_with(&fixture_text("base-passwd")));
+    assert!(
+        passwd.ends_with("capi:*:1000:1000::/home/capi:/bin/bash\n"),
+        "{passwd}"
+    );
+    let group = file(&s, "/etc/group").1;
+    assert!(
+        group.contains("\nsudo:x:27:capi\n") && group.contains("\ndocker:x:1001:capi\n"),
+        "{group}"
+    );
+    let home = s.get("/home/capi").unwrap();
+    assert_eq!((home.mode, home.uid, home.gid), (0o700, 1000, 1000));
+    let ssh = s.get("/home/capi/.ssh").unwrap();
+    assert_eq!((ssh.mode, ssh.uid), (0o700, 1000));
+    let (ak, keys) = file(&s, "/home/capi/.ssh/authorized_keys");
+    assert_eq!((ak.mode, ak.uid, ak.gid), (0o600, 1000, 1000));
+    assert!(keys.starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKx3"));
+    let (sudo, rules) = file(&s, "/etc/sudoers.d/90-ingot-users");
+    assert_eq!(
+        (sudo.mode, rules.as_str()),
+        (0o440, "capi ALL=(ALL) NOPASSWD:ALL\n")
+    );
+    // Network, labels, node.json, ntp.
+    let net = file(&s, "/etc/systemd/network/10-ingot-enp7s0.network").1;
+    for l in [
+        "MACAddress=a8:a1:59:0c:12:34",
+        "Address=203.0.113.20/26",
+        "Address=2001:db8:1:2::2/64",
+        "Gateway=203.0.113.1",
+        "Gateway=fe80::1",
+        "DNS=185.12.64.1",
+    ] {
+        assert!(net.lines().any(|x| x == l), "{l}:\n{net}");
+    }
+    assert_eq!(
+        file(&s, "/etc/default/kubelet").1,
+        "KUBELET_EXTRA_ARGS=--node-labels=example.com/rack=r12,node.kubernetes.io/exclude-from-external-load-balancers=true\n"
+    );
+    let node: serde_json::Value =
+        serde_json::from_str(&file(&s, "/etc/ingot/node.json").1).unwrap();
+    assert_eq!(node["role"], "control-plane");
+    assert_eq!(node["machine_name"], "hetzner-prod-cp-0");
+    assert_eq!(node["labels"]["example.com/rack"], "r12");
+    // Parents before children, no duplicates; /root untouched (no root keys here).
+    for w in s.entries.windows(2) {
+        assert!(w[0].path < w[1].path);
+    }
+    for e in &s.entries {
+        if let Some(p) = e.path.parent().filter(|p| *p != Path::new("/")) {
+            assert_eq!(
+                s.get(p).map(|x| &x.kind),
+                Some(&EntryKind::Dir),
+                "{}",
+                e.path.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn worker_and_ignition_roles_and_units() {
+    let s = staged("cloud-config-worker-join.yaml", false, 1);
+    assert_eq!(s.role, Role::Worker);
+    let script = file(&s, "/etc/ingot/bootstrap.sh").1;
+    assert!(script.find("echo bootcmd ran").unwrap() < script.find("kubeadm join").unwrap());
+
+    let s = staged("ignition-v2-controlplane-init.json", false, 1);
+    assert_eq!(s.role, Role::ControlPlane);
+    let (u, _) = file(&s, "/etc/systemd/system/kubeadm.service");
+    assert_eq!(u.mode, 0o644);
+    assert_eq!(
+        s.get("/etc/systemd/system/multi-user.target.wants/kubeadm.service")
+            .unwrap()
+            .kind,
+        EntryKind::Symlink("/etc/systemd/system/kubeadm.service".into())
+    );
+    assert_eq!(
+        s.get("/etc/systemd/system/multi-user.target.wants/ntpd.service")
+            .unwrap()
+            .kind,
+        EntryKind::Symlink("/usr/lib/systemd/system/ntpd.service".into())
+    );
+    assert!(
+        s.warnings.iter().any(|w| w.contains("ntpd.service")),
+        "{:?}",
+        s.warnings
+    );
+    let (yml, _) = file(&s, "/etc/kubeadm.yml");
+    assert_eq!(yml.mode, 0o600);
+    assert_eq!(file(&s, "/etc/kubeadm.sh").0.mode, 0o700);
+    // Nothing in runcmd, nothing relocated: no first-boot unit of ours.
+    assert!(s.get("/etc/ingot/bootstrap.sh").is_none());
+
+    let s = staged("ignition-v3-controlplane-join.json", false, 1);
+    assert_eq!(s.role, Role::ControlPlane);
+    assert_eq!(
+        staged("ignition-v2-worker-join.json", false, 1).role,
+        Role::Worker
+    );
+}
+
+#[test]
+fn appends_and_replacements() {
+    let text = "#cloud-config\nhostname: n1\nwrite_files:\n- path: /etc/motd\n  content: \"a\\n\"\n- path: /etc/motd\n  append: true\n  content: \"b\\n\"\n- path: /etc/environment\n  append: true\n  content: \"X=1\\n\"\n- path: /etc/hostname\n  content: \"other\\n\"\n";
+    let s = stage(&input(parse(text.as_bytes()).unwrap(), false), &mut rng(3)).unwrap();
+    assert_eq!(file(&s, "/etc/motd").1, "a\nb\n");
+    assert_eq!(file(&s, "/etc/ingot/append/etc/environment").1, "X=1\n");
+    assert!(file(&s, "/etc/ingot/bootstrap.sh")
+        .1
+        .contains("cat /etc/ingot/append/etc/environment >> /etc/environment\n"));
+    assert_eq!(file(&s, "/etc/hostname").1, "other\n");
+    assert!(
+        s.warnings.iter().any(|w| w.contains("/etc/hostname")),
+        "{:?}",
+        s.warnings
+    );
+    assert!(s.get("/etc/environment").is_none());
+}
+
+#[test]
+fn root_keys_keep_root_private() {
+    let text =
+        "#cloud-config\nssh_authorized_keys:\n  - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKx3 a@b\n";
+    let s = stage(&input(parse(text.as_bytes()).unwrap(), false), &mut rng(3)).unwrap();
+    assert_eq!(s.get("/root").unwrap().mode, 0o700);
+    let (ak, _) = file(&s, "/root/.ssh/authorized_keys");
+    assert_eq!((ak.mode, ak.uid), (0o600, 0));
+    assert!(
+        s.get("/etc/passwd").is_none(),
+        "no account change, no passwd"
+    );
+}
+
+fn tar_bytes(s: &Staged) -> Vec<u8> {
+    let mut out = Vec::new();
+    s.write_tar(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn same_seed_same_tar() {
+    let a = tar_bytes(&staged("cloud-config-controlplane-join.yaml", true, 42));
+    let b = tar_bytes(&staged("cloud-config-controlplane-join.yaml", true, 42));
+    assert_eq!(a, b);
+    let c = tar_bytes(&staged("cloud-config-controlplane-join.yaml", true, 43));
+    assert_ne!(a, c);
+}
+
+#[test]
+fn ssh_host_keys_accepted_by_ssh_keygen() {
+    let s = staged("cloud-config-worker-join.yaml", true, 9);
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bits) in [("ed25519", "256"), ("rsa", "3072")] {
+        let (k, private) = file(&s, &format!("/etc/ssh/ssh_host_{name}_key"));
+        assert_eq!(k.mode, 0o600);
+        assert!(s.secrets.contains(&k.path));
+        let (p, public) = file(&s, &format!("/etc/ssh/ssh_host_{name}_key.pub"));
+        assert_eq!(p.mode, 0o644);
+        let kp = dir.path().join(name);
+        std::fs::write(&kp, &private).unwrap();
+        std::fs::set_permissions(&kp, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+        let out = Command::new("ssh-keygen")
+            .arg("-y")
+            .arg("-f")
+            .arg(&kp)
+            .output()
+            .expect("ssh-keygen (apt-get install openssh-client)");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let derived = String::from_utf8(out.stdout).unwrap();
+        let fields = |t: &str| {
+            t.split_whitespace()
+                .take(2)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(fields(&derived), fields(&public), "{name}");
+        let pp = dir.path().join(format!("{name}.pub"));
+        std::fs::write(&pp, &public).unwrap();
+        let out = Command::new("ssh-keygen")
+            .arg("-l")
+            .arg("-f")
+            .arg(&pp)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let line = String::from_utf8(out.stdout).unwrap();
+        assert!(line.starts_with(&format!("{bits} SHA256:")), "{line}");
+        assert!(line.contains("root@hetzner-prod-cp-0"), "{line}");
+        assert!(line.to_lowercase().contains(&format!("({name})")), "{line}");
+    }
+}
+
+#[test]
+fn tar_listed_by_gnu_tar_with_modes_and_owners() {
+    let s = staged("cloud-config-controlplane-init.yaml", false, 5);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("layer.tar");
+    std::fs::write(&path, tar_bytes(&s)).unwrap();
+    let out = Command::new("tar")
+        .args(["--numeric-owner", "-tvf"])
+        .arg(&path)
+        .env("TZ", "UTC")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listing = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = listing.lines().collect();
+    assert_eq!(lines.len(), s.entries.len());
+    let find = |name: &str| {
+        *lines
+            .iter()
+            .find(|l| l.split_whitespace().nth(5) == Some(name))
+            .unwrap_or_else(|| panic!("{name} not in\n{listing}"))
+    };
+    for (name, perms, owner) in [
+        ("etc", "drwxr-xr-x", "0/0"),
+        ("etc/kubernetes/pki/ca.key", "-rw-------", "0/0"),
+        ("etc/kubernetes/pki/ca.crt", "-rw-r-----", "0/0"),
+        ("etc/ingot/run/kubeadm/kubeadm.yaml", "-rw-------", "0/0"),
+        ("etc/ingot/bootstrap.sh", "-rwx------", "0/0"),
+        ("etc/sudoers.d/90-ingot-users", "-r--r-----", "0/0"),
+        ("home/capi", "drwx------", "1000/1000"),
+        ("home/capi/.ssh/authorized_keys", "-rw-------", "1000/1000"),
+        (
+            "etc/systemd/system/multi-user.target.wants/ingot-bootstrap.service",
+            "lrwxrwxrwx",
+            "0/0",
+        ),
+    ] {
+        let l = find(name);
+        let f: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!((f[0], f[1]), (perms, owner), "{l}");
+        assert!(l.contains("1970-01-01 00:00"), "{l}");
+    }
+    // Parents before children in the archive itself.
+    let names: Vec<&str> = lines
+        .iter()
+        .map(|l| l.split_whitespace().nth(5).unwrap())
+        .collect();
+    for (i, n) in names.iter().enumerate() {
+        let parent = Path::new(n).parent().unwrap();
+        if parent != Path::new("") {
+            let p = parent.display().to_string();
+            assert!(names[..i].contains(&p.as_str()), "{n} before {p}");
+        }
+    }
+}
+
+#[test]
+fn no_secret_in_debug_output() {
+    for name in CLOUD_CONFIGS.iter().chain(IGNITIONS) {
+        let b = parse(&fixture(name)).unwrap();
+        let dbg = format!("{b:?}");
+        let s = stage(&input(b, false), &mut rng(1)).unwrap();
+        let sdbg = format!("{s:?}");
+        for text in [&dbg, &sdbg] {
+            assert!(!text.contains(TOKEN), "{name}");
+            assert!(
+                !text.contains("MIIEowIBAAKCAQEAzHtQ1Ko9u7uWcW5b3l3Yk0m6gM5cV8"),
+                "{name}"
+            );
+            assert!(!text.contains("PRIVATE KEY"), "{name}");
+        }
+    }
+    let s = staged("cloud-config-worker-join.yaml", true, 2);
+    let sdbg = format!("{s:?}");
+    assert!(!sdbg.contains("OPENSSH PRIVATE KEY"));
+    let (_, private) = file(&s, "/etc/ssh/ssh_host_ed25519_key");
+    let body = private.lines().nth(1).unwrap();
+    assert!(!sdbg.contains(body));
+    // Commands with tokens are redacted in Debug.
+    let b = parse(
+        b"#cloud-config\nruncmd:\n- kubeadm join 1.2.3.4:6443 --token 6h4ylc.5x2jgkf0q8t7mw1d\n",
+    )
+    .unwrap();
+    assert!(!format!("{b:?}").contains(TOKEN));
+    assert!(format!("{b:?}").contains("[REDACTED]"));
+}

@@ -1,0 +1,37 @@
+//! What machine is this, may we write to its disks, and would an old OS still boot?
+//!
+//! CAPH runs none of its own disk checks when it starts `ingot-writer` as its `imageURLCommand`
+//! (see `shared/reference/peer-systems.md`, 2.1), so the writer does them itself, with this crate:
+//!
+//! * [`detect`]: UEFI, PCI devices (NVIDIA GPU), CPU virtualization flags and `/dev/kvm`, disks.
+//! * [`resolve_targets`]: CAPH's fourth argument (short names or WWNs) to [`Disk`]s.
+//! * gates, each `Result<GateReport, GateFailure>`: [`gate_tools`], [`gate_uefi`], [`gate_size`],
+//!   [`gate_smart`], [`gate_read_speed`].
+//! * [`guard()`]: refuses when another disk holds an OS, a target holds an LVM PV, or an md array
+//!   spans target and non-target disks. It parses partition tables and filesystems itself,
+//!   read-only.
+//!
+//! Everything is read below a [`Sysroot`] (`/` on a real machine), so every check runs against a
+//! fixture machine directory in tests (`fixture::materialize`, feature `fixtures`).
+//! The rules and the fixture layout are described in `docs/machine-checks.md`.
+
+mod detect;
+mod disks;
+mod gate;
+pub mod guard;
+mod smart;
+mod speed;
+mod sysroot;
+
+#[cfg(feature = "fixtures")]
+pub mod fixture;
+
+pub use detect::{detect, Facts, MachineError, PciDevice};
+pub use disks::{normalize_wwn, read_disk, resolve_targets, Disk};
+pub use gate::{
+    gate_size, gate_tools, gate_uefi, GateDetail, GateFailure, GateReport, Reason, Warning,
+};
+pub use guard::{guard, GuardOptions, GuardReport};
+pub use smart::{gate_smart, FixtureSmart, SmartError, SmartSource, Smartctl};
+pub use speed::{default_min_kib_s, gate_read_speed, ReadSpeed};
+pub use sysroot::Sysroot;

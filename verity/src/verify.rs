@@ -287,7 +287,12 @@ mod tests {
         let zeros = vec![0u8; 5 * 4096];
         let p = params(5);
         let t = build_tree(&p, &zeros).unwrap();
-        assert_eq!(Verifier::new(&p, t.blocks, &t.root_hash).unwrap().zero_blocks(), 5);
+        assert_eq!(
+            Verifier::new(&p, t.blocks, &t.root_hash)
+                .unwrap()
+                .zero_blocks(),
+            5
+        );
     }
 
     #[test]

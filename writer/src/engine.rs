@@ -10,6 +10,7 @@
 
 use ingot_verity::{is_zero, Verifier};
 use std::sync::{mpsc, Mutex};
+use std::time::Instant;
 
 use rayon::prelude::*;
 
@@ -37,17 +38,36 @@ pub enum EngineError {
     },
     #[error("layer `{layer}` needs {need} bytes, its partition has {have}")]
     TooLarge { layer: String, need: u64, have: u64 },
+    #[error("the deadline passed while {during}")]
+    Deadline { during: String },
 }
 
 #[derive(Debug, Clone, Copy)]
 pub struct WriteOptions {
     /// Writes of one range before giving up (the first write included).
     pub max_attempts: u32,
+    /// The run fails (and the disk is left without a partition table) once this passes.
+    pub deadline: Option<Instant>,
 }
 
 impl Default for WriteOptions {
     fn default() -> Self {
-        WriteOptions { max_attempts: 3 }
+        WriteOptions {
+            max_attempts: 3,
+            deadline: None,
+        }
+    }
+}
+
+impl WriteOptions {
+    /// Fails once the deadline has passed; `during` says what was going on.
+    pub fn check_deadline(&self, during: &str) -> Result<(), EngineError> {
+        match self.deadline {
+            Some(d) if Instant::now() >= d => Err(EngineError::Deadline {
+                during: during.to_string(),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -183,6 +203,7 @@ pub fn write_layer(
         });
         let decoded = (|| -> Result<(), EngineError> {
             for (batch_no, chunk) in frames.chunks(batch).enumerate() {
+                opts.check_deadline(&format!("writing layer {}", layer.name))?;
                 let frames: Vec<Result<Frame, EngineError>> = chunk
                     .par_iter()
                     .enumerate()
@@ -384,6 +405,7 @@ pub fn write_bytes(
     let mut pending: Option<(u64, usize)> = None;
     let mut parts = bytes.chunks(CHUNK).enumerate();
     loop {
+        opts.check_deadline(&format!("writing {what}"))?;
         let next = parts.next().map(|(i, part)| {
             let len = part.len().div_ceil(ALIGN) * ALIGN;
             current[..len].fill(0);
@@ -399,9 +421,15 @@ pub fn write_bytes(
                 None => Ok((0, 0)),
             },
             || match pending {
-                Some((at, len)) => {
-                    check_bytes(target, what, &previous[..len], &mut back, at, opts, reporter)
-                }
+                Some((at, len)) => check_bytes(
+                    target,
+                    what,
+                    &previous[..len],
+                    &mut back,
+                    at,
+                    opts,
+                    reporter,
+                ),
                 None => Ok((0, 0)),
             },
         );

@@ -7,10 +7,11 @@
 //! confirm it. Any failure after the disk was touched clears the partition-table areas again,
 //! so a half-written disk never looks bootable.
 
-pub mod bootfiles;
 pub mod engine;
 pub mod esp;
+pub mod layerfs;
 pub mod plan;
+pub mod provision;
 pub mod report;
 pub mod table;
 pub mod target;
@@ -18,14 +19,15 @@ pub mod target;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ingot::verify::{verify_metadata, verity_params, ArtifactSource, StackRef, Trust, VerifyError};
+use ingot::verify::{verify_metadata, verity_params, StackRef, Trust, VerifyError};
 use ingot_layers::descriptor::LayerEntry;
 use ingot_layers::select::Machine;
 use ingot_verity::Verifier;
 use sha2::{Digest, Sha256};
 
 use crate::engine::{EngineError, LayerData, WriteOptions};
-use crate::plan::{Content, DiskPlan, PlanError, PlanLayer, MIB};
+use crate::layerfs::{LayerFs, LayerFsError};
+use crate::plan::{Content, DiskPlan, LayerKind, PlanError, PlanLayer, MIB};
 use crate::report::{Reporter, Stage};
 use crate::target::{Target, TargetError};
 
@@ -71,7 +73,7 @@ pub enum WriteError {
     #[error(transparent)]
     Table(#[from] table::TableError),
     #[error(transparent)]
-    BootFiles(#[from] bootfiles::BootFilesError),
+    LayerFs(#[from] LayerFsError),
     #[error(transparent)]
     Esp(#[from] esp::EspError),
     #[error("{path}: {what}: {source}")]
@@ -92,19 +94,115 @@ struct Prepared {
     data_path: PathBuf,
 }
 
+/// The sealed per-node layer, built on this machine: an ext4 image and its verity hash device.
+#[derive(Debug, Clone)]
+pub struct NodeLayer {
+    pub image: Vec<u8>,
+    pub hash: Vec<u8>,
+    pub root_hash: Vec<u8>,
+}
+
+/// A stack whose signature, descriptor and selected layers' trees are checked; nothing written.
+pub struct OpenedStack {
+    report: ingot::verify::VerifyReport,
+    layers: Vec<Prepared>,
+    /// Kept open: a registry source's downloaded blobs live as long as it does.
+    _source: Box<dyn ingot::verify::ArtifactSource>,
+}
+
+impl OpenedStack {
+    /// `name version` of the stack.
+    pub fn describe(&self) -> String {
+        let d = &self.report.descriptor;
+        format!("{} {}", d.name, d.version)
+    }
+
+    /// The selected layers' names, in stacking order.
+    pub fn layer_names(&self) -> Vec<String> {
+        self.layers.iter().map(|p| p.entry.name.clone()).collect()
+    }
+
+    /// The base layer's file system, read from its blob with every block checked against the
+    /// signed tree (for staging, before anything is written).
+    pub fn base_fs(&self) -> Result<LayerFs, WriteError> {
+        let base = &self.layers[0];
+        let map = map_blob(&base.data_path)?;
+        Ok(LayerFs::in_blob(
+            &base.entry.name,
+            Arc::new(map),
+            base.entry.data.compression.frame_size,
+            base.verifier.clone(),
+        )?)
+    }
+
+    /// The layers as the disk plan sees them, the node layer (if any) on top.
+    pub fn plan_layers(&self, node: Option<&NodeLayer>) -> Vec<PlanLayer> {
+        let mut out: Vec<PlanLayer> = self
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PlanLayer {
+                name: p.entry.name.clone(),
+                kind: if i == 0 {
+                    LayerKind::Base
+                } else {
+                    LayerKind::Extra
+                },
+                root_hash: p.verifier.root_hash().to_vec(),
+                data_size: p.entry.size,
+                hash_size: p.hash_bytes.len() as u64,
+            })
+            .collect();
+        if let Some(n) = node {
+            out.push(PlanLayer {
+                name: "node".into(),
+                kind: LayerKind::Node,
+                root_hash: n.root_hash.clone(),
+                data_size: n.image.len() as u64,
+                hash_size: n.hash.len() as u64,
+            });
+        }
+        out
+    }
+}
+
+fn map_blob(path: &std::path::Path) -> Result<memmap2::Mmap, WriteError> {
+    let file = std::fs::File::open(path).map_err(|source| WriteError::Io {
+        path: path.to_path_buf(),
+        what: "opening the data blob",
+        source,
+    })?;
+    // SAFETY: the blob is a file in the source store, read-only here; every block decoded from
+    // it is checked against the tree before it is used or written.
+    #[allow(unsafe_code)]
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|source| WriteError::Io {
+        path: path.to_path_buf(),
+        what: "mapping the data blob",
+        source,
+    })
+}
+
 /// Everything up to (not including) touching the disk: signature, descriptor, selection, trees.
-fn prepare(
-    source: &dyn ArtifactSource,
-    req: &WriteRequest,
+pub fn open_stack(
+    stack: &StackRef,
+    trust: &Trust,
+    machine: &Machine,
     reporter: &Reporter,
-) -> Result<(ingot::verify::VerifyReport, Vec<Prepared>), WriteError> {
+) -> Result<OpenedStack, WriteError> {
+    let what = match stack {
+        StackRef::Layout(p) => p.display().to_string(),
+        StackRef::Registry(r) => r.to_string(),
+    };
+    reporter.stage(Stage::Resolve, format!("opening {what}"));
+    let opened_source = ingot::verify::open(stack)?;
+    let source = opened_source.as_ref();
     reporter.stage(
         Stage::Verify,
         format!("checking the signature of {}", source.describe()),
     );
-    let (report, _manifest) = verify_metadata(source, &req.trust)?;
+    let (report, _manifest) = verify_metadata(source, trust)?;
     let d = &report.descriptor;
-    let selected: Vec<&LayerEntry> = d.select(&req.machine).collect();
+    let selected: Vec<&LayerEntry> = d.select(machine).collect();
     if selected.first().map(|l| l.name.as_str()) != Some(d.base().name.as_str()) {
         return Err(WriteError::NoBase);
     }
@@ -119,7 +217,7 @@ fn prepare(
         ),
     );
     reporter.set_layers(names);
-    let mut prepared = Vec::new();
+    let mut layers = Vec::new();
     for entry in selected {
         let params = verity_params(entry)?;
         let hash_bytes = source.blob(&entry.hash.digest, entry.hash.size)?;
@@ -136,45 +234,63 @@ fn prepare(
         // Not hashed whole: every decompressed block is checked against the tree before it is
         // written, which covers exactly the bytes that reach the disk.
         let data_path = source.blob_file_unhashed(&entry.data.digest, entry.data.size)?;
-        prepared.push(Prepared {
+        layers.push(Prepared {
             entry: entry.clone(),
             verifier: Arc::new(verifier),
             hash_bytes,
             data_path,
         });
     }
-    Ok((report, prepared))
+    Ok(OpenedStack {
+        report,
+        layers,
+        _source: opened_source,
+    })
+}
+
+/// How to write an opened stack.
+#[derive(Debug, Clone)]
+pub struct WriteSettings {
+    pub esp_size: u64,
+    /// Appended to the kernel command line after ingot's own parameters.
+    pub kernel_args: Vec<String>,
+    pub options: WriteOptions,
 }
 
 /// Writes the stack `req` names onto `req.target`.
 pub fn write_stack(req: &WriteRequest, reporter: &Reporter) -> Result<Outcome, WriteError> {
-    reporter.stage(Stage::Resolve, format!("opening {:?}", req.source));
-    let source = ingot::verify::open(&req.source)?;
-    let (report, layers) = prepare(source.as_ref(), req, reporter)?;
+    let opened = open_stack(&req.source, &req.trust, &req.machine, reporter)?;
+    let settings = WriteSettings {
+        esp_size: req.esp_size,
+        kernel_args: req.kernel_args.clone(),
+        options: req.options,
+    };
+    write_opened(&opened, None, &req.target, &settings, reporter)
+}
 
-    reporter.stage(Stage::Plan, format!("planning {}", req.target.display()));
-    let target = Target::open(&req.target)?;
-    let plan_layers: Vec<PlanLayer> = layers
-        .iter()
-        .enumerate()
-        .map(|(i, p)| PlanLayer {
-            name: p.entry.name.clone(),
-            base: i == 0,
-            root_hash: p.verifier.root_hash().to_vec(),
-            data_size: p.entry.size,
-            hash_size: p.hash_bytes.len() as u64,
-        })
-        .collect();
+/// Writes an opened stack (and the node layer, if any) onto `target`: plan, clear the table
+/// areas, write and check every partition, write the table last. Any failure after the disk
+/// was touched clears the table areas again.
+pub fn write_opened(
+    opened: &OpenedStack,
+    node: Option<&NodeLayer>,
+    target: &std::path::Path,
+    settings: &WriteSettings,
+    reporter: &Reporter,
+) -> Result<Outcome, WriteError> {
+    reporter.stage(Stage::Plan, format!("planning {}", target.display()));
+    let target = Target::open(target)?;
     let identity = Sha256::new()
-        .chain_update(report.manifest_digest.as_bytes())
+        .chain_update(opened.report.manifest_digest.as_bytes())
         .finalize();
     let plan = plan::plan(
         target.size(),
         target.sector_size(),
-        req.esp_size,
-        &plan_layers,
+        settings.esp_size,
+        &opened.plan_layers(node),
         &identity,
     )?;
+    settings.options.check_deadline("plan")?;
 
     // From here on the disk changes: on any failure, leave it without a partition table.
     reporter.stage(
@@ -182,7 +298,7 @@ pub fn write_stack(req: &WriteRequest, reporter: &Reporter) -> Result<Outcome, W
         "clearing the partition tables at both ends of the disk",
     );
     table::clear(&target).map_err(WriteError::from)?;
-    match write_all(&target, req, &report, &layers, &plan, reporter) {
+    match write_all(&target, settings, opened, node, &plan, reporter) {
         Ok(outcome) => Ok(outcome),
         Err(e) => {
             if let Err(clear) = table::clear(&target) {
@@ -197,16 +313,21 @@ pub fn write_stack(req: &WriteRequest, reporter: &Reporter) -> Result<Outcome, W
 
 fn write_all(
     target: &Target,
-    req: &WriteRequest,
-    report: &ingot::verify::VerifyReport,
-    layers: &[Prepared],
+    settings: &WriteSettings,
+    opened: &OpenedStack,
+    node: Option<&NodeLayer>,
     plan: &DiskPlan,
     reporter: &Reporter,
 ) -> Result<Outcome, WriteError> {
-    let d = &report.descriptor;
-    let mut written = 0u64;
-    let mut skipped = 0u64;
-    let mut rewrites = 0u32;
+    let d = &opened.report.descriptor;
+    let layers = &opened.layers;
+    let opts = settings.options;
+    let mut total = engine::WriteStats::default();
+    let mut add = |s: engine::WriteStats| {
+        total.written += s.written;
+        total.skipped += s.skipped;
+        total.rewrites += s.rewrites;
+    };
     for (index, p) in layers.iter().enumerate() {
         let data = plan.find(&Content::LayerData { index }).expect("planned");
         let hash = plan.find(&Content::LayerHash { index }).expect("planned");
@@ -217,19 +338,7 @@ fn write_all(
                 p.entry.name, p.entry.size, p.entry.verity.root_hash
             ),
         );
-        let file = std::fs::File::open(&p.data_path).map_err(|source| WriteError::Io {
-            path: p.data_path.clone(),
-            what: "opening the data blob",
-            source,
-        })?;
-        // SAFETY: the blob is a file in the source store, read-only here; every block decoded
-        // from it is checked against the tree before it is written.
-        #[allow(unsafe_code)]
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|source| WriteError::Io {
-            path: p.data_path.clone(),
-            what: "mapping the data blob",
-            source,
-        })?;
+        let map = map_blob(&p.data_path)?;
         // Zeroing first pays only when many blocks are zeros (the tree says which): on a thin
         // or file-backed disk it frees space that dense data must then allocate again.
         let zero_blocks = p.verifier.zero_blocks();
@@ -239,7 +348,7 @@ fn write_all(
             "layer {}: {zero_blocks} of {blocks} blocks are zeros; zeroing first: {zeroed}",
             p.entry.name
         );
-        let stats = engine::write_layer(
+        add(engine::write_layer(
             target,
             &LayerData {
                 name: &p.entry.name,
@@ -251,23 +360,47 @@ fn write_all(
                 partition_size: data.size,
             },
             zeroed,
-            req.options,
+            opts,
             reporter,
-        )?;
+        )?);
         reporter.finish_bar();
         let zeroed = target.zero_range(hash.offset, hash.size)?;
-        let hstats = engine::write_bytes(
+        add(engine::write_bytes(
             target,
             &format!("{}-verity", p.entry.name),
             &p.hash_bytes,
             hash.offset,
             zeroed,
-            req.options,
+            opts,
             reporter,
-        )?;
-        written += stats.written + hstats.written;
-        skipped += stats.skipped + hstats.skipped;
-        rewrites += stats.rewrites + hstats.rewrites;
+        )?);
+    }
+    if let Some(n) = node {
+        let index = layers.len();
+        let root = hex::encode(&n.root_hash);
+        reporter.stage(
+            Stage::Write,
+            format!(
+                "writing the sealed node layer ({} bytes, root hash {root})",
+                n.image.len()
+            ),
+        );
+        for (content, what, bytes) in [
+            (Content::LayerData { index }, "node", &n.image),
+            (Content::LayerHash { index }, "node-verity", &n.hash),
+        ] {
+            let part = plan.find(&content).expect("planned");
+            let zeroed = target.zero_range(part.offset, part.size)?;
+            add(engine::write_bytes(
+                target,
+                what,
+                bytes,
+                part.offset,
+                zeroed,
+                opts,
+                reporter,
+            )?);
+        }
     }
 
     // var: left blank (no file system signature) for first boot to format, per the boot contract.
@@ -275,6 +408,7 @@ fn write_all(
     if !target.zero_range(var.offset, MIB)? {
         target.write_direct(&target::AlignedBuf::new(MIB as usize), var.offset)?;
     }
+    opts.check_deadline("write")?;
 
     reporter.stage(
         Stage::Esp,
@@ -284,56 +418,41 @@ fn write_all(
     let base_part = plan
         .find(&Content::LayerData { index: 0 })
         .expect("planned");
-    let file = target.clone_buffered()?;
-    let boot = bootfiles::read(
-        file,
+    let fs = LayerFs::on_target(
+        &base.entry.name,
+        target.clone_buffered()?,
         base_part.offset,
         base.verifier.clone(),
-        &d.boot.kernel,
-        &d.boot.initrd,
-        &d.boot.efi,
     )?;
-    let var_uuid = var.part_guid;
-    let layer_list: Vec<String> = layers
-        .iter()
-        .map(|p| format!("{}:{}", p.entry.name, p.entry.verity.root_hash))
-        .collect();
-    let mut cmdline = format!(
-        "ingot.stack={}:{} ingot.layers={} ingot.var=PARTUUID={} ro",
-        d.name,
-        d.version,
-        layer_list.join(","),
-        var_uuid
+    let (kernel, initrd, bootloader) = (
+        fs.read(&d.boot.kernel)?,
+        fs.read(&d.boot.initrd)?,
+        fs.read(&d.boot.efi)?,
     );
-    for arg in &req.kernel_args {
-        cmdline.push(' ');
-        cmdline.push_str(arg);
-    }
+    let cmdline = kernel_cmdline(opened, node, plan, &settings.kernel_args);
     let esp_part = plan.find(&Content::Esp).expect("planned");
     let volume_id = u32::from_le_bytes(plan.disk_guid.as_bytes()[..4].try_into().expect("4 bytes"));
     let image = esp::build(
         esp_part.size,
         &esp::EspContents {
-            bootloader: &boot.bootloader,
-            kernel: &boot.kernel,
-            initrd: &boot.initrd,
+            bootloader: &bootloader,
+            kernel: &kernel,
+            initrd: &initrd,
             entry: esp::loader_entry(&format!("ingot {} {}", d.name, d.version), &cmdline),
             volume_id,
         },
     )?;
     let zeroed = target.zero_range(esp_part.offset, esp_part.size)?;
-    let estats = engine::write_bytes(
+    add(engine::write_bytes(
         target,
         "esp",
         &image,
         esp_part.offset,
         zeroed,
-        req.options,
+        opts,
         reporter,
-    )?;
-    written += estats.written;
-    skipped += estats.skipped;
-    rewrites += estats.rewrites;
+    )?);
+    opts.check_deadline("esp")?;
 
     reporter.stage(
         Stage::PartitionTable,
@@ -343,17 +462,53 @@ fn write_all(
     table::write(target, plan)?;
     target.reread_partitions();
 
+    let mut written_layers: Vec<(String, String)> = layers
+        .iter()
+        .map(|p| (p.entry.name.clone(), p.entry.verity.root_hash.clone()))
+        .collect();
+    if let Some(n) = node {
+        written_layers.push(("node".into(), hex::encode(&n.root_hash)));
+    }
     Ok(Outcome {
-        manifest_digest: report.manifest_digest.clone(),
+        manifest_digest: opened.report.manifest_digest.clone(),
         stack: format!("{} {}", d.name, d.version),
-        layers: layers
-            .iter()
-            .map(|p| (p.entry.name.clone(), p.entry.verity.root_hash.clone()))
-            .collect(),
+        layers: written_layers,
         plan: plan.clone(),
         kernel_cmdline: cmdline,
-        bytes_written: written,
-        bytes_skipped: skipped,
-        rewrites,
+        bytes_written: total.written,
+        bytes_skipped: total.skipped,
+        rewrites: total.rewrites,
     })
+}
+
+/// The boot contract's kernel command line: the stack, its selected layers with their root
+/// hashes in stacking order, the node layer's root hash, the var partition, then extra args.
+fn kernel_cmdline(
+    opened: &OpenedStack,
+    node: Option<&NodeLayer>,
+    plan: &DiskPlan,
+    extra: &[String],
+) -> String {
+    let d = &opened.report.descriptor;
+    let layer_list: Vec<String> = opened
+        .layers
+        .iter()
+        .map(|p| format!("{}:{}", p.entry.name, p.entry.verity.root_hash))
+        .collect();
+    let var = plan.find(&Content::Var).expect("planned");
+    let mut cmdline = format!(
+        "ingot.stack={}:{} ingot.layers={}",
+        d.name,
+        d.version,
+        layer_list.join(",")
+    );
+    if let Some(n) = node {
+        cmdline.push_str(&format!(" ingot.node={}", hex::encode(&n.root_hash)));
+    }
+    cmdline.push_str(&format!(" ingot.var=PARTUUID={} ro", var.part_guid));
+    for arg in extra {
+        cmdline.push(' ');
+        cmdline.push_str(arg);
+    }
+    cmdline
 }

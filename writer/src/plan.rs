@@ -61,11 +61,22 @@ pub struct PlannedPartition {
     pub attributes: u64,
 }
 
+/// Where a layer sits in the stack; it decides the partition types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerKind {
+    /// The root: Discoverable Partitions root / root-verity types.
+    Base,
+    /// A read-only layer of the stack over the base.
+    Extra,
+    /// The sealed per-node layer, topmost.
+    Node,
+}
+
 /// One layer as the plan sees it.
 #[derive(Debug, Clone)]
 pub struct PlanLayer {
     pub name: String,
-    pub base: bool,
+    pub kind: LayerKind,
     /// Root hash bytes (the UUIDs derive from it).
     pub root_hash: Vec<u8>,
     /// Uncompressed image size in bytes.
@@ -117,6 +128,18 @@ fn label(text: &str) -> String {
     text.chars().take(36).collect()
 }
 
+fn layer_bytes(layers: &[PlanLayer]) -> u64 {
+    layers
+        .iter()
+        .map(|l| align_up(l.data_size) + align_up(l.hash_size))
+        .sum()
+}
+
+/// The smallest disk [`plan`] accepts for these layers and ESP size.
+pub fn min_disk_size(esp_size: u64, layers: &[PlanLayer]) -> u64 {
+    MIB + align_up(esp_size) + layer_bytes(layers) + MIN_VAR_SIZE + TAIL
+}
+
 /// Lays out `layers` (in stacking order, base first) on a disk of `disk_size` bytes.
 /// `identity` seeds the disk GUID (e.g. the manifest digest), so the same stack on the same
 /// disk gives the same table.
@@ -131,11 +154,8 @@ pub fn plan(
         return Err(PlanError::EspTooSmall(esp_size));
     }
     let esp_size = align_up(esp_size);
-    let layer_bytes: u64 = layers
-        .iter()
-        .map(|l| align_up(l.data_size) + align_up(l.hash_size))
-        .sum();
-    let need = MIB + esp_size + layer_bytes + MIN_VAR_SIZE + TAIL;
+    let layer_bytes = layer_bytes(layers);
+    let need = min_disk_size(esp_size, layers);
     if disk_size < need {
         return Err(PlanError::TooSmall {
             have: disk_size,
@@ -167,10 +187,10 @@ pub fn plan(
         let last: [u8; 16] = l.root_hash[l.root_hash.len() - 16..]
             .try_into()
             .expect("16 bytes");
-        let (data_type, hash_type) = if l.base {
-            (types::ROOT_X86_64, types::ROOT_VERITY_X86_64)
-        } else {
-            (types::INGOT_LAYER, types::INGOT_LAYER_VERITY)
+        let (data_type, hash_type) = match l.kind {
+            LayerKind::Base => (types::ROOT_X86_64, types::ROOT_VERITY_X86_64),
+            LayerKind::Extra => (types::INGOT_LAYER, types::INGOT_LAYER_VERITY),
+            LayerKind::Node => (types::INGOT_NODE, types::INGOT_NODE_VERITY),
         };
         let data_size = align_up(l.data_size);
         parts.push(PlannedPartition {
@@ -237,7 +257,11 @@ mod tests {
     fn layer(name: &str, base: bool, data: u64) -> PlanLayer {
         PlanLayer {
             name: name.into(),
-            base,
+            kind: if base {
+                LayerKind::Base
+            } else {
+                LayerKind::Extra
+            },
             root_hash: (0u8..32).collect(),
             data_size: data,
             hash_size: data / 100 + 4096,

@@ -17,8 +17,19 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stage {
+    /// Reading the machine and the bootstrap data (provisioning runs only).
+    Check,
+    /// Tools, firmware, target disks, size, SMART health, read speed.
+    Gate,
+    /// Other operating systems, LVM and md RAID on the disks.
+    Guard,
     Resolve,
     Verify,
+    /// Staging the per-node files from the bootstrap data.
+    #[serde(rename = "stage")]
+    Staging,
+    /// Sealing the per-node layer: ext4 image and verity tree.
+    Seal,
     Plan,
     Wipe,
     Write,
@@ -30,6 +41,11 @@ pub enum Stage {
 impl Stage {
     pub fn name(self) -> &'static str {
         match self {
+            Stage::Check => "check",
+            Stage::Gate => "gate",
+            Stage::Guard => "guard",
+            Stage::Staging => "stage",
+            Stage::Seal => "seal",
             Stage::Resolve => "resolve",
             Stage::Verify => "verify",
             Stage::Plan => "plan",
@@ -48,7 +64,7 @@ pub struct Event {
     /// Seconds since the epoch, with milliseconds.
     pub time: f64,
     pub stage: Stage,
-    /// `start`, `progress`, `rewrite`, `done`, `failed`.
+    /// `start`, `progress`, `warning`, `rewrite`, `done`, `failed`.
     pub event: &'static str,
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -83,6 +99,12 @@ pub struct Status {
     pub layers: Vec<String>,
     pub rewrites: Vec<Rewrite>,
     pub bytes_written: u64,
+    /// What did not stop the run but should be known (a disk without SMART, unknown keys in
+    /// the bootstrap data).
+    pub warnings: Vec<String>,
+    /// Structured results of provisioning stages (machine facts, gate results, guard scan).
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    pub details: serde_json::Map<String, serde_json::Value>,
     pub updated: f64,
 }
 
@@ -92,6 +114,10 @@ pub struct Reporter {
     status: Mutex<Status>,
     bar: Mutex<Option<ProgressBar>>,
     show_bar: bool,
+    /// When progress last rewrote the status file (it is polled, not streamed).
+    last_progress_save: Mutex<f64>,
+    /// Print each stage's message as a line on stdout (a provisioner keeps stdout as its log).
+    stdout_log: bool,
 }
 
 fn now() -> f64 {
@@ -120,11 +146,29 @@ impl Reporter {
                 layers: Vec::new(),
                 rewrites: Vec::new(),
                 bytes_written: 0,
+                warnings: Vec::new(),
+                details: serde_json::Map::new(),
                 updated: now(),
             }),
             bar: Mutex::new(None),
             show_bar: std::io::stderr().is_terminal(),
+            last_progress_save: Mutex::new(0.0),
+            stdout_log: false,
         })
+    }
+
+    /// Also print every stage start and warning as a line on stdout.
+    pub fn with_stdout_log(mut self) -> Self {
+        self.stdout_log = true;
+        self
+    }
+
+    fn log_line(&self, stage: Stage, message: &str) {
+        if self.stdout_log {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "[{}] {message}", stage.name());
+            let _ = out.flush();
+        }
     }
 
     fn emit(&self, e: Event) {
@@ -181,10 +225,13 @@ impl Reporter {
         let message = message.into();
         tracing::info!("[{}] {message}", stage.name());
         {
+            // The status file's message is what a provisioner shows (CAPH's condition message),
+            // so it names the stage too.
             let mut s = self.status.lock().expect("status lock");
             s.stage = stage;
-            s.message = message.clone();
+            s.message = format!("{}: {message}", stage.name());
         }
+        self.log_line(stage, &message);
         self.emit(self.event(stage, "start", message, None));
         self.save();
     }
@@ -206,6 +253,24 @@ impl Reporter {
         e.total = Some(total);
         e.percent = Some(percent);
         self.emit(e);
+        let t = now();
+        let due = {
+            let mut last = self.last_progress_save.lock().expect("save lock");
+            let due = t - *last >= 1.0 || bytes >= total;
+            if due {
+                *last = t;
+            }
+            due
+        };
+        if due {
+            self.status.lock().expect("status lock").message = format!(
+                "{}: {layer}: {percent}% ({} of {} MiB)",
+                stage.name(),
+                bytes >> 20,
+                total >> 20
+            );
+            self.save();
+        }
         if self.show_bar {
             let mut bar = self.bar.lock().expect("bar lock");
             let b = bar.get_or_insert_with(|| {
@@ -239,6 +304,32 @@ impl Reporter {
     pub fn set_layers(&self, layers: Vec<String>) {
         self.status.lock().expect("status lock").layers = layers;
         self.save();
+    }
+
+    /// Something that does not stop the run but must not go unseen.
+    pub fn warning(&self, stage: Stage, message: impl Into<String>) {
+        let message = message.into();
+        tracing::warn!("[{}] {message}", stage.name());
+        self.status
+            .lock()
+            .expect("status lock")
+            .warnings
+            .push(message.clone());
+        self.log_line(stage, &format!("warning: {message}"));
+        self.emit(self.event(stage, "warning", message, None));
+        self.save();
+    }
+
+    /// Records a structured result under `key` in the status file.
+    pub fn detail(&self, key: &str, value: impl Serialize) {
+        if let Ok(v) = serde_json::to_value(value) {
+            self.status
+                .lock()
+                .expect("status lock")
+                .details
+                .insert(key.to_string(), v);
+            self.save();
+        }
     }
 
     /// A range failed its read-back check and is written again.

@@ -31,6 +31,8 @@ struct FlakyDisk {
     start: u64,
     end: u64,
     shared: Arc<Mutex<Shared>>,
+    /// Every write takes at least this long: a slow disk.
+    delay: Duration,
 }
 
 fn attr(ino: u64, size: u64) -> FileAttr {
@@ -116,6 +118,7 @@ impl Filesystem for FlakyDisk {
         let offset = offset as u64;
         let end = offset + data.len() as u64;
         let mut data = data.to_vec();
+        std::thread::sleep(self.delay);
         if offset < self.end && end > self.start {
             let mut s = self.shared.lock().unwrap();
             if s.remaining > 0 {
@@ -233,6 +236,23 @@ fn flaky(
     PathBuf,
     Arc<Mutex<Shared>>,
 ) {
+    slow_flaky(dir, size, start, end, writes, Duration::ZERO)
+}
+
+/// [`flaky`], with every write taking `delay`.
+fn slow_flaky(
+    dir: &Path,
+    size: u64,
+    start: u64,
+    end: u64,
+    writes: u32,
+    delay: Duration,
+) -> (
+    fuser::BackgroundSession,
+    PathBuf,
+    PathBuf,
+    Arc<Mutex<Shared>>,
+) {
     let backing_path = dir.join("backing.img");
     let backing = fs::OpenOptions::new()
         .read(true)
@@ -254,6 +274,7 @@ fn flaky(
         start,
         end,
         shared: shared.clone(),
+        delay,
     };
     let session = fuser::spawn_mount2(fs, &mnt, &[MountOption::FSName("ingot-flaky".into())])
         .expect("mounting the FUSE disk");
@@ -380,5 +401,75 @@ fn a_disk_that_keeps_corrupting_fails_the_run() {
     assert!(
         head.iter().all(|b| *b == 0),
         "no protective MBR or GPT header"
+    );
+}
+
+/// A deadline that passes in the middle of writing a slow disk: the run stops, says why, and
+/// leaves the disk without a partition table.
+#[test]
+fn a_deadline_that_passes_mid_write_leaves_no_partition_table() {
+    if !usable() {
+        return;
+    }
+    let stack = demo();
+    let work = tempfile::tempdir().unwrap();
+    // 20 ms per FUSE write (at most 128 KiB each): the 256 MiB ESP alone takes over 40 s.
+    let (session, target, backing, _shared) =
+        slow_flaky(work.path(), 1024 * MIB, 0, 0, 0, Duration::from_millis(20));
+    let report = work.path().join("report.json");
+    let started = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_ingot-writer"))
+        .arg(&stack.layout)
+        .arg("--target")
+        .arg(&target)
+        .arg("--trust-key")
+        .arg(&stack.public)
+        .arg("--report")
+        .arg(&report)
+        .args(["--deadline", "3s"])
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    drop(session);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("the deadline passed while writing"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("left without a partition table"),
+        "{stderr}"
+    );
+    assert!(
+        took < Duration::from_secs(30),
+        "stopped soon after the deadline: {took:?}"
+    );
+    let status: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    assert_eq!(status["state"], "failed");
+    assert!(
+        status["error"].as_str().unwrap().contains("deadline"),
+        "{status}"
+    );
+    // Something was written (the deadline passed mid-write), but no partition table.
+    let disk = fs::read(&backing).unwrap();
+    assert!(disk.iter().any(|b| *b != 0), "the write had started");
+    assert!(
+        disk[..MIB as usize].iter().all(|b| *b == 0),
+        "no MBR or GPT at the start"
+    );
+    assert!(
+        disk[disk.len() - MIB as usize..].iter().all(|b| *b == 0),
+        "no backup GPT at the end"
+    );
+    let sgdisk = Command::new("sgdisk")
+        .arg("-p")
+        .arg(&backing)
+        .output()
+        .unwrap();
+    // sgdisk finds no table and would make a new one.
+    assert!(
+        String::from_utf8_lossy(&sgdisk.stdout).contains("Creating new GPT entries"),
+        "{sgdisk:?}"
     );
 }

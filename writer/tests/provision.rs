@@ -1,0 +1,743 @@
+//! ingot-writer run exactly as cluster-api-provider-hetzner's imageURLCommand runs it:
+//! `OCI_REGISTRY_AUTH_TOKEN=... ingot-writer IMAGE_URL BOOTSTRAP_DATA MACHINE_NAME 'ROOT_DEVICES'`,
+//! against fixture machines (`tests/fixtures/machines/`, read through `--sysroot`), pulling from
+//! a real `docker-registry` behind a front that demands the token. Checks the layers on disk, the
+//! sealed node layer's files (mounted by the kernel), the last stdout line, output.json over
+//! time, that no secret reaches any output, and that every gate and guard stops the run with
+//! its reason and leaves every disk byte-identical.
+//!
+//! Needs root (loop devices, mount) and docker-registry; skipped with a message otherwise, except
+//! in CI, where a missing piece fails the test.
+
+#[path = "../../builder/tests/registry_support/mod.rs"]
+mod registry_support;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use ingot::build::{build, BuildOptions};
+use ingot::manifest::Manifest;
+use ingot::registry::{push, Registry as Client, RegistryOptions, RegistryRef};
+use ingot::sign::SecretKey;
+use ingot_machine::fixture::{materialize, Materialized};
+use registry_support::{Front, FrontOptions, Registry};
+
+const TOKEN: &str = "ghp_ingotProvisionToken0123456789abcdef";
+
+fn in_ci() -> bool {
+    std::env::var_os("CI").is_some()
+}
+
+fn usable(test: &str) -> bool {
+    let root = rustix::process::geteuid().is_root();
+    let registry = Command::new("sh")
+        .args(["-c", "command -v docker-registry"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if root && registry {
+        return true;
+    }
+    assert!(
+        !in_ci(),
+        "{test}: CI must run this as root with docker-registry installed"
+    );
+    eprintln!("skipping {test}: needs root and docker-registry");
+    false
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The demo stack, signed, published once to a registry that only answers with the token.
+struct Published {
+    _dir: tempfile::TempDir,
+    _registry: Registry,
+    front: Front,
+    public: PathBuf,
+    url: String,
+}
+
+fn published() -> &'static Published {
+    static P: OnceLock<Published> = OnceLock::new();
+    P.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap();
+        let key = SecretKey::generate();
+        let public = dir.path().join("ingot.pub");
+        fs::write(&public, key.public_key().to_minisign()).unwrap();
+        let layout = dir.path().join("layout");
+        let m = Manifest::load(&repo_root().join("manifests/demo.toml")).unwrap();
+        build(
+            &m,
+            &BuildOptions {
+                out: layout.clone(),
+                sign_key: Some(key),
+                frame_size: 4 << 20,
+                zstd_level: 3,
+                revision: None,
+                force: false,
+                progress: false,
+            },
+        )
+        .unwrap();
+        let registry = Registry::start(&dir.path().join("registry"), None);
+        // Published straight to the registry; the writer goes through the front, which
+        // demands CAPH's token (sent as `Bearer base64(token)`).
+        let direct: RegistryRef = format!("oci://127.0.0.1:{}/stacks/demo:1.0.0", registry.port)
+            .parse()
+            .unwrap();
+        let client = Client::connect(&direct, RegistryOptions::default()).unwrap();
+        push::publish(&client, &layout, &direct, false).unwrap();
+        use base64::Engine;
+        let front = Front::start(
+            registry.port,
+            FrontOptions {
+                bearer: Some(base64::engine::general_purpose::STANDARD.encode(TOKEN)),
+                rate: None,
+            },
+        );
+        let url = front.url("stacks/demo:1.0.0");
+        Published {
+            _dir: dir,
+            _registry: registry,
+            front,
+            public,
+            url,
+        }
+    })
+}
+
+/// A fixture machine built in a temporary directory.
+struct Machine {
+    dir: tempfile::TempDir,
+    m: Materialized,
+}
+
+fn machine(name: &str) -> Machine {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let m = materialize(
+        &repo_root().join("tests/fixtures/machines").join(name),
+        &dir.path().join("machine"),
+    )
+    .unwrap_or_else(|e| panic!("materializing {name}: {e}"));
+    Machine { dir, m }
+}
+
+fn bootstrap_fixture(name: &str) -> PathBuf {
+    repo_root().join("bootstrap/tests/fixtures").join(name)
+}
+
+struct Run {
+    out: Output,
+    stdout: String,
+    stderr: String,
+    /// Every distinct `message` output.json held while the writer ran, in order.
+    messages: Vec<String>,
+    output_json: serde_json::Value,
+    events: String,
+}
+
+/// Runs the writer as CAPH does, polling output.json while it runs.
+fn caph(m: &Machine, bootstrap: &Path, machine_name: &str, devices: &str, extra: &[&str]) -> Run {
+    caph_env(m, bootstrap, machine_name, devices, extra, &[])
+}
+
+fn caph_env(
+    m: &Machine,
+    bootstrap: &Path,
+    machine_name: &str,
+    devices: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
+    let p = published();
+    let output = m.dir.path().join("output.json");
+    let events = m.dir.path().join("events.jsonl");
+    let _ = fs::remove_file(&output);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot-writer"));
+    cmd.env("OCI_REGISTRY_AUTH_TOKEN", TOKEN)
+        .arg(&p.url)
+        .arg(bootstrap)
+        .arg(machine_name)
+        .arg(devices)
+        .arg("--sysroot")
+        .arg(&m.m.root)
+        .arg("--output-json")
+        .arg(&output)
+        .arg("--events")
+        .arg(&events)
+        .arg("--trust-key")
+        .arg(&p.public)
+        .args(["--read-test-seconds", "0.3", "--no-reboot", "-vv"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let child = cmd.spawn().unwrap();
+    let messages = Arc::new(Mutex::new(Vec::<String>::new()));
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let (messages, done, output) = (messages.clone(), done.clone(), output.clone());
+        std::thread::spawn(move || loop {
+            let finished = done.load(std::sync::atomic::Ordering::SeqCst);
+            if let Ok(v) = fs::read(&output)
+                .map_err(|_| ())
+                .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).map_err(|_| ()))
+            {
+                let msg = v["message"].as_str().unwrap_or_default().to_string();
+                let mut m = messages.lock().unwrap();
+                if m.last() != Some(&msg) {
+                    m.push(msg);
+                }
+            }
+            if finished {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        })
+    };
+    let out = child.wait_with_output().unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    poller.join().unwrap();
+    let output_json = fs::read(&output)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let messages = messages.lock().unwrap().clone();
+    Run {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        out,
+        messages,
+        output_json,
+        events: fs::read_to_string(&events).unwrap_or_default(),
+    }
+}
+
+impl Run {
+    fn last_line(&self) -> &str {
+        self.stdout.lines().last().unwrap_or_default()
+    }
+
+    fn all_output(&self) -> String {
+        format!(
+            "{}\n{}\n{}\n{}\n{}",
+            self.stdout,
+            self.stderr,
+            self.output_json,
+            self.events,
+            self.messages.join("\n")
+        )
+    }
+
+    fn show(&self) -> String {
+        format!(
+            "exit {:?}\n--- stdout\n{}\n--- stderr\n{}",
+            self.out.status.code(),
+            self.stdout,
+            self.stderr
+        )
+    }
+}
+
+/// Partitions as `sfdisk --json` reads them: (name, start byte, size bytes).
+fn partitions(image: &Path) -> Vec<(String, u64, u64)> {
+    let out = Command::new("sfdisk")
+        .arg("--json")
+        .arg(image)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return Vec::new();
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let sector = v["partitiontable"]["sectorsize"].as_u64().unwrap_or(512);
+    v["partitiontable"]["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap_or_default().to_string(),
+                p["start"].as_u64().unwrap() * sector,
+                p["size"].as_u64().unwrap() * sector,
+            )
+        })
+        .collect()
+}
+
+/// A read-only kernel mount of a byte range of an image; unmounted and detached on drop.
+struct Mount {
+    dir: tempfile::TempDir,
+    dev: String,
+}
+
+impl Mount {
+    fn new(image: &Path, offset: u64, size: u64) -> Mount {
+        let out = Command::new("losetup")
+            .args(["-r", "-f", "--show", "-o"])
+            .arg(offset.to_string())
+            .arg("--sizelimit")
+            .arg(size.to_string())
+            .arg(image)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "losetup: {out:?}");
+        let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+        let dir = tempfile::tempdir().unwrap();
+        let mount = Command::new("mount")
+            .args(["-t", "ext4", "-o", "ro", &dev])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        if !mount.status.success() {
+            let _ = Command::new("losetup").args(["-d", &dev]).status();
+            panic!("mount: {mount:?}");
+        }
+        Mount { dir, dev }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+    }
+}
+
+fn stat(path: &Path) -> (u32, u32, u32) {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::symlink_metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (m.mode() & 0o7777, m.uid(), m.gid())
+}
+
+/// One successful CAPH run: layers, staged files, output.json, stdout, secrets.
+fn provisions(
+    fixture: &str,
+    disk: &str,
+    devices: &str,
+    bootstrap: &str,
+    want_layers: &[&str],
+    role: &str,
+) {
+    let m = machine(fixture);
+    let data = bootstrap_fixture(bootstrap);
+    let run = caph(&m, &data, "node-7", devices, &[]);
+    assert_eq!(run.out.status.code(), Some(0), "{}", run.show());
+    assert!(
+        run.last_line().contains("IMAGE_URL_DONE"),
+        "last line: {}",
+        run.show()
+    );
+    assert_eq!(
+        run.stdout.matches("IMAGE_URL_DONE").count(),
+        1,
+        "{}",
+        run.show()
+    );
+    assert_eq!(run.output_json["state"], "done", "{}", run.output_json);
+
+    // Every stage started, in order (the events file has them all) ...
+    let stages: Vec<String> = run
+        .events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "start")
+        .map(|e| e["stage"].as_str().unwrap().to_string())
+        .fold(Vec::new(), |mut v, s| {
+            if v.last() != Some(&s) {
+                v.push(s);
+            }
+            v
+        });
+    let want_stages = [
+        "check",
+        "gate",
+        "guard",
+        "resolve",
+        "verify",
+        "stage",
+        "seal",
+        "gate",
+        "plan",
+        "wipe",
+        "write",
+        "esp",
+        "partition-table",
+    ];
+    assert_eq!(stages, want_stages, "{}", run.events);
+    // ... and output.json's message, polled while the writer ran, changed with them, each
+    // message naming its stage, the last one the result.
+    assert!(run.messages.len() >= 3, "{:#?}", run.messages);
+    for m in &run.messages[..run.messages.len() - 1] {
+        assert!(
+            want_stages.iter().any(|s| m.starts_with(&format!("{s}: "))),
+            "{m}"
+        );
+    }
+    assert!(run.messages.last().unwrap().starts_with("wrote demo 1.0.0"));
+
+    // The layers this machine gets, the node layer, and nothing else.
+    let image = &m.m.images[disk];
+    let parts = partitions(image);
+    let names: BTreeSet<&str> = parts.iter().map(|(n, _, _)| n.as_str()).collect();
+    let mut want: BTreeSet<String> = ["ESP", "var", "ingot-node", "ingot-node-verity"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    for l in want_layers {
+        want.insert(format!("ingot-{l}"));
+        want.insert(format!("ingot-{l}-verity"));
+    }
+    assert_eq!(
+        names,
+        want.iter().map(String::as_str).collect::<BTreeSet<_>>(),
+        "{}",
+        run.show()
+    );
+    let sgdisk = Command::new("sgdisk")
+        .arg("-v")
+        .arg(image)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&sgdisk.stdout).contains("No problems found"),
+        "{sgdisk:?}"
+    );
+
+    // The sealed node layer passes veritysetup against the root hash on the command line.
+    let status = &run.output_json;
+    assert_eq!(status["details"]["selection"]["role"], role, "{status}");
+    let cmdline_root = run
+        .events
+        .lines()
+        .find_map(|l| {
+            let msg = serde_json::from_str::<serde_json::Value>(l).ok()?["message"]
+                .as_str()?
+                .to_string();
+            msg.split("root hash ")
+                .nth(1)
+                .filter(|_| msg.contains("sealed"))
+                .map(str::to_string)
+        })
+        .expect("a sealed message with the root hash");
+    let node = parts.iter().find(|p| p.0 == "ingot-node").unwrap();
+    let node_hash = parts.iter().find(|p| p.0 == "ingot-node-verity").unwrap();
+    let work = m.dir.path();
+    let (data_img, hash_img) = (work.join("node.img"), work.join("node.hash"));
+    let bytes = fs::read(image).unwrap();
+    fs::write(
+        &data_img,
+        &bytes[node.1 as usize..(node.1 + node.2) as usize],
+    )
+    .unwrap();
+    fs::write(
+        &hash_img,
+        &bytes[node_hash.1 as usize..(node_hash.1 + node_hash.2) as usize],
+    )
+    .unwrap();
+    drop(bytes);
+    let v = Command::new("veritysetup")
+        .arg("verify")
+        .arg(&data_img)
+        .arg(&hash_img)
+        .arg(&cmdline_root)
+        .output()
+        .unwrap();
+    assert!(v.status.success(), "veritysetup verify: {v:?}");
+
+    // Mount the node layer: every staged file byte-exact, with its mode and owner.
+    let mount = Mount::new(image, node.1, node.2);
+    let root = mount.dir.path();
+    let parsed = ingot_bootstrap::parse(&fs::read(&data).unwrap()).unwrap();
+    let passwd =
+        fs::read_to_string(repo_root().join("tests/fixtures/demo/base/etc/passwd")).unwrap();
+    let uid_of = |name: &str| -> u32 {
+        passwd
+            .lines()
+            .find(|l| l.split(':').next() == Some(name))
+            .and_then(|l| l.split(':').nth(2))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no user {name}"))
+    };
+    let mut checked = 0;
+    for f in &parsed.files {
+        // Appends merge with other files; jinja text gets the hostname substituted.
+        if f.append || (f.jinja && f.content.windows(2).any(|w| w == b"{{")) {
+            continue;
+        }
+        let rel = f.path.strip_prefix("/").unwrap();
+        let on_disk = match rel.strip_prefix("run") {
+            Ok(rest) => root.join("etc/ingot/run").join(rest),
+            Err(_) => root.join(rel),
+        };
+        let got = fs::read(&on_disk).unwrap_or_else(|e| panic!("{}: {e}", on_disk.display()));
+        assert!(got == f.content, "{} differs", f.path.display());
+        let (mode, uid, _gid) = stat(&on_disk);
+        let secret = ingot_bootstrap::secrets::is_secret(&f.path, &f.content);
+        if secret {
+            assert_eq!(
+                mode & 0o077,
+                0,
+                "{}: secret mode {mode:o}",
+                f.path.display()
+            );
+        } else {
+            assert_eq!(mode, f.mode & 0o7777, "{}", f.path.display());
+        }
+        match &f.owner.user {
+            Some(ingot_bootstrap::IdOrName::Name(n)) => {
+                assert_eq!(uid, uid_of(n), "{}", f.path.display())
+            }
+            Some(ingot_bootstrap::IdOrName::Id(id)) => assert_eq!(uid, *id),
+            None => assert_eq!(uid, 0, "{}", f.path.display()),
+        }
+        checked += 1;
+    }
+    assert!(checked > 0, "no files checked");
+    assert_eq!(
+        fs::read_to_string(root.join("etc/hostname"))
+            .unwrap()
+            .trim(),
+        "node-7"
+    );
+    let (mode, uid, gid) = stat(&root.join("etc/ssh/ssh_host_ed25519_key"));
+    assert_eq!((mode, uid, gid), (0o600, 0, 0));
+    let host_key = fs::read_to_string(root.join("etc/ssh/ssh_host_ed25519_key")).unwrap();
+    let machine_id = fs::read_to_string(root.join("etc/machine-id")).unwrap();
+    assert_eq!(machine_id.trim().len(), 32);
+    // The kubeadm command runs on first boot: runcmd through ingot's unit, Ignition's own units
+    // as they came, byte-exact.
+    if !parsed.commands.is_empty() {
+        assert!(root
+            .join("etc/systemd/system/ingot-bootstrap.service")
+            .exists());
+    }
+    for u in &parsed.units {
+        if let Some(contents) = &u.contents {
+            let path = root.join("etc/systemd/system").join(&u.name);
+            assert_eq!(fs::read_to_string(&path).unwrap(), *contents, "{}", u.name);
+        }
+    }
+    assert!(
+        !parsed.commands.is_empty() || parsed.units.iter().any(|u| u.contents.is_some()),
+        "the fixture runs kubeadm somehow"
+    );
+
+    // Nothing secret in any output: the token, the host key, the data's private keys.
+    let all = run.all_output();
+    assert!(!all.contains(TOKEN), "the token leaked");
+    use base64::Engine;
+    assert!(!all.contains(&base64::engine::general_purpose::STANDARD.encode(TOKEN)));
+    let key_body: String = host_key.lines().nth(1).unwrap().to_string();
+    assert!(!all.contains(&key_body), "the host key leaked");
+    for f in &parsed.files {
+        let text = String::from_utf8_lossy(&f.content);
+        if text.contains("PRIVATE KEY-----") {
+            let body = text.lines().nth(1).unwrap_or_default();
+            assert!(
+                !body.is_empty() && !all.contains(body),
+                "{} leaked",
+                f.path.display()
+            );
+        }
+    }
+    let seen = published().front.auth_seen.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "the writer authenticated to the registry");
+}
+
+#[test]
+fn cpu_worker_from_cloud_config_by_wwn() {
+    if !usable("cpu_worker_from_cloud_config_by_wwn") {
+        return;
+    }
+    provisions(
+        "cpu-worker",
+        "sda",
+        "0x5002538e40a1b2c3",
+        "cloud-config-worker-join.yaml",
+        &["base"],
+        "worker",
+    );
+}
+
+#[test]
+fn gpu_worker_from_ignition() {
+    if !usable("gpu_worker_from_ignition") {
+        return;
+    }
+    provisions(
+        "gpu-worker",
+        "nvme0n1",
+        "nvme0n1",
+        "ignition-v2-worker-join.json",
+        &["base", "nvidia"],
+        "worker",
+    );
+}
+
+#[test]
+fn kvm_control_plane_from_cloud_config_init() {
+    if !usable("kvm_control_plane_from_cloud_config_init") {
+        return;
+    }
+    provisions(
+        "kvm-control-plane",
+        "sda",
+        "sda",
+        "cloud-config-controlplane-init.yaml",
+        &["base", "control-plane", "kata"],
+        "control-plane",
+    );
+}
+
+/// Each gate and guard: the run stops with its reason, says so on the last stdout line and in
+/// output.json, and every disk of the machine is byte-identical afterwards.
+#[test]
+fn every_gate_and_guard_stops_before_touching_a_disk() {
+    if !usable("every_gate_and_guard_stops_before_touching_a_disk") {
+        return;
+    }
+    let worker = bootstrap_fixture("cloud-config-worker-join.yaml");
+    let empty = tempfile::tempdir().unwrap();
+    let no_path = [("PATH", empty.path().to_str().unwrap())];
+    type Case<'a> = (
+        &'a str,
+        &'a str,
+        Vec<&'a str>,
+        &'a [(&'a str, &'a str)],
+        &'a str,
+    );
+    let cases: Vec<Case> = vec![
+        ("bios-only", "sda", vec![], &[], "not-uefi"),
+        (
+            "cpu-worker",
+            "0x5000deadbeef0000",
+            vec![],
+            &[],
+            "disk-not-found",
+        ),
+        (
+            "cpu-worker",
+            "sda",
+            vec!["--min-read-speed", "1000000000000"],
+            &[],
+            "disk-too-slow",
+        ),
+        ("failing-disk", "sda", vec![], &[], "smart-failing"),
+        ("foreign-os", "sda", vec![], &[], "foreign-os"),
+        // Allowed, the foreign OS no longer stops it; the 64 MiB disk is then too small.
+        (
+            "foreign-os",
+            "sda",
+            vec!["--allow-foreign-os"],
+            &[],
+            "disk-too-small",
+        ),
+        ("lvm-target", "sda", vec![], &[], "lvm-on-target"),
+        ("md-spanning", "sda", vec![], &[], "md-spans-disks"),
+        // Without --no-reboot the writer needs sh and reboot: an empty PATH has neither.
+        ("cpu-worker", "sda", vec![], &no_path, "tools-missing"),
+    ];
+    for (fixture, devices, extra, env, reason) in cases {
+        let m = machine(fixture);
+        let before = m.m.digests().unwrap();
+        let args = extra.clone();
+        let run = if reason == "tools-missing" {
+            caph_env_no_noreboot(&m, &worker, devices, &args, env)
+        } else {
+            caph(&m, &worker, "node-1", devices, &args)
+        };
+        let what = format!("{fixture} {devices} {args:?}");
+        assert_eq!(run.out.status.code(), Some(1), "{what}: {}", run.show());
+        assert!(
+            run.last_line().contains(&format!("FAILED ({reason})")),
+            "{what}: last line {:?}\n{}",
+            run.last_line(),
+            run.show()
+        );
+        assert!(!run.stdout.contains("IMAGE_URL_DONE"), "{what}");
+        assert!(
+            run.last_line().contains("no disk was changed"),
+            "{what}: {}",
+            run.show()
+        );
+        assert_eq!(run.output_json["state"], "failed", "{what}");
+        assert!(
+            run.output_json["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains(reason),
+            "{what}: {}",
+            run.output_json
+        );
+        assert_eq!(m.m.digests().unwrap(), before, "{what}: a disk changed");
+    }
+}
+
+/// Like [`caph_env`] but without `--no-reboot` (for the tools gate only: it fails first).
+fn caph_env_no_noreboot(
+    m: &Machine,
+    bootstrap: &Path,
+    devices: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Run {
+    let p = published();
+    let output = m.dir.path().join("output.json");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot-writer"));
+    cmd.env("OCI_REGISTRY_AUTH_TOKEN", TOKEN)
+        .arg(&p.url)
+        .arg(bootstrap)
+        .arg("node-1")
+        .arg(devices)
+        .arg("--sysroot")
+        .arg(&m.m.root)
+        .arg("--output-json")
+        .arg(&output)
+        .arg("--trust-key")
+        .arg(&p.public)
+        .args(extra);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    Run {
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        out,
+        messages: Vec::new(),
+        output_json: fs::read(&output)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or(serde_json::Value::Null),
+        events: String::new(),
+    }
+}
+
+/// Bad bootstrap data stops the run before any disk is touched, naming the file.
+#[test]
+fn bad_bootstrap_data_is_refused_before_the_disk() {
+    if !usable("bad_bootstrap_data_is_refused_before_the_disk") {
+        return;
+    }
+    let m = machine("cpu-worker");
+    let before = m.m.digests().unwrap();
+    let bad = m.dir.path().join("bootstrap.data");
+    fs::write(&bad, "#!/bin/sh\necho not cloud-config\n").unwrap();
+    let run = caph(&m, &bad, "node-1", "sda", &[]);
+    assert_eq!(run.out.status.code(), Some(1), "{}", run.show());
+    assert!(
+        run.last_line().contains("FAILED (bootstrap-invalid)")
+            && run.last_line().contains("bootstrap.data"),
+        "{}",
+        run.show()
+    );
+    assert_eq!(m.m.digests().unwrap(), before);
+}

@@ -191,7 +191,9 @@ pub fn guard(
     })
 }
 
-fn scan_disk(disk: &Disk, target: bool) -> Result<DiskScan, GateFailure> {
+/// Reads one disk's partition table and probes the whole disk and each partition (read-only).
+/// Public for the fuzz target, which feeds it arbitrary disk contents.
+pub fn scan_disk(disk: &Disk, target: bool) -> Result<DiskScan, GateFailure> {
     let unreadable = |e: std::io::Error| {
         GateFailure::new(
             Reason::DiskUnreadable,

@@ -143,7 +143,7 @@ struct Run {
 
 /// Runs the writer as CAPH does, polling output.json while it runs.
 fn caph(m: &Machine, bootstrap: &Path, machine_name: &str, devices: &str, extra: &[&str]) -> Run {
-    caph_env(m, bootstrap, machine_name, devices, extra, &[])
+    caph_env(m, bootstrap, machine_name, devices, extra, &[], false)
 }
 
 fn caph_env(
@@ -153,6 +153,7 @@ fn caph_env(
     devices: &str,
     extra: &[&str],
     env: &[(&str, &str)],
+    reboot: bool,
 ) -> Run {
     let p = published();
     let output = m.dir.path().join("output.json");
@@ -172,7 +173,12 @@ fn caph_env(
         .arg(&events)
         .arg("--trust-key")
         .arg(&p.public)
-        .args(["--read-test-seconds", "0.3", "--no-reboot", "-vv"])
+        .args(["--read-test-seconds", "0.3", "-vv"])
+        .args(if reboot {
+            &[][..]
+        } else {
+            &["--no-reboot"][..]
+        })
         .args(extra)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -649,11 +655,9 @@ fn every_gate_and_guard_stops_before_touching_a_disk() {
         let m = machine(fixture);
         let before = m.m.digests().unwrap();
         let args = extra.clone();
-        let run = if reason == "tools-missing" {
-            caph_env_no_noreboot(&m, &worker, devices, &args, env)
-        } else {
-            caph(&m, &worker, "node-1", devices, &args)
-        };
+        // Without --no-reboot the writer needs sh and reboot on PATH (it fails at the gate).
+        let reboot = reason == "tools-missing";
+        let run = caph_env(&m, &worker, "node-1", devices, &args, env, reboot);
         let what = format!("{fixture} {devices} {args:?}");
         assert_eq!(run.out.status.code(), Some(1), "{what}: {}", run.show());
         assert!(
@@ -678,46 +682,6 @@ fn every_gate_and_guard_stops_before_touching_a_disk() {
             run.output_json
         );
         assert_eq!(m.m.digests().unwrap(), before, "{what}: a disk changed");
-    }
-}
-
-/// Like [`caph_env`] but without `--no-reboot` (for the tools gate only: it fails first).
-fn caph_env_no_noreboot(
-    m: &Machine,
-    bootstrap: &Path,
-    devices: &str,
-    extra: &[&str],
-    env: &[(&str, &str)],
-) -> Run {
-    let p = published();
-    let output = m.dir.path().join("output.json");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot-writer"));
-    cmd.env("OCI_REGISTRY_AUTH_TOKEN", TOKEN)
-        .arg(&p.url)
-        .arg(bootstrap)
-        .arg("node-1")
-        .arg(devices)
-        .arg("--sysroot")
-        .arg(&m.m.root)
-        .arg("--output-json")
-        .arg(&output)
-        .arg("--trust-key")
-        .arg(&p.public)
-        .args(extra);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().unwrap();
-    Run {
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        out,
-        messages: Vec::new(),
-        output_json: fs::read(&output)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok())
-            .unwrap_or(serde_json::Value::Null),
-        events: String::new(),
     }
 }
 

@@ -3,6 +3,8 @@
 //! it, rewrite the range, and report it; when the corruption persists, fail and leave the disk
 //! without a partition table.
 
+mod common;
+
 use std::ffi::OsStr;
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
@@ -11,6 +13,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
+use common::{demo, Stack};
 use fuser::{
     FileAttr, FileType, Filesystem, MountOption, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
     ReplyEntry, ReplyOpen, ReplyWrite, Request,
@@ -188,39 +191,6 @@ fn usable() -> bool {
         eprintln!("SKIP: no FUSE here (needs /dev/fuse and fusermount3 from fuse3)");
     }
     ok
-}
-
-struct Stack {
-    _dir: tempfile::TempDir,
-    layout: PathBuf,
-    public: PathBuf,
-}
-
-fn demo() -> Stack {
-    let dir = tempfile::tempdir().unwrap();
-    let key = ingot::sign::SecretKey::generate();
-    let public = dir.path().join("ingot.pub");
-    fs::write(&public, key.public_key().to_minisign()).unwrap();
-    let layout = dir.path().join("layout");
-    let manifest = ingot::manifest::Manifest::load(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/demo.toml"),
-    )
-    .unwrap();
-    let opts = ingot::build::BuildOptions {
-        out: layout.clone(),
-        sign_key: Some(key),
-        frame_size: 4 << 20,
-        zstd_level: 3,
-        revision: None,
-        force: false,
-        progress: false,
-    };
-    ingot::build::build(&manifest, &opts).unwrap();
-    Stack {
-        _dir: dir,
-        layout,
-        public,
-    }
 }
 
 /// Mounts a flaky disk of `size` bytes corrupting the first `writes` writes to [start, end).

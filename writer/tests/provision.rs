@@ -9,22 +9,16 @@
 //! Needs root (loop devices, mount) and docker-registry; skipped with a message otherwise, except
 //! in CI, where a missing piece fails the test.
 
-#[path = "../../builder/tests/registry_support/mod.rs"]
-mod registry_support;
+mod common;
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ingot::build::{build, BuildOptions};
-use ingot::manifest::Manifest;
-use ingot::registry::{push, Registry as Client, RegistryOptions, RegistryRef};
-use ingot::sign::SecretKey;
 use ingot_machine::fixture::{materialize, Materialized};
-use registry_support::{Front, FrontOptions, Registry};
 
 const TOKEN: &str = "ghp_ingotProvisionToken0123456789abcdef";
 
@@ -49,66 +43,24 @@ fn usable(test: &str) -> bool {
     false
 }
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+use common::repo_root;
+
+/// The demo stack, signed, published to a registry that only answers with the token. Each test
+/// makes its own, so that dropping it stops the registry.
+struct Fixture {
+    stack: common::Stack,
+    published: common::Published,
 }
 
-/// The demo stack, signed, published once to a registry that only answers with the token.
-struct Published {
-    _dir: tempfile::TempDir,
-    _registry: Registry,
-    front: Front,
-    public: PathBuf,
-    url: String,
-}
-
-fn published() -> &'static Published {
-    static P: OnceLock<Published> = OnceLock::new();
-    P.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        let key = SecretKey::generate();
-        let public = dir.path().join("ingot.pub");
-        fs::write(&public, key.public_key().to_minisign()).unwrap();
-        let layout = dir.path().join("layout");
-        let m = Manifest::load(&repo_root().join("manifests/demo.toml")).unwrap();
-        build(
-            &m,
-            &BuildOptions {
-                out: layout.clone(),
-                sign_key: Some(key),
-                frame_size: 4 << 20,
-                zstd_level: 3,
-                revision: None,
-                force: false,
-                progress: false,
-            },
-        )
-        .unwrap();
-        let registry = Registry::start(&dir.path().join("registry"), None);
-        // Published straight to the registry; the writer goes through the front, which
-        // demands CAPH's token (sent as `Bearer base64(token)`).
-        let direct: RegistryRef = format!("oci://127.0.0.1:{}/stacks/demo:1.0.0", registry.port)
-            .parse()
-            .unwrap();
-        let client = Client::connect(&direct, RegistryOptions::default()).unwrap();
-        push::publish(&client, &layout, &direct, false).unwrap();
-        use base64::Engine;
-        let front = Front::start(
-            registry.port,
-            FrontOptions {
-                bearer: Some(base64::engine::general_purpose::STANDARD.encode(TOKEN)),
-                rate: None,
-            },
-        );
-        let url = front.url("stacks/demo:1.0.0");
-        Published {
-            _dir: dir,
-            _registry: registry,
-            front,
-            public,
-            url,
-        }
-    })
+fn published() -> Fixture {
+    let stack = common::demo();
+    let published = common::publish_behind_token(
+        &stack.layout,
+        "stacks/demo:1.0.0",
+        TOKEN,
+        &stack.dir.path().join("registry"),
+    );
+    Fixture { stack, published }
 }
 
 /// A fixture machine built in a temporary directory.
@@ -142,11 +94,20 @@ struct Run {
 }
 
 /// Runs the writer as CAPH does, polling output.json while it runs.
-fn caph(m: &Machine, bootstrap: &Path, machine_name: &str, devices: &str, extra: &[&str]) -> Run {
-    caph_env(m, bootstrap, machine_name, devices, extra, &[], false)
+fn caph(
+    p: &Fixture,
+    m: &Machine,
+    bootstrap: &Path,
+    machine_name: &str,
+    devices: &str,
+    extra: &[&str],
+) -> Run {
+    caph_env(p, m, bootstrap, machine_name, devices, extra, &[], false)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn caph_env(
+    p: &Fixture,
     m: &Machine,
     bootstrap: &Path,
     machine_name: &str,
@@ -155,13 +116,12 @@ fn caph_env(
     env: &[(&str, &str)],
     reboot: bool,
 ) -> Run {
-    let p = published();
     let output = m.dir.path().join("output.json");
     let events = m.dir.path().join("events.jsonl");
     let _ = fs::remove_file(&output);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot-writer"));
     cmd.env("OCI_REGISTRY_AUTH_TOKEN", TOKEN)
-        .arg(&p.url)
+        .arg(&p.published.url)
         .arg(bootstrap)
         .arg(machine_name)
         .arg(devices)
@@ -172,7 +132,7 @@ fn caph_env(
         .arg("--events")
         .arg(&events)
         .arg("--trust-key")
-        .arg(&p.public)
+        .arg(&p.stack.public)
         .args(["--read-test-seconds", "0.3", "-vv"])
         .args(if reboot {
             &[][..]
@@ -334,7 +294,8 @@ fn provisions(
 ) {
     let m = machine(fixture);
     let data = bootstrap_fixture(bootstrap);
-    let run = caph(&m, &data, "node-7", devices, &[]);
+    let p = published();
+    let run = caph(&p, &m, &data, "node-7", devices, &[]);
     assert_eq!(run.out.status.code(), Some(0), "{}", run.show());
     assert!(
         run.last_line().contains("IMAGE_URL_DONE"),
@@ -554,7 +515,7 @@ fn provisions(
             );
         }
     }
-    let seen = published().front.auth_seen.lock().unwrap().clone();
+    let seen = p.published.front.auth_seen.lock().unwrap().clone();
     assert!(!seen.is_empty(), "the writer authenticated to the registry");
 }
 
@@ -610,6 +571,7 @@ fn every_gate_and_guard_stops_before_touching_a_disk() {
     if !usable("every_gate_and_guard_stops_before_touching_a_disk") {
         return;
     }
+    let p = published();
     let worker = bootstrap_fixture("cloud-config-worker-join.yaml");
     let empty = tempfile::tempdir().unwrap();
     let no_path = [("PATH", empty.path().to_str().unwrap())];
@@ -657,7 +619,7 @@ fn every_gate_and_guard_stops_before_touching_a_disk() {
         let args = extra.clone();
         // Without --no-reboot the writer needs sh and reboot on PATH (it fails at the gate).
         let reboot = reason == "tools-missing";
-        let run = caph_env(&m, &worker, "node-1", devices, &args, env, reboot);
+        let run = caph_env(&p, &m, &worker, "node-1", devices, &args, env, reboot);
         let what = format!("{fixture} {devices} {args:?}");
         assert_eq!(run.out.status.code(), Some(1), "{what}: {}", run.show());
         assert!(
@@ -695,7 +657,8 @@ fn bad_bootstrap_data_is_refused_before_the_disk() {
     let before = m.m.digests().unwrap();
     let bad = m.dir.path().join("bootstrap.data");
     fs::write(&bad, "#!/bin/sh\necho not cloud-config\n").unwrap();
-    let run = caph(&m, &bad, "node-1", "sda", &[]);
+    let p = published();
+    let run = caph(&p, &m, &bad, "node-1", "sda", &[]);
     assert_eq!(run.out.status.code(), Some(1), "{}", run.show());
     assert!(
         run.last_line().contains("FAILED (bootstrap-invalid)")

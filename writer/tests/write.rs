@@ -1,14 +1,15 @@
 //! ingot-writer end to end on image files and loop devices, checked with the real tools:
 //! `sgdisk -v`, `sfdisk --json`, `fsck.fat -n`, `mtype`, `veritysetup verify`, a kernel mount.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use ingot::build::{build, BuildOptions};
-use ingot::manifest::Manifest;
+use common::{build_stack, demo, Stack};
 use ingot::sign::SecretKey;
 
 const MIB: u64 = 1 << 20;
@@ -43,44 +44,6 @@ fn run(cmd: &mut Command) -> Output {
 
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
-}
-
-struct Stack {
-    dir: tempfile::TempDir,
-    layout: PathBuf,
-    public: PathBuf,
-}
-
-/// Builds `manifest` signed with a fresh key.
-fn build_stack(manifest: &Path) -> Stack {
-    let dir = tempfile::tempdir().unwrap();
-    let key = SecretKey::generate();
-    let public = dir.path().join("ingot.pub");
-    fs::write(&public, key.public_key().to_minisign()).unwrap();
-    let layout = dir.path().join("layout");
-    let m = Manifest::load(manifest).unwrap_or_else(|e| panic!("{e}"));
-    build(
-        &m,
-        &BuildOptions {
-            out: layout.clone(),
-            sign_key: Some(key),
-            frame_size: 4 << 20,
-            zstd_level: 3,
-            revision: None,
-            force: false,
-            progress: false,
-        },
-    )
-    .unwrap_or_else(|e| panic!("building {}: {e}", manifest.display()));
-    Stack {
-        dir,
-        layout,
-        public,
-    }
-}
-
-fn demo() -> Stack {
-    build_stack(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../manifests/demo.toml"))
 }
 
 fn sparse_file(path: &Path, size: u64) {

@@ -1,0 +1,104 @@
+//! What the writer's test files share: a stack built from a manifest and signed with a fresh key.
+
+#![allow(dead_code)] // not every test file uses every helper
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use ingot::build::{build, BuildOptions};
+use ingot::manifest::Manifest;
+use ingot::sign::SecretKey;
+
+/// The builder's registry fixtures: a real docker-registry and a token-checking front.
+#[path = "../../../builder/tests/registry_support/mod.rs"]
+pub mod registry_support;
+
+/// The repository's root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A built, signed stack: an OCI image layout and the public key that verifies it.
+pub struct Stack {
+    pub dir: tempfile::TempDir,
+    pub layout: PathBuf,
+    pub public: PathBuf,
+    /// Every layer of the stack and its root hash, in stacking order.
+    pub layers: Vec<(String, String)>,
+}
+
+/// Builds `manifest` signed with a fresh key (4 MiB zstd frames, level 3).
+pub fn build_stack(manifest: &Path) -> Stack {
+    let dir = tempfile::tempdir().unwrap();
+    let key = SecretKey::generate();
+    let public = dir.path().join("ingot.pub");
+    fs::write(&public, key.public_key().to_minisign()).unwrap();
+    let layout = dir.path().join("layout");
+    let m = Manifest::load(manifest).unwrap_or_else(|e| panic!("{e}"));
+    let built = build(
+        &m,
+        &BuildOptions {
+            out: layout.clone(),
+            sign_key: Some(key),
+            frame_size: 4 << 20,
+            zstd_level: 3,
+            revision: None,
+            force: false,
+            progress: false,
+        },
+    )
+    .unwrap_or_else(|e| panic!("building {}: {e}", manifest.display()));
+    let layers = built
+        .descriptor
+        .layers
+        .iter()
+        .map(|l| (l.name.clone(), l.verity.root_hash.clone()))
+        .collect();
+    Stack {
+        dir,
+        layout,
+        public,
+        layers,
+    }
+}
+
+/// The demo stack (`manifests/demo.toml`).
+pub fn demo() -> Stack {
+    build_stack(&repo_root().join("manifests/demo.toml"))
+}
+
+/// A stack in a real docker-registry behind a front that demands CAPH's token (sent as
+/// `Bearer base64(token)`). Dropping it stops both.
+pub struct Published {
+    pub registry: registry_support::Registry,
+    pub front: registry_support::Front,
+    /// `oci://127.0.0.1:PORT/REPO:TAG` through the front.
+    pub url: String,
+}
+
+/// Publishes `layout` to a fresh registry as `repo_tag` (`stacks/demo:1.0.0`), straight to the
+/// registry; the returned URL goes through the token-checking front.
+pub fn publish_behind_token(layout: &Path, repo_tag: &str, token: &str, dir: &Path) -> Published {
+    use base64::Engine;
+    use ingot::registry::{push, Registry as Client, RegistryOptions, RegistryRef};
+    use registry_support::{Front, FrontOptions, Registry};
+    let registry = Registry::start(dir, None);
+    let direct: RegistryRef = format!("oci://127.0.0.1:{}/{repo_tag}", registry.port)
+        .parse()
+        .unwrap();
+    let client = Client::connect(&direct, RegistryOptions::default()).unwrap();
+    push::publish(&client, layout, &direct, false).unwrap();
+    let front = Front::start(
+        registry.port,
+        FrontOptions {
+            bearer: Some(base64::engine::general_purpose::STANDARD.encode(token)),
+            rate: None,
+        },
+    );
+    let url = front.url(repo_tag);
+    Published {
+        registry,
+        front,
+        url,
+    }
+}

@@ -292,10 +292,22 @@ fn provisions(
     want_layers: &[&str],
     role: &str,
 ) {
+    provisions_with(fixture, disk, devices, bootstrap, &[], want_layers, role)
+}
+
+fn provisions_with(
+    fixture: &str,
+    disk: &str,
+    devices: &str,
+    bootstrap: &str,
+    extra: &[&str],
+    want_layers: &[&str],
+    role: &str,
+) {
     let m = machine(fixture);
     let data = bootstrap_fixture(bootstrap);
     let p = published();
-    let run = caph(&p, &m, &data, "node-7", devices, &[]);
+    let run = caph(&p, &m, &data, "node-7", devices, extra);
     assert_eq!(run.out.status.code(), Some(0), "{}", run.show());
     assert!(
         run.last_line().contains("IMAGE_URL_DONE"),
@@ -560,6 +572,24 @@ fn kvm_control_plane_from_cloud_config_init() {
         "sda",
         "cloud-config-controlplane-init.yaml",
         &["base", "control-plane", "kata"],
+        "control-plane",
+    );
+}
+
+/// `--role` overrides the role the bootstrap data implies: worker join data, written as a
+/// control plane, gets the control-plane layer.
+#[test]
+fn role_flag_overrides_the_bootstrap_data() {
+    if !usable("role_flag_overrides_the_bootstrap_data") {
+        return;
+    }
+    provisions_with(
+        "cpu-worker",
+        "sda",
+        "sda",
+        "cloud-config-worker-join.yaml",
+        &["--role", "control-plane"],
+        &["base", "control-plane"],
         "control-plane",
     );
 }

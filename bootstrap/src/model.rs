@@ -210,6 +210,26 @@ pub struct Bootstrap {
 }
 
 impl Bootstrap {
+    /// Nothing yet, in `format`: what each parser starts from.
+    pub(crate) fn empty(format: Format) -> Bootstrap {
+        Bootstrap {
+            format,
+            hostname: None,
+            fqdn: None,
+            files: Vec::new(),
+            dirs: Vec::new(),
+            links: Vec::new(),
+            users: Vec::new(),
+            groups: Vec::new(),
+            root_authorized_keys: Vec::new(),
+            boot_commands: Vec::new(),
+            commands: Vec::new(),
+            units: Vec::new(),
+            kubeadm: None,
+            warnings: Vec::new(),
+        }
+    }
+
     /// ControlPlane for `kubeadm init` and for a control-plane join; Worker otherwise (including
     /// data without any kubeadm command).
     pub fn role(&self) -> Role {

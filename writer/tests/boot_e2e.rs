@@ -58,7 +58,7 @@ fn usable(test: &str) -> bool {
     false
 }
 
-use common::repo_root;
+use common::{partitions, repo_root};
 
 fn run_ok(cmd: &mut Command) -> Output {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -242,25 +242,6 @@ fn write_machine(
         node_root,
         parts,
     }
-}
-
-/// Partitions as `sfdisk --json` reads them: (name, start byte, size bytes).
-fn partitions(image: &Path) -> Vec<(String, u64, u64)> {
-    let out = run_ok(Command::new("sfdisk").arg("--json").arg(image));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let sector = v["partitiontable"]["sectorsize"].as_u64().unwrap_or(512);
-    v["partitiontable"]["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["name"].as_str().unwrap_or_default().to_string(),
-                p["start"].as_u64().unwrap() * sector,
-                p["size"].as_u64().unwrap() * sector,
-            )
-        })
-        .collect()
 }
 
 /// A qemu process, killed on drop (a failing assertion must not leave it running).

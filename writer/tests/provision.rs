@@ -43,7 +43,7 @@ fn usable(test: &str) -> bool {
     false
 }
 
-use common::repo_root;
+use common::{partitions, repo_root};
 
 /// The demo stack, signed, published to a registry that only answers with the token. Each test
 /// makes its own, so that dropping it stops the registry.
@@ -210,32 +210,6 @@ impl Run {
             self.stderr
         )
     }
-}
-
-/// Partitions as `sfdisk --json` reads them: (name, start byte, size bytes).
-fn partitions(image: &Path) -> Vec<(String, u64, u64)> {
-    let out = Command::new("sfdisk")
-        .arg("--json")
-        .arg(image)
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        return Vec::new();
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let sector = v["partitiontable"]["sectorsize"].as_u64().unwrap_or(512);
-    v["partitiontable"]["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["name"].as_str().unwrap_or_default().to_string(),
-                p["start"].as_u64().unwrap() * sector,
-                p["size"].as_u64().unwrap() * sector,
-            )
-        })
-        .collect()
 }
 
 /// A read-only kernel mount of a byte range of an image; unmounted and detached on drop.

@@ -55,22 +55,7 @@ pub(super) fn parse(text: &str, jinja: bool) -> Result<Bootstrap, ParseError> {
             message: e.to_string(),
         }
     })?;
-    let mut b = Bootstrap {
-        format: Format::CloudConfig { jinja },
-        hostname: None,
-        fqdn: None,
-        files: Vec::new(),
-        dirs: Vec::new(),
-        links: Vec::new(),
-        users: Vec::new(),
-        groups: Vec::new(),
-        root_authorized_keys: Vec::new(),
-        boot_commands: Vec::new(),
-        commands: Vec::new(),
-        units: Vec::new(),
-        kubeadm: None,
-        warnings: Vec::new(),
-    };
+    let mut b = Bootstrap::empty(Format::CloudConfig { jinja });
     if text.contains("!!binary") {
         b.warnings.push(
             "`!!binary` YAML tags are read as text; write binary content with `encoding: b64`"

@@ -36,24 +36,9 @@ pub(super) fn parse(text: &str) -> Result<Bootstrap, ParseError> {
         "3" => true,
         _ => return Err(ParseError::IgnitionVersion { version }),
     };
-    let mut b = Bootstrap {
-        format: Format::Ignition {
-            version: version.clone(),
-        },
-        hostname: None,
-        fqdn: None,
-        files: Vec::new(),
-        dirs: Vec::new(),
-        links: Vec::new(),
-        users: Vec::new(),
-        groups: Vec::new(),
-        root_authorized_keys: Vec::new(),
-        boot_commands: Vec::new(),
-        commands: Vec::new(),
-        units: Vec::new(),
-        kubeadm: None,
-        warnings: Vec::new(),
-    };
+    let mut b = Bootstrap::empty(Format::Ignition {
+        version: version.clone(),
+    });
     let mut budget = Budget::new();
     for (key, v) in &root {
         match key.as_str() {

@@ -346,7 +346,11 @@ fn provision(
         }
         Err(e) => {
             let reason = e.reason();
-            let touched = e.disk_touched();
+            // The disk changes from the wipe on; every stage before it only reads.
+            let touched = matches!(
+                reporter.status().stage,
+                Stage::Wipe | Stage::Write | Stage::Esp | Stage::PartitionTable | Stage::Finish
+            );
             let text = format!("{:#}", anyhow::Error::from(e));
             reporter.failed(&format!("{reason}: {text}"));
             eprintln!("ingot-writer: error: {text}");

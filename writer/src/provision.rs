@@ -78,6 +78,9 @@ pub enum ProvisionError {
     },
     #[error("staging the per-node files: {0}")]
     Stage(#[from] ingot_bootstrap::StageError),
+    /// The base layer's accounts, needed to stage owners, could not be read.
+    #[error("reading the base layer's accounts for staging: {0}")]
+    BaseAccounts(String),
     #[error("sealing the per-node layer: {0}")]
     Seal(String),
     #[error(transparent)]
@@ -92,7 +95,7 @@ impl ProvisionError {
             ProvisionError::Machine(_) => "machine-unreadable".into(),
             ProvisionError::Io { .. } => "io".into(),
             ProvisionError::Bootstrap { .. } => "bootstrap-invalid".into(),
-            ProvisionError::Stage(_) => "stage-failed".into(),
+            ProvisionError::Stage(_) | ProvisionError::BaseAccounts(_) => "stage-failed".into(),
             ProvisionError::Seal(_) => "seal-failed".into(),
             ProvisionError::Write(WriteError::Engine(crate::engine::EngineError::Deadline {
                 ..
@@ -100,20 +103,6 @@ impl ProvisionError {
             ProvisionError::Write(WriteError::Source(_)) => "image-invalid".into(),
             ProvisionError::Write(_) => "write-failed".into(),
         }
-    }
-
-    /// Whether the target disk may have been changed (then it holds no partition table).
-    pub fn disk_touched(&self) -> bool {
-        matches!(
-            self,
-            ProvisionError::Write(
-                WriteError::Engine(_)
-                    | WriteError::Target(_)
-                    | WriteError::Table(_)
-                    | WriteError::Esp(_)
-                    | WriteError::LayerFs(_)
-            )
-        )
     }
 }
 
@@ -241,10 +230,15 @@ pub fn provision(
         Stage::Staging,
         format!("staging the per-node files for {}", req.machine_name),
     );
-    let base = opened.base_fs()?;
+    let base = opened
+        .base_fs()
+        .map_err(|e| ProvisionError::BaseAccounts(e.to_string()))?;
     let text = |path: &str| -> Result<String, ProvisionError> {
-        let bytes = base.read(path).map_err(WriteError::from)?;
-        String::from_utf8(bytes).map_err(|_| ProvisionError::Seal(format!("{path} is not UTF-8")))
+        let bytes = base
+            .read(path)
+            .map_err(|e| ProvisionError::BaseAccounts(e.to_string()))?;
+        String::from_utf8(bytes)
+            .map_err(|_| ProvisionError::BaseAccounts(format!("{path} is not UTF-8")))
     };
     let (base_passwd, base_group) = (text("/etc/passwd")?, text("/etc/group")?);
     let network = read_network(&sysroot, reporter);

@@ -154,26 +154,21 @@ fn write_machine(
     .unwrap_or_else(|e| panic!("materializing {fixture}: {e}"));
     let output = dir.path().join("output.json");
     let events = dir.path().join("events.jsonl");
-    let out = Command::new(env!("CARGO_BIN_EXE_ingot-writer"))
-        .env("OCI_REGISTRY_AUTH_TOKEN", TOKEN)
-        .arg(&p.registry.url)
-        .arg(repo_root().join("bootstrap/tests/fixtures").join(bootstrap))
-        .arg(name)
-        .arg(devices)
-        .arg("--sysroot")
-        .arg(&m.root)
-        .arg("--output-json")
-        .arg(&output)
-        .arg("--events")
-        .arg(&events)
-        .arg("--trust-key")
-        .arg(&p.stack.public)
-        .args(["--read-test-seconds", "0.3", "--no-reboot"])
-        .args(["--kernel-arg", "console=ttyS0", "--kernel-arg", "panic=-1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .unwrap();
+    let out = common::caph_command(
+        &p.registry.url,
+        TOKEN,
+        &repo_root().join("bootstrap/tests/fixtures").join(bootstrap),
+        name,
+        devices,
+        &m.root,
+        &output,
+        &events,
+        &p.stack.public,
+    )
+    .arg("--no-reboot")
+    .args(["--kernel-arg", "console=ttyS0", "--kernel-arg", "panic=-1"])
+    .output()
+    .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success()

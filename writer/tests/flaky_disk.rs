@@ -251,7 +251,13 @@ fn slow_flaky(
     (session, mnt.join("disk.img"), backing_path, shared)
 }
 
-fn run_writer(stack: &Stack, target: &Path, report: &Path, events: &Path) -> std::process::Output {
+fn run_writer(
+    stack: &Stack,
+    target: &Path,
+    report: &Path,
+    events: &Path,
+    extra: &[&str],
+) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_ingot-writer"))
         .arg(&stack.layout)
         .arg("--target")
@@ -262,6 +268,7 @@ fn run_writer(stack: &Stack, target: &Path, report: &Path, events: &Path) -> std
         .arg(report)
         .arg("--events")
         .arg(events)
+        .args(extra)
         .output()
         .unwrap()
 }
@@ -288,7 +295,7 @@ fn a_corrupted_write_is_caught_and_rewritten() {
         work.path().join("report.json"),
         work.path().join("events.jsonl"),
     );
-    let out = run_writer(&stack, &target, &report, &events);
+    let out = run_writer(&stack, &target, &report, &events, &[]);
     drop(session);
     assert!(
         out.status.success(),
@@ -344,7 +351,7 @@ fn a_disk_that_keeps_corrupting_fails_the_run() {
         work.path().join("report.json"),
         work.path().join("events.jsonl"),
     );
-    let out = run_writer(&stack, &target, &report, &events);
+    let out = run_writer(&stack, &target, &report, &events, &[]);
     drop(session);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
@@ -388,17 +395,8 @@ fn a_deadline_that_passes_mid_write_leaves_no_partition_table() {
         slow_flaky(work.path(), 1024 * MIB, 0, 0, 0, Duration::from_millis(20));
     let report = work.path().join("report.json");
     let started = std::time::Instant::now();
-    let out = Command::new(env!("CARGO_BIN_EXE_ingot-writer"))
-        .arg(&stack.layout)
-        .arg("--target")
-        .arg(&target)
-        .arg("--trust-key")
-        .arg(&stack.public)
-        .arg("--report")
-        .arg(&report)
-        .args(["--deadline", "3s"])
-        .output()
-        .unwrap();
+    let events = work.path().join("events.jsonl");
+    let out = run_writer(&stack, &target, &report, &events, &["--deadline", "3s"]);
     let took = started.elapsed();
     drop(session);
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -14,7 +14,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -119,29 +119,24 @@ fn caph_env(
     let output = m.dir.path().join("output.json");
     let events = m.dir.path().join("events.jsonl");
     let _ = fs::remove_file(&output);
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot-writer"));
-    cmd.env("OCI_REGISTRY_AUTH_TOKEN", TOKEN)
-        .arg(&p.published.url)
-        .arg(bootstrap)
-        .arg(machine_name)
-        .arg(devices)
-        .arg("--sysroot")
-        .arg(&m.m.root)
-        .arg("--output-json")
-        .arg(&output)
-        .arg("--events")
-        .arg(&events)
-        .arg("--trust-key")
-        .arg(&p.stack.public)
-        .args(["--read-test-seconds", "0.3", "-vv"])
+    let mut cmd = common::caph_command(
+        &p.published.url,
+        TOKEN,
+        bootstrap,
+        machine_name,
+        devices,
+        &m.m.root,
+        &output,
+        &events,
+        &p.stack.public,
+    );
+    cmd.arg("-vv")
         .args(if reboot {
             &[][..]
         } else {
             &["--no-reboot"][..]
         })
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .args(extra);
     for (k, v) in env {
         cmd.env(k, v);
     }

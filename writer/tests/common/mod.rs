@@ -130,3 +130,38 @@ pub fn partitions(image: &Path) -> Vec<(String, u64, u64)> {
         })
         .collect()
 }
+
+/// `ingot-writer` invoked exactly as CAPH's imageURLCommand does (the token in the environment,
+/// four positional arguments), against fixture machine `sysroot`, reporting to `output` and
+/// `events`, with a short read test. Callers add their own flags.
+#[allow(clippy::too_many_arguments)]
+pub fn caph_command(
+    url: &str,
+    token: &str,
+    bootstrap: &Path,
+    machine_name: &str,
+    devices: &str,
+    sysroot: &Path,
+    output: &Path,
+    events: &Path,
+    public: &Path,
+) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ingot-writer"));
+    cmd.env("OCI_REGISTRY_AUTH_TOKEN", token)
+        .arg(url)
+        .arg(bootstrap)
+        .arg(machine_name)
+        .arg(devices)
+        .arg("--sysroot")
+        .arg(sysroot)
+        .arg("--output-json")
+        .arg(output)
+        .arg("--events")
+        .arg(events)
+        .arg("--trust-key")
+        .arg(public)
+        .args(["--read-test-seconds", "0.3"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    cmd
+}

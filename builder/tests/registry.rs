@@ -5,7 +5,7 @@
 //! resumes with a Range request), and a corrupted blob in the registry's storage.
 
 mod common;
-mod registry_support;
+use ingot_testkit::registry as registry_support;
 
 use std::fs;
 use std::io::Write;

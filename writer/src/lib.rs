@@ -7,27 +7,25 @@
 //! confirm it. Any failure after the disk was touched clears the partition-table areas again,
 //! so a half-written disk never looks bootable.
 
-pub mod engine;
-pub mod esp;
 pub mod layerfs;
-pub mod plan;
-pub mod provision;
+pub mod pipeline;
 pub mod report;
-pub mod table;
+pub mod steps;
 pub mod target;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use ingot::verify::{verify_metadata, verity_params, StackRef, Trust, VerifyError};
+use ingot_artifact::verify::{verify_metadata, verity_params, StackRef, Trust, VerifyError};
 use ingot_layers::descriptor::LayerEntry;
 use ingot_layers::select::Machine;
 use ingot_verity::Verifier;
 use sha2::{Digest, Sha256};
 
-use crate::engine::{EngineError, LayerData, WriteOptions};
+use crate::steps::write::{EngineError, LayerData, WriteOptions};
+use crate::steps::{esp, partition_table as table, plan, write as engine};
 use crate::layerfs::{LayerFs, LayerFsError};
-use crate::plan::{Content, DiskPlan, LayerKind, PlanError, PlanLayer, MIB};
+use crate::steps::plan::{Content, DiskPlan, LayerKind, PlanError, PlanLayer, MIB};
 use crate::report::{Reporter, Stage};
 use crate::target::{Target, TargetError};
 
@@ -104,10 +102,10 @@ pub struct NodeLayer {
 
 /// A stack whose signature, descriptor and selected layers' trees are checked; nothing written.
 pub struct OpenedStack {
-    report: ingot::verify::VerifyReport,
+    report: ingot_artifact::verify::VerifyReport,
     layers: Vec<Prepared>,
     /// Kept open: a registry source's downloaded blobs live as long as it does.
-    _source: Box<dyn ingot::verify::ArtifactSource>,
+    _source: Box<dyn ingot_artifact::verify::ArtifactSource>,
 }
 
 impl OpenedStack {
@@ -194,7 +192,7 @@ pub fn open_stack(
         StackRef::Registry(r) => r.to_string(),
     };
     reporter.stage(Stage::Resolve, format!("opening {what}"));
-    let opened_source = ingot::verify::open(stack)?;
+    let opened_source = ingot_artifact::verify::open(stack)?;
     let source = opened_source.as_ref();
     reporter.stage(
         Stage::Verify,

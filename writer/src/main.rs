@@ -6,11 +6,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use ingot::sign::PublicKey;
-use ingot::verify::{StackRef, Trust};
+use ingot_artifact::sign::PublicKey;
+use ingot_artifact::verify::{StackRef, Trust};
 use ingot_layers::select::{GpuVendor, Machine, Role};
-use ingot_writer::engine::WriteOptions;
-use ingot_writer::provision::ProvisionRequest;
+use ingot_writer::steps::write::WriteOptions;
+use ingot_writer::pipeline::ProvisionRequest;
 use ingot_writer::report::{Reporter, Stage};
 use ingot_writer::{WriteRequest, WriteSettings};
 
@@ -318,7 +318,7 @@ fn provision(
     watchdog(deadline, || {
         println!("ingot-writer: FAILED (deadline): the run did not stop after its deadline");
     });
-    match ingot_writer::provision::provision(&req, &reporter) {
+    match ingot_writer::pipeline::provision(&req, &reporter) {
         Ok(done) => {
             let msg = format!(
                 "wrote {} ({}) to {} for {} ({}): layers {}; {} bytes written, {} rewrites",

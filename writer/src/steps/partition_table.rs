@@ -10,7 +10,7 @@ use gpt::disk::LogicalBlockSize;
 use gpt::partition::Partition;
 use gpt::partition_types::{OperatingSystem, Type};
 
-use crate::plan::{DiskPlan, MIB};
+use crate::steps::plan::{DiskPlan, MIB};
 use crate::target::{Target, TargetError};
 
 #[derive(Debug, thiserror::Error)]

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use ingot::verify::{StackRef, Trust};
+use ingot_artifact::verify::{StackRef, Trust};
 use ingot_bootstrap::{Network, StageInput, StageOptions};
 use ingot_layers::select::{GpuVendor, Machine, Role};
 use ingot_machine::{
@@ -97,7 +97,7 @@ impl ProvisionError {
             ProvisionError::Bootstrap { .. } => "bootstrap-invalid".into(),
             ProvisionError::Stage(_) | ProvisionError::BaseAccounts(_) => "stage-failed".into(),
             ProvisionError::Seal(_) => "seal-failed".into(),
-            ProvisionError::Write(WriteError::Engine(crate::engine::EngineError::Deadline {
+            ProvisionError::Write(WriteError::Engine(crate::steps::write::EngineError::Deadline {
                 ..
             })) => "deadline".into(),
             ProvisionError::Write(WriteError::Source(_)) => "image-invalid".into(),
@@ -289,7 +289,7 @@ pub fn provision(
     );
 
     reporter.stage(Stage::Gate, format!("{}: size", disk.name));
-    let need = crate::plan::min_disk_size(req.settings.esp_size, &opened.plan_layers(Some(&node)));
+    let need = crate::steps::plan::min_disk_size(req.settings.esp_size, &opened.plan_layers(Some(&node)));
     gate_passed(
         reporter,
         Stage::Gate,

@@ -139,7 +139,7 @@ pub fn write_layer(
             layer.image_size
         )));
     }
-    let frames = ingot::compress::split_frames(layer.blob).map_err(|e| blob_err(e.to_string()))?;
+    let frames = ingot_artifact::compress::split_frames(layer.blob).map_err(|e| blob_err(e.to_string()))?;
     let want = layer.image_size.div_ceil(layer.frame_size) as usize;
     if frames.len() != want {
         return Err(blob_err(format!(

@@ -7,4 +7,5 @@ pub mod compress;
 pub mod oci_layout;
 pub mod registry;
 pub mod sign;
+pub mod trust_key;
 pub mod verify;

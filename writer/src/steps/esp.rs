@@ -1,10 +1,90 @@
-//! The EFI system partition: FAT32 built in memory with `fatfs`, holding the bootloader, the
-//! kernel and initrd from the base layer, and a systemd-boot loader entry whose command line
-//! names every layer's root hash.
+//! `esp`: the EFI system partition: FAT32 built in memory with `fatfs`, holding the
+//! bootloader, the kernel and initrd from the base layer, and a systemd-boot loader entry whose
+//! command line names every layer's root hash.
+//!
+//! Reads the boot files from the base layer as written on the target (every block checked
+//! against its tree), the verified stack, the node layer, the plan and the extra kernel
+//! arguments; returns the kernel command line and what writing the ESP took ([`WriteStats`]).
 
 use std::io::{Cursor, Write};
 
 use fatfs::{FatType, FileSystem, FormatVolumeOptions, FsOptions};
+
+use crate::boot::Cmdline;
+use crate::error::WriteError;
+use crate::layerfs::LayerFs;
+use crate::report::{Reporter, Stage};
+use crate::request::WriteSettings;
+use crate::steps::plan::{Content, DiskPlan};
+use crate::steps::seal::NodeLayer;
+use crate::steps::verify::OpenedStack;
+use crate::steps::write::{write_bytes, WriteStats};
+use crate::target::Target;
+
+/// The `esp` step; see the module docs.
+pub fn run(
+    target: &Target,
+    opened: &OpenedStack,
+    node: Option<&NodeLayer>,
+    plan: &DiskPlan,
+    settings: &WriteSettings,
+    reporter: &Reporter,
+) -> Result<(String, WriteStats), WriteError> {
+    reporter.stage(
+        Stage::Esp,
+        "reading the boot files from the verified base layer and writing the ESP",
+    );
+    let d = opened.descriptor();
+    let base = &opened.layers()[0];
+    let base_part = plan.part(&Content::LayerData { index: 0 });
+    let fs = LayerFs::on_target(
+        &base.entry.name,
+        target.clone_buffered()?,
+        base_part.offset,
+        base.verifier.clone(),
+    )?;
+    let (kernel, initrd, bootloader) = (
+        fs.read(&d.boot.kernel)?,
+        fs.read(&d.boot.initrd)?,
+        fs.read(&d.boot.efi)?,
+    );
+    let cmdline = Cmdline {
+        stack: (&d.name, &d.version),
+        layers: opened
+            .layers()
+            .iter()
+            .map(|p| (p.entry.name.as_str(), p.verifier.root_hash()))
+            .collect(),
+        node: node.map(|n| n.root_hash.as_slice()),
+        var: plan.part(&Content::Var).part_guid,
+        extra: &settings.kernel_args,
+    }
+    .render();
+    let esp_part = plan.part(&Content::Esp);
+    let volume_id = u32::from_le_bytes(plan.disk_guid.as_bytes()[..4].try_into().expect("4 bytes"));
+    let image = build(
+        esp_part.size,
+        &EspContents {
+            bootloader: &bootloader,
+            kernel: &kernel,
+            initrd: &initrd,
+            entry: loader_entry(&format!("ingot {} {}", d.name, d.version), &cmdline),
+            volume_id,
+        },
+    )?;
+    let zeroed = target.zero_range(esp_part.offset, esp_part.size)?;
+    let stats = write_bytes(
+        target,
+        "esp",
+        &image,
+        esp_part.offset,
+        zeroed,
+        settings.options,
+        reporter,
+    )?;
+    settings.options.check_deadline("esp")?;
+    Ok((cmdline, stats))
+}
 
 /// What goes on the ESP.
 pub struct EspContents<'a> {

@@ -1,4 +1,5 @@
-//! The partition table: cleared first, written last, confirmed after.
+//! `partition-table`: the partition table, cleared first (by `wipe`), written last, confirmed
+//! after. Reads the opened target and the plan; returns nothing but a table that matches it.
 //!
 //! A disk without a valid GPT (and protective MBR) is not bootable, so clearing both ends before
 //! anything else and writing the table only after every partition verified means no failure, kill
@@ -10,8 +11,21 @@ use gpt::disk::LogicalBlockSize;
 use gpt::partition::Partition;
 use gpt::partition_types::{OperatingSystem, Type};
 
+use crate::report::{Reporter, Stage};
 use crate::steps::plan::{DiskPlan, MIB};
 use crate::target::{Target, TargetError};
+
+/// The `partition-table` step: after a sync, the table written and read back.
+pub fn run(target: &Target, plan: &DiskPlan, reporter: &Reporter) -> Result<(), TableError> {
+    reporter.stage(
+        Stage::PartitionTable,
+        "writing the partition table (last) and reading it back",
+    );
+    target.sync()?;
+    write(target, plan)?;
+    target.reread_partitions();
+    Ok(())
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {

@@ -1,12 +1,26 @@
-//! The disk layout for one machine: which partitions, where, with which GUIDs.
+//! `plan`: the disk layout for one machine: which partitions, where, with which GUIDs.
 //!
-//! GPT, 1 MiB aligned: the ESP, then a data and a verity partition for each selected layer in
-//! stacking order, then a writable `var` partition filling the rest. Partition UUIDs of a
-//! layer's pair are the first and last 128 bits of its root hash (the Discoverable Partitions
-//! rule, so systemd's tools and our initramfs find them from the kernel command line alone).
+//! GPT, 1 MiB aligned, named and typed as the boot contract ([`crate::boot`]) says: the ESP,
+//! then a data and a verity partition for each selected layer in stacking order, then a writable
+//! `var` partition filling the rest.
+//!
+//! Reads the target's size and sector size, the ESP size and the layers (the verified stack's,
+//! and the sealed node layer on top); returns the opened [`Target`] and its [`DiskPlan`].
+//! Nothing is written.
+
+use std::path::Path;
 
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
+
+use crate::boot::{data_label, hash_label, partition_uuids, ESP_LABEL, VAR_LABEL};
+pub use crate::boot::{types, ATTR_READ_ONLY};
+use crate::error::WriteError;
+use crate::report::{Reporter, Stage};
+use crate::request::WriteSettings;
+use crate::steps::seal::NodeLayer;
+use crate::steps::verify::OpenedStack;
+use crate::target::Target;
 
 pub const MIB: u64 = 1 << 20;
 /// The smallest ESP we make: FAT32 needs 65,525 clusters; 64 MiB of 512-byte clusters has twice that.
@@ -15,23 +29,6 @@ pub const MIN_ESP_SIZE: u64 = 64 * MIB;
 pub const MIN_VAR_SIZE: u64 = 64 * MIB;
 /// GPT's backup header and entry array at the end, rounded to the alignment.
 const TAIL: u64 = MIB;
-
-/// Discoverable Partitions type GUIDs (x86-64) and ingot's own, stable across releases.
-pub mod types {
-    pub const ESP: &str = "c12a7328-f81f-11d2-ba4b-00a0c93ec93b";
-    pub const ROOT_X86_64: &str = "4f68bce3-e8cd-4db1-96e7-fbcaf984b709";
-    pub const ROOT_VERITY_X86_64: &str = "2c7357ed-ebd2-46d9-aec1-23d437ec2bf5";
-    pub const VAR: &str = "4d21b016-b534-45c2-a9fb-5c16e091fd2d";
-    /// A read-only ingot layer stacked over the root (not the base): data and its verity tree.
-    pub const INGOT_LAYER: &str = "b8ea271f-ac26-4617-855b-c1f3aa710e7e";
-    pub const INGOT_LAYER_VERITY: &str = "9b70b814-dfd5-4cc8-a412-556349155359";
-    /// The sealed per-node layer and its verity tree.
-    pub const INGOT_NODE: &str = "c001e177-74c2-4996-ada8-1815adcbb065";
-    pub const INGOT_NODE_VERITY: &str = "8a9faee1-3fe6-4ab2-8dc2-b98d07c07ce3";
-}
-
-/// GPT attribute bit 60: read-only (DPS recommends it for verity partitions and their data).
-pub const ATTR_READ_ONLY: u64 = 1 << 60;
 
 /// What a partition holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -123,11 +120,6 @@ fn guid(text: &str) -> Uuid {
     Uuid::parse_str(text).expect("constant GUID")
 }
 
-/// GPT names are 36 UTF-16 code units.
-fn label(text: &str) -> String {
-    text.chars().take(36).collect()
-}
-
 fn layer_bytes(layers: &[PlanLayer]) -> u64 {
     layers
         .iter()
@@ -171,7 +163,7 @@ pub fn plan(
     let esp_guid = derived_guid(identity, b"esp");
     parts.push(PlannedPartition {
         content: Content::Esp,
-        label: "ESP".into(),
+        label: ESP_LABEL.into(),
         type_guid: guid(types::ESP),
         part_guid: esp_guid,
         offset: at,
@@ -180,13 +172,8 @@ pub fn plan(
     });
     at += esp_size;
     for (index, l) in layers.iter().enumerate() {
-        if l.root_hash.len() < 16 {
-            return Err(PlanError::ShortRootHash(l.name.clone(), l.root_hash.len()));
-        }
-        let first: [u8; 16] = l.root_hash[..16].try_into().expect("16 bytes");
-        let last: [u8; 16] = l.root_hash[l.root_hash.len() - 16..]
-            .try_into()
-            .expect("16 bytes");
+        let (data_guid, hash_guid) = partition_uuids(&l.root_hash)
+            .ok_or_else(|| PlanError::ShortRootHash(l.name.clone(), l.root_hash.len()))?;
         let (data_type, hash_type) = match l.kind {
             LayerKind::Base => (types::ROOT_X86_64, types::ROOT_VERITY_X86_64),
             LayerKind::Extra => (types::INGOT_LAYER, types::INGOT_LAYER_VERITY),
@@ -195,9 +182,9 @@ pub fn plan(
         let data_size = align_up(l.data_size);
         parts.push(PlannedPartition {
             content: Content::LayerData { index },
-            label: label(&format!("ingot-{}", l.name)),
+            label: data_label(&l.name),
             type_guid: guid(data_type),
-            part_guid: Uuid::from_bytes(first),
+            part_guid: data_guid,
             offset: at,
             size: data_size,
             attributes: ATTR_READ_ONLY,
@@ -206,9 +193,9 @@ pub fn plan(
         let hash_size = align_up(l.hash_size);
         parts.push(PlannedPartition {
             content: Content::LayerHash { index },
-            label: label(&format!("ingot-{}-verity", l.name)),
+            label: hash_label(&l.name),
             type_guid: guid(hash_type),
-            part_guid: Uuid::from_bytes(last),
+            part_guid: hash_guid,
             offset: at,
             size: hash_size,
             attributes: ATTR_READ_ONLY,
@@ -218,7 +205,7 @@ pub fn plan(
     let var_end = (disk_size - TAIL) / MIB * MIB;
     parts.push(PlannedPartition {
         content: Content::Var,
-        label: "var".into(),
+        label: VAR_LABEL.into(),
         type_guid: guid(types::VAR),
         part_guid: derived_guid(identity, b"var"),
         offset: at,
@@ -248,6 +235,35 @@ impl DiskPlan {
     pub fn find(&self, content: &Content) -> Option<&PlannedPartition> {
         self.partitions.iter().find(|p| &p.content == content)
     }
+
+    /// The partition planned for `content`; every caller asks for one the plan always has.
+    pub fn part(&self, content: &Content) -> &PlannedPartition {
+        self.find(content).expect("planned")
+    }
+}
+
+/// The `plan` step: opens `target` and lays out the opened stack (and the node layer) on it.
+pub fn run(
+    target: &Path,
+    opened: &OpenedStack,
+    node: Option<&NodeLayer>,
+    settings: &WriteSettings,
+    reporter: &Reporter,
+) -> Result<(Target, DiskPlan), WriteError> {
+    reporter.stage(Stage::Plan, format!("planning {}", target.display()));
+    let target = Target::open(target)?;
+    let identity = Sha256::new()
+        .chain_update(opened.manifest_digest().as_bytes())
+        .finalize();
+    let plan = plan(
+        target.size(),
+        target.sector_size(),
+        settings.esp_size,
+        &opened.plan_layers(node),
+        &identity,
+    )?;
+    settings.options.check_deadline("plan")?;
+    Ok((target, plan))
 }
 
 #[cfg(test)]

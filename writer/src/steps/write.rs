@@ -1,4 +1,8 @@
-//! Writing a layer so that no byte that fails its hash reaches the disk unnoticed.
+//! `write`: every selected layer's image and tree, and the sealed node layer, into their
+//! partitions, so that no byte that fails its hash reaches the disk unnoticed; `var` left blank.
+//!
+//! Reads the opened target, the verified stack, the node layer and the plan; returns the bytes
+//! written and skipped and the rewrites ([`WriteStats`]).
 //!
 //! For each batch of zstd frames (decompressed in parallel): every data block is checked against
 //! its leaf in the signed hash tree BEFORE it is written; the batch is written with large aligned
@@ -14,7 +18,11 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
+use crate::error::WriteError;
 use crate::report::{Reporter, Rewrite, Stage};
+use crate::steps::plan::{Content, DiskPlan, MIB};
+use crate::steps::seal::NodeLayer;
+use crate::steps::verify::{map_blob, OpenedStack, Prepared};
 use crate::target::{AlignedBuf, Target, TargetError, ALIGN};
 
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +88,14 @@ pub struct WriteStats {
     pub rewrites: u32,
 }
 
+impl std::ops::AddAssign for WriteStats {
+    fn add_assign(&mut self, s: WriteStats) {
+        self.written += s.written;
+        self.skipped += s.skipped;
+        self.rewrites += s.rewrites;
+    }
+}
+
 /// One layer's data to put on the disk.
 pub struct LayerData<'a> {
     pub name: &'a str,
@@ -100,6 +116,107 @@ struct Frame {
     at: u64,
     len: usize,
     data: AlignedBuf,
+}
+
+/// The `write` step; see the module docs.
+pub fn run(
+    target: &Target,
+    opened: &OpenedStack,
+    node: Option<&NodeLayer>,
+    plan: &DiskPlan,
+    opts: WriteOptions,
+    reporter: &Reporter,
+) -> Result<WriteStats, WriteError> {
+    let mut total = WriteStats::default();
+    for (index, p) in opened.layers().iter().enumerate() {
+        total += stack_layer(target, index, p, plan, opts, reporter)?;
+    }
+    if let Some(n) = node {
+        let index = opened.layers().len();
+        reporter.stage(
+            Stage::Write,
+            format!(
+                "writing the sealed node layer ({} bytes, root hash {})",
+                n.image.len(),
+                hex::encode(&n.root_hash)
+            ),
+        );
+        for (content, what, bytes) in [
+            (Content::LayerData { index }, "node", &n.image),
+            (Content::LayerHash { index }, "node-verity", &n.hash),
+        ] {
+            let part = plan.part(&content);
+            let zeroed = target.zero_range(part.offset, part.size)?;
+            total += write_bytes(target, what, bytes, part.offset, zeroed, opts, reporter)?;
+        }
+    }
+
+    // var: left blank (no file system signature) for first boot to format, per the boot contract.
+    let var = plan.part(&Content::Var);
+    if !target.zero_range(var.offset, MIB)? {
+        target.write_direct(&AlignedBuf::new(MIB as usize), var.offset)?;
+    }
+    opts.check_deadline("write")?;
+    Ok(total)
+}
+
+/// One layer of the stack: its image from the blob, then its hash device.
+fn stack_layer(
+    target: &Target,
+    index: usize,
+    p: &Prepared,
+    plan: &DiskPlan,
+    opts: WriteOptions,
+    reporter: &Reporter,
+) -> Result<WriteStats, WriteError> {
+    let data = plan.part(&Content::LayerData { index });
+    let hash = plan.part(&Content::LayerHash { index });
+    reporter.stage(
+        Stage::Write,
+        format!(
+            "writing layer {} ({} bytes, root hash {})",
+            p.entry.name,
+            p.entry.size,
+            hex::encode(p.verifier.root_hash())
+        ),
+    );
+    let map = map_blob(&p.data_path)?;
+    // Zeroing first pays only when many blocks are zeros (the tree says which): on a thin
+    // or file-backed disk it frees space that dense data must then allocate again.
+    let zero_blocks = p.verifier.zero_blocks();
+    let blocks = p.verifier.params().data_blocks;
+    let zeroed = zero_blocks * 8 >= blocks && target.zero_range(data.offset, data.size)?;
+    tracing::debug!(
+        "layer {}: {zero_blocks} of {blocks} blocks are zeros; zeroing first: {zeroed}",
+        p.entry.name
+    );
+    let mut total = write_layer(
+        target,
+        &LayerData {
+            name: &p.entry.name,
+            verifier: &p.verifier,
+            blob: &map,
+            frame_size: p.entry.data.compression.frame_size,
+            image_size: p.entry.size,
+            offset: data.offset,
+            partition_size: data.size,
+        },
+        zeroed,
+        opts,
+        reporter,
+    )?;
+    reporter.finish_bar();
+    let zeroed = target.zero_range(hash.offset, hash.size)?;
+    total += write_bytes(
+        target,
+        &format!("{}-verity", p.entry.name),
+        &p.hash_bytes,
+        hash.offset,
+        zeroed,
+        opts,
+        reporter,
+    )?;
+    Ok(total)
 }
 
 /// Writes one layer's image into its partition with both checks. `zeroed`: the partition reads
@@ -139,7 +256,8 @@ pub fn write_layer(
             layer.image_size
         )));
     }
-    let frames = ingot_artifact::compress::split_frames(layer.blob).map_err(|e| blob_err(e.to_string()))?;
+    let frames =
+        ingot_artifact::compress::split_frames(layer.blob).map_err(|e| blob_err(e.to_string()))?;
     let want = layer.image_size.div_ceil(layer.frame_size) as usize;
     if frames.len() != want {
         return Err(blob_err(format!(

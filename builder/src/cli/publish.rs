@@ -1,16 +1,16 @@
-//! `ingot publish`: CLI glue for [`ingot::registry::push`], and the registry options every
+//! `ingot publish`: CLI glue for [`crate::registry::push`], and the registry options every
 //! registry command shares.
 
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::registry::auth::ExplicitAuth;
+use crate::registry::progress::throughput;
+use crate::registry::push::publish;
+use crate::registry::{Registry, RegistryError, RegistryOptions, RegistryRef, RetryPolicy, Secret};
 use anyhow::Context;
 use clap::Args;
-use ingot::registry::auth::ExplicitAuth;
-use ingot::registry::progress::throughput;
-use ingot::registry::push::publish;
-use ingot::registry::{Registry, RegistryError, RegistryOptions, RegistryRef, RetryPolicy, Secret};
 
 /// How to reach a registry (shared by publish, pull and resolve).
 #[derive(Args, Debug, Clone)]

@@ -1,14 +1,14 @@
-//! `ingot pull` and `ingot resolve`: CLI glue for [`ingot::registry::pull`].
+//! `ingot pull` and `ingot resolve`: CLI glue for [`crate::registry::pull`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::registry::progress::throughput;
+use crate::registry::pull::pull;
+use crate::registry::{Registry, RegistryRef};
 use clap::Args;
-use ingot::registry::progress::throughput;
-use ingot::registry::pull::pull;
-use ingot::registry::{Registry, RegistryRef};
 
-use crate::cmd_publish::{fail, RegistryArgs};
+use super::publish::{fail, RegistryArgs};
 
 /// Pull a stack from a registry into an OCI image layout directory: the same blobs, the
 /// manifest's exact bytes, and an index.json naming it by the tag. Every blob is downloaded into

@@ -1,12 +1,10 @@
-//! `ingot verify`: CLI glue for [`ingot::verify`].
+//! `ingot verify`: CLI glue for [`crate::verify`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
+use crate::verify::{open, verify, SignatureStatus, StackRef, Trust};
 use clap::Args;
-use ingot::sign::PublicKey;
-use ingot::verify::{open, verify, SignatureStatus, StackRef, Trust};
 
 /// Check a stack artifact end to end: the minisign signature over the stack descriptor first
 /// (nothing is trusted before it), then every blob's digest and size, then every layer:
@@ -47,21 +45,13 @@ pub struct VerifyArgs {
     pub work_dir: Option<PathBuf>,
 }
 
-/// Load a public key given as a file path or as the base64 key.
-pub fn load_public_key(arg: &str) -> anyhow::Result<PublicKey> {
-    let path = std::path::Path::new(arg);
-    let text = if path.exists() {
-        std::fs::read_to_string(path)
-            .with_context(|| format!("reading the public key {}", path.display()))?
-    } else {
-        arg.to_owned()
-    };
-    PublicKey::from_minisign(&text).with_context(|| format!("loading the public key {arg}"))
-}
-
 pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let stack: StackRef = args.stack.parse().map_err(anyhow::Error::msg)?;
-    let key = args.trust_key.as_deref().map(load_public_key).transpose()?;
+    let key = args
+        .trust_key
+        .as_deref()
+        .map(crate::trust_key::from_arg)
+        .transpose()?;
     if key.is_none() && !args.allow_unsigned {
         eprintln!("ingot: error: give --trust-key PUB (or --allow-unsigned to skip the signature)");
         return Ok(ExitCode::from(2));

@@ -1,13 +1,11 @@
-//! `ingot inspect`: CLI glue for [`ingot::inspect`].
+//! `ingot inspect`: CLI glue for [`crate::inspect`].
 
 use std::process::ExitCode;
 
+use crate::inspect::{inspect, render_table};
+use crate::verify::{open, StackRef};
 use clap::Args;
-use ingot::inspect::{inspect, render_table};
-use ingot::verify::{open, StackRef};
 use ingot_layers::select::{GpuVendor, Machine, Role};
-
-use crate::cmd_verify::load_public_key;
 
 /// Show a stack artifact's layers (name, kind, selection rule, size, compressed size, verity
 /// root hash) and, given a machine (--role, and --gpu/--virt/--uefi), which layers it gets.
@@ -51,7 +49,11 @@ fn parse_gpu(s: &str) -> Result<GpuVendor, String> {
 
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let stack: StackRef = args.stack.parse().map_err(anyhow::Error::msg)?;
-    let key = args.trust_key.as_deref().map(load_public_key).transpose()?;
+    let key = args
+        .trust_key
+        .as_deref()
+        .map(crate::trust_key::from_arg)
+        .transpose()?;
     let machine = args.role.map(|role| Machine {
         role,
         gpus: args.gpu.clone(),

@@ -1,15 +1,15 @@
-//! `ingot build`: CLI glue for [`ingot::build`].
+//! `ingot build`: CLI glue for [`crate::build`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use crate::build::{build, BuildOptions};
+use crate::compress::{DEFAULT_FRAME_SIZE, DEFAULT_LEVEL};
+use crate::manifest::Manifest;
+use crate::sign::SecretKey;
 use anyhow::Context;
 use clap::Args;
-use ingot::build::{build, BuildOptions};
-use ingot::compress::{DEFAULT_FRAME_SIZE, DEFAULT_LEVEL};
-use ingot::manifest::Manifest;
-use ingot::sign::SecretKey;
 
 /// Build a stack release: every layer as a deterministic ext4 image sealed with dm-verity,
 /// compressed in independent zstd frames, described by a stack descriptor, signed, and written
@@ -98,8 +98,8 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
         out.descriptor.name,
         out.descriptor.version,
         out.descriptor.layers.len(),
-        ingot::inspect::human_size(total),
-        ingot::inspect::human_size(compressed),
+        crate::inspect::human_size(total),
+        crate::inspect::human_size(compressed),
         started.elapsed()
     );
     println!("layout     {}", out.out.display());

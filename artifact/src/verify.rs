@@ -401,6 +401,7 @@ fn verify_layer(
         // SAFETY: the blob is a file in the layout that nothing else writes while it is read;
         // a concurrent writer could only make the check fail, never make it pass wrongly,
         // because the digest was checked above and the decompressed bytes are hashed below.
+        #[allow(unsafe_code)] // mapping a file: see above
         let map = unsafe { memmap2::Mmap::map(&blob) }.map_err(io_input("mapping", &data_blob))?;
         let file = File::create(&img).map_err(io_input("creating", &img))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);

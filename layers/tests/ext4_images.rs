@@ -355,6 +355,7 @@ fn unreadable_file_fails_cleanly() {
                 // Root reads anything; drop to an unprivileged filesystem identity on this
                 // thread only (setfsuid also drops CAP_DAC_OVERRIDE for it).
                 // SAFETY: setfsgid/setfsuid take plain integers and affect only this thread.
+                #[allow(unsafe_code)] // no safe wrapper for a per-thread filesystem identity
                 unsafe {
                     libc::setfsgid(65534);
                     libc::setfsuid(65534);

@@ -51,6 +51,8 @@ struct AlignedBuf {
     layout: Layout,
 }
 
+// An aligned allocation is the one thing std has no safe constructor for.
+#[allow(unsafe_code)]
 impl AlignedBuf {
     fn new(len: usize) -> Self {
         let layout = Layout::from_size_align(len, ALIGN).expect("constant layout");
@@ -68,6 +70,7 @@ impl AlignedBuf {
     }
 }
 
+#[allow(unsafe_code)] // freeing the allocation made in `AlignedBuf::new`
 impl Drop for AlignedBuf {
     fn drop(&mut self) {
         // SAFETY: allocated in `new` with this layout.

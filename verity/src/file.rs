@@ -75,6 +75,7 @@ fn map_data(path: &Path, params: &mut VerityParams) -> Result<(File, Mmap), Veri
     let len = usize::try_from(need).map_err(|_| ParamError::Overflow)?;
     // SAFETY-free: memmap2's map is unsafe only because another process may change the file
     // underneath; the tree then describes whatever was read, and verify catches any change.
+    #[allow(unsafe_code)] // mapping a file: see above
     let map = unsafe { MmapOptions::new().len(len).map(&file) }
         .map_err(io(path, "mapping data device"))?;
     let _ = map.advise(Advice::Sequential);

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use ingot_artifact::error_text::chain;
 
 use crate::pipeline;
 use crate::report::Reporter;
@@ -45,7 +46,7 @@ pub fn provision(
         Err(e) => {
             let reason = e.reason();
             let touched = pipeline::touched_disk(reporter.status().stage);
-            let text = format!("{:#}", anyhow::Error::from(e));
+            let text = chain(&e);
             reporter.failed(&format!("{reason}: {text}"));
             eprintln!("ingot-writer: error: {text}");
             let state = if touched {

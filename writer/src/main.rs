@@ -22,7 +22,10 @@ fn main() -> ExitCode {
     match ingot_writer::run::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("ingot-writer: error: {e:#}");
+            eprintln!(
+                "ingot-writer: error: {}",
+                ingot_artifact::error_text::chain(e.as_ref())
+            );
             ExitCode::from(2)
         }
     }

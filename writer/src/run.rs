@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use ingot_artifact::error_text::chain;
 use ingot_artifact::verify::{StackRef, Trust};
 use ingot_layers::select::{Machine, Role};
 
@@ -85,7 +86,7 @@ fn write_target(
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            let text = format!("{:#}", anyhow::Error::from(e));
+            let text = chain(&e);
             let touched = pipeline::touched_disk(reporter.status().stage);
             reporter.failed(&text);
             eprintln!("ingot-writer: error: {text}");

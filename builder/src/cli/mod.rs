@@ -71,7 +71,10 @@ pub fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("ingot: error: {err:#}");
+            eprintln!(
+                "ingot: error: {}",
+                ingot_artifact::error_text::chain(err.as_ref())
+            );
             ExitCode::from(1)
         }
     }

@@ -578,7 +578,10 @@ fn oci_layout_is_flattened_with_whiteouts() {
         let m = LoopMount::new(&img, &t.path().join("mnt"));
         compare_trees(&want, &m.dir);
     } else {
-        skip("oci mount comparison and equality with a directory build: needs root");
+        skip(
+            "oci mount comparison and equality with a directory build",
+            "needs root",
+        );
     }
     // The empty digest takes index.json's only manifest; a wrong digest is refused.
     build_image(

@@ -13,7 +13,7 @@
 //!   read-only.
 //!
 //! Everything is read below a [`Sysroot`] (`/` on a real machine), so every check runs against a
-//! fixture machine directory in tests (`fixture::materialize`, feature `fixtures`).
+//! fixture machine directory in tests (`ingot_testkit::machine::materialize`).
 //! The rules and the fixture layout are described in `docs/machine-checks.md`.
 
 mod detect;
@@ -23,9 +23,6 @@ pub mod guard;
 mod smart;
 mod speed;
 mod sysroot;
-
-#[cfg(feature = "fixtures")]
-pub mod fixture;
 
 pub use detect::{detect, Facts, MachineError, PciDevice};
 pub use disks::{normalize_wwn, read_disk, resolve_targets, Disk};

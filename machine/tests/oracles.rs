@@ -27,11 +27,7 @@ fn output(cmd: &mut Command) -> (bool, String) {
 }
 
 fn skip_without(tools: &[&str]) -> bool {
-    let missing: Vec<&&str> = tools.iter().filter(|t| !have(t)).collect();
-    if !missing.is_empty() {
-        eprintln!("SKIP: {missing:?} not installed (apt-get install e2fsprogs dosfstools gdisk fdisk mdadm lvm2)");
-    }
-    !missing.is_empty()
+    !ingot_testkit::skip::have_tools("oracles", tools)
 }
 
 fn report(m: &common::Machine, spec: &str) -> GuardReport {

@@ -20,7 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use ingot_machine::fixture::materialize;
+use ingot_testkit::machine::materialize;
+use ingot_testkit::skip::{have_file, have_root, have_tools};
 
 const TOKEN: &str = "ghp_ingotBootE2eToken0123456789abcdef";
 const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
@@ -29,33 +30,10 @@ const BOOT_TIMEOUT: Duration = Duration::from_secs(240);
 const END: &str = "INGOT-BOOT-OK";
 const FAILED: &str = "INGOT-BOOT-FAILED";
 
-fn in_ci() -> bool {
-    std::env::var_os("CI").is_some()
-}
-
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 fn usable(test: &str) -> bool {
-    let root = rustix::process::geteuid().is_root();
-    let qemu = have("qemu-system-x86_64") && Path::new(OVMF_CODE).exists();
-    if root && qemu {
-        assert!(
-            have("docker-registry"),
-            "{test}: docker-registry is missing (ci/test installs it)"
-        );
-        return true;
-    }
-    assert!(
-        !in_ci(),
-        "{test}: CI must run this as root with qemu-system-x86_64 and OVMF installed"
-    );
-    eprintln!("skipping {test}: needs root, qemu-system-x86_64 and OVMF ({OVMF_CODE})");
-    false
+    have_root(test)
+        && have_tools(test, &["qemu-system-x86_64", "docker-registry"])
+        && have_file(test, Path::new(OVMF_CODE))
 }
 
 use common::{partitions, repo_root};

@@ -182,15 +182,9 @@ impl Filesystem for FlakyDisk {
 }
 
 fn usable() -> bool {
-    let ok = Path::new("/dev/fuse").exists() && Path::new("/usr/bin/fusermount3").exists();
-    if !ok {
-        assert!(
-            std::env::var("CI").map_or(true, |v| v != "true"),
-            "CI needs /dev/fuse and fuse3"
-        );
-        eprintln!("SKIP: no FUSE here (needs /dev/fuse and fusermount3 from fuse3)");
-    }
-    ok
+    let test = "flaky_disk";
+    ingot_testkit::skip::have_file(test, Path::new("/dev/fuse"))
+        && ingot_testkit::skip::have_tool(test, "fusermount3")
 }
 
 /// Mounts a flaky disk of `size` bytes corrupting the first `writes` writes to [start, end).

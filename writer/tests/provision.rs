@@ -18,29 +18,13 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ingot_machine::fixture::{materialize, Materialized};
+use ingot_testkit::machine::{materialize, Materialized};
+use ingot_testkit::skip::{have_root, have_tool};
 
 const TOKEN: &str = "ghp_ingotProvisionToken0123456789abcdef";
 
-fn in_ci() -> bool {
-    std::env::var_os("CI").is_some()
-}
-
 fn usable(test: &str) -> bool {
-    let root = rustix::process::geteuid().is_root();
-    let registry = Command::new("sh")
-        .args(["-c", "command -v docker-registry"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if root && registry {
-        return true;
-    }
-    assert!(
-        !in_ci(),
-        "{test}: CI must run this as root with docker-registry installed"
-    );
-    eprintln!("skipping {test}: needs root and docker-registry");
-    false
+    have_root(test) && have_tool(test, "docker-registry")
 }
 
 use common::{partitions, repo_root};

@@ -11,28 +11,14 @@ use std::process::{Command, Output, Stdio};
 
 use common::{build_stack, demo, Stack};
 use ingot::sign::SecretKey;
+use ingot_testkit::partitions::{self, Part};
+use ingot_testkit::skip::{find_tool, have_root, have_tool};
 
 const MIB: u64 = 1 << 20;
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-/// A tool from Debian's packages, or None (skip) outside CI.
+/// A tool from Debian's packages, or None (a skip) outside CI.
 fn tool(name: &str) -> Option<PathBuf> {
-    for dir in ["/usr/sbin", "/sbin", "/usr/bin", "/bin"] {
-        let p = Path::new(dir).join(name);
-        if p.exists() {
-            return Some(p);
-        }
-    }
-    assert!(!in_ci(), "{name} is not installed: ci/test installs it");
-    eprintln!("SKIP: {name} not installed");
-    None
-}
-
-fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
+    have_tool("write", name).then(|| find_tool(name).expect("installed"))
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -62,38 +48,6 @@ fn writer(stack: &Stack, target: &Path, extra: &[&str]) -> Output {
     run(&mut cmd)
 }
 
-#[derive(Debug)]
-struct Part {
-    start: u64,
-    size: u64,
-    name: String,
-    uuid: String,
-    type_guid: String,
-}
-
-/// The partition table as `sfdisk --json` reads it (byte offsets).
-fn sfdisk(image: &Path) -> Vec<Part> {
-    let Some(sfdisk) = tool("sfdisk") else {
-        return Vec::new();
-    };
-    let out = run(Command::new(sfdisk).arg("--json").arg(image));
-    assert!(out.status.success(), "sfdisk: {}", text(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let sector = v["partitiontable"]["sectorsize"].as_u64().unwrap_or(512);
-    v["partitiontable"]["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| Part {
-            start: p["start"].as_u64().unwrap() * sector,
-            size: p["size"].as_u64().unwrap() * sector,
-            name: p["name"].as_str().unwrap_or("").to_string(),
-            uuid: p["uuid"].as_str().unwrap().to_lowercase(),
-            type_guid: p["type"].as_str().unwrap().to_lowercase(),
-        })
-        .collect()
-}
-
 fn extract(image: &Path, part: &Part, to: &Path) {
     use std::os::unix::fs::FileExt;
     let f = fs::File::open(image).unwrap();
@@ -121,7 +75,7 @@ fn check_disk(image: &Path, work: &Path) -> Vec<String> {
             text(&out.stderr)
         );
     }
-    let parts = sfdisk(image);
+    let parts = partitions::read(image);
     if parts.is_empty() {
         return Vec::new();
     }
@@ -524,9 +478,7 @@ impl Drop for Mount {
 /// fixture tree file for file.
 #[test]
 fn loop_device_target_mounts_and_matches() {
-    if !is_root() {
-        assert!(!in_ci(), "CI runs the tests as root");
-        eprintln!("SKIP: needs root for loop devices");
+    if !have_root("loop_device_target_mounts_and_matches") {
         return;
     }
     let stack = demo();
@@ -543,7 +495,7 @@ fn loop_device_target_mounts_and_matches() {
     drop(dev);
     assert_eq!(check_disk(&img, work), vec!["base", "control-plane"]);
 
-    let parts = sfdisk(&img);
+    let parts = partitions::read(&img);
     let base = parts.iter().find(|p| p.name == "ingot-base").unwrap();
     let mnt = work.join("mnt");
     fs::create_dir(&mnt).unwrap();

@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 /// The repository root.
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -23,44 +21,8 @@ pub fn demo_manifest() -> PathBuf {
     repo().join("manifests/demo.toml")
 }
 
-/// `CI=true` turns every skip into a failure.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true")
-}
-
-fn which(tool: &str) -> bool {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin".into(), "/sbin".into()])
-        .any(|d| d.join(tool).is_file())
-}
-
-/// Whether `tool` can run. Absent outside CI: print a loud SKIP and return false. Absent in CI:
-/// panic (CI must have every oracle).
-pub fn have_tool(test: &str, tool: &str) -> bool {
-    if which(tool) {
-        return true;
-    }
-    if in_ci() {
-        panic!("{test}: `{tool}` is not installed, and CI=true forbids skipping");
-    }
-    eprintln!("SKIP {test}: `{tool}` is not installed (apt-get install it; ci/test does)");
-    false
-}
-
-/// Whether we run as root; same skip rules as [`have_tool`].
-pub fn have_root(test: &str) -> bool {
-    // /proc/self belongs to the process's effective uid.
-    let euid = std::os::unix::fs::MetadataExt::uid(&fs::metadata("/proc/self").unwrap());
-    if euid == 0 {
-        return true;
-    }
-    if in_ci() {
-        panic!("{test}: needs root, and CI=true forbids skipping");
-    }
-    eprintln!("SKIP {test}: needs root (loop devices, mounts, containerd)");
-    false
-}
+#[allow(unused_imports)] // not every test file uses every helper
+pub use ingot_testkit::skip::{have_root, have_tool};
 
 /// Run `ingot` with arguments.
 pub fn ingot<I, S>(args: I) -> Output
@@ -140,70 +102,8 @@ pub fn keypair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     (sk, pk)
 }
 
-/// A built layout, read back.
-pub struct Built {
-    pub dir: PathBuf,
-    pub manifest_digest: String,
-    pub manifest: Value,
-    pub descriptor: Value,
-    pub descriptor_bytes: Vec<u8>,
-}
-
-pub fn blob_path(dir: &Path, digest: &str) -> PathBuf {
-    dir.join("blobs/sha256")
-        .join(digest.strip_prefix("sha256:").expect("sha256 digest"))
-}
-
-pub fn read_layout(dir: &Path) -> Built {
-    let index: Value = serde_json::from_slice(&fs::read(dir.join("index.json")).unwrap()).unwrap();
-    let manifest_digest = index["manifests"][0]["digest"].as_str().unwrap().to_owned();
-    let manifest: Value =
-        serde_json::from_slice(&fs::read(blob_path(dir, &manifest_digest)).unwrap()).unwrap();
-    let descriptor_bytes = fs::read(blob_path(
-        dir,
-        manifest["config"]["digest"].as_str().unwrap(),
-    ))
-    .unwrap();
-    let descriptor = serde_json::from_slice(&descriptor_bytes).unwrap();
-    Built {
-        dir: dir.to_owned(),
-        manifest_digest,
-        manifest,
-        descriptor,
-        descriptor_bytes,
-    }
-}
-
-impl Built {
-    /// The data blob's path of layer `name`.
-    pub fn data_blob(&self, name: &str) -> PathBuf {
-        let layer = self.layer(name);
-        blob_path(&self.dir, layer["data"]["digest"].as_str().unwrap())
-    }
-
-    pub fn layer(&self, name: &str) -> &Value {
-        self.descriptor["layers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|l| l["name"] == name)
-            .unwrap_or_else(|| panic!("no layer {name}"))
-    }
-
-    pub fn root_hashes(&self) -> Vec<(String, String)> {
-        self.descriptor["layers"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|l| {
-                (
-                    l["name"].as_str().unwrap().to_owned(),
-                    l["verity"]["rootHash"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect()
-    }
-}
+#[allow(unused_imports)] // not every test file uses every helper
+pub use ingot_testkit::layout::{blob_path, read as read_layout, Layout as Built};
 
 /// Copy a directory tree (files, dirs, symlinks; modes kept).
 pub fn copy_tree(from: &Path, to: &Path) {

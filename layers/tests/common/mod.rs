@@ -12,35 +12,17 @@ use std::process::Command;
 
 use rustix::fs::{FileType, Mode, SeekFrom, CWD};
 
-pub fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
-}
+#[allow(unused_imports)] // not every test file uses every helper
+pub use ingot_testkit::skip::{is_root, skip};
 
-/// Prints a SKIP line straight to stderr (the test harness captures `eprintln!`, not this).
-pub fn skip(what: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stderr(), "\n*** SKIP {what} ***\n");
-}
-
-/// Prints a loud SKIP line and returns true when not root.
+/// Whether to skip `test` for want of root (see `ingot_testkit::skip`).
 pub fn skip_unless_root(test: &str) -> bool {
-    if is_root() {
-        return false;
-    }
-    skip(&format!(
-        "{test}: needs root (loop mounts, mknod, chown); CI runs it as root"
-    ));
-    true
+    !ingot_testkit::skip::have_root(test)
 }
 
+/// A tool's path (sbin included), or its bare name for the error to name.
 pub fn tool(name: &str) -> PathBuf {
-    for dir in ["/usr/sbin", "/sbin", "/usr/bin", "/bin"] {
-        let p = Path::new(dir).join(name);
-        if p.exists() {
-            return p;
-        }
-    }
-    PathBuf::from(name)
+    ingot_testkit::skip::find_tool(name).unwrap_or_else(|| PathBuf::from(name))
 }
 
 /// `e2fsck -fn`: must exit 0 and report nothing to fix.

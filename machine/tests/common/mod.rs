@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-use ingot_machine::fixture::{materialize, FixtureError, Materialized};
 use ingot_machine::{detect, Facts};
+use ingot_testkit::machine::{materialize, FixtureError, Materialized};
 
 /// `tests/fixtures/machines/<name>` at the repository root.
 pub fn fixture_dir(name: &str) -> PathBuf {
@@ -50,18 +50,9 @@ pub fn with_machine(name: &str, check: impl FnOnce(&Machine)) {
     );
 }
 
-pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    #[allow(unsafe_code)] // libc has no safe geteuid
-    unsafe {
-        libc::geteuid() == 0
-    }
-}
+#[allow(unused_imports)] // not every test file uses every helper
+pub use ingot_testkit::skip::is_root;
 
 pub fn have(tool: &str) -> bool {
-    ingot_machine::gate_tools(
-        &[tool],
-        Some(std::ffi::OsStr::new("/usr/sbin:/usr/bin:/sbin:/bin")),
-    )
-    .is_ok()
+    ingot_testkit::skip::find_tool(tool).is_some()
 }

@@ -104,29 +104,9 @@ pub fn publish_behind_token(layout: &Path, repo_tag: &str, token: &str, dir: &Pa
 
 /// Partitions as `sfdisk --json` reads them: (name, start byte, size bytes).
 pub fn partitions(image: &Path) -> Vec<(String, u64, u64)> {
-    let out = std::process::Command::new("sfdisk")
-        .arg("--json")
-        .arg(image)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "sfdisk --json {}: {out:?}",
-        image.display()
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let sector = v["partitiontable"]["sectorsize"].as_u64().unwrap_or(512);
-    v["partitiontable"]["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| {
-            (
-                p["name"].as_str().unwrap_or_default().to_string(),
-                p["start"].as_u64().unwrap() * sector,
-                p["size"].as_u64().unwrap() * sector,
-            )
-        })
+    ingot_testkit::partitions::read(image)
+        .into_iter()
+        .map(|p| (p.name, p.start, p.size))
         .collect()
 }
 

@@ -1,4 +1,4 @@
-//! Fixture machines for tests (feature `fixtures`): a committed directory
+//! Fixture machines for tests: a committed directory
 //! `tests/fixtures/machines/<name>/` holds the machine's `sys/`, `proc/`, `dev/`, `run/udev/data/`
 //! and `smartctl/` files plus a `disks.toml`; [`materialize`] copies it and builds the disk
 //! images `disks.toml` describes, linking `dev/<disk>` to each. Images are never committed.
@@ -18,8 +18,8 @@ use std::process::Command;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use crate::guard::{parse_md_uuid, write_md_v1, write_pv, MdV1Params};
-use crate::Sysroot;
+use ingot_machine::guard::{parse_md_uuid, write_md_v1, write_pv, MdV1Params};
+use ingot_machine::Sysroot;
 
 /// Building a fixture machine failed.
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,78 @@
+//! The one skip policy: a test that needs a tool, root or a machine feature it does not have
+//! prints a loud SKIP line and passes, except in CI (`CI` set), where every skip is a failure,
+//! because CI installs everything the tests need (`ci/test`).
+
+use std::path::{Path, PathBuf};
+
+/// Whether this is CI: the `CI` variable is set to anything but empty, `0` or `false`.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
+}
+
+/// Where `name` is installed: on PATH, or in the sbin directories a non-root PATH lacks.
+pub fn find_tool(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Whether this process runs as root (its `/proc/self` belongs to its effective uid).
+pub fn is_root() -> bool {
+    std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").expect("/proc/self")) == 0
+}
+
+/// Skips `test` because of `why`: a loud line on stderr outside CI, a failure in CI.
+pub fn skip(test: &str, why: &str) {
+    assert!(
+        !in_ci(),
+        "{test}: {why}, and CI forbids skipping (ci/test installs everything)"
+    );
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "\n*** SKIP {test}: {why} ***\n");
+}
+
+/// Whether `tool` is installed; if not, `test` is skipped (see [`skip`]).
+pub fn have_tool(test: &str, tool: &str) -> bool {
+    if find_tool(tool).is_some() {
+        return true;
+    }
+    skip(test, &format!("`{tool}` is not installed"));
+    false
+}
+
+/// Whether every tool in `tools` is installed; if not, `test` is skipped naming the missing.
+pub fn have_tools(test: &str, tools: &[&str]) -> bool {
+    let missing: Vec<&str> = tools
+        .iter()
+        .copied()
+        .filter(|t| find_tool(t).is_none())
+        .collect();
+    if missing.is_empty() {
+        return true;
+    }
+    skip(test, &format!("{} not installed", missing.join(", ")));
+    false
+}
+
+/// Whether this runs as root; if not, `test` is skipped.
+pub fn have_root(test: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    skip(
+        test,
+        "needs root (loop devices, mounts); CI runs it as root",
+    );
+    false
+}
+
+/// Whether `path` (a firmware image, a kernel) exists; if not, `test` is skipped.
+pub fn have_file(test: &str, path: &Path) -> bool {
+    if path.exists() {
+        return true;
+    }
+    skip(test, &format!("{} is missing", path.display()));
+    false
+}

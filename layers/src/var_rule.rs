@@ -17,7 +17,10 @@ pub fn check(tree: &Tree, base: bool) -> Result<(), LayerError> {
     };
     match &tree.nodes[*var].kind {
         NodeKind::Dir(_) => walk(tree, *var, "/var", base),
-        _ => Err(refused("/var", "/var must be a directory (the var partition's mount point)")),
+        _ => Err(refused(
+            "/var",
+            "/var must be a directory (the var partition's mount point)",
+        )),
     }
 }
 
@@ -72,9 +75,16 @@ mod tests {
         check(&tree(&[("/var", true), ("/var/lib", true)]), true).unwrap();
         let e = check(&tree(&[("/var", true), ("/var/lib", true)]), false).unwrap_err();
         assert!(e.to_string().contains("\"/var/lib\""), "{e}");
-        let e = check(&tree(&[("/var", true), ("/var/lib", true), ("/var/lib/x", false)]), true)
-            .unwrap_err();
-        assert!(e.to_string().contains("\"/var/lib/x\": layers may not ship"), "{e}");
+        let e = check(
+            &tree(&[("/var", true), ("/var/lib", true), ("/var/lib/x", false)]),
+            true,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("\"/var/lib/x\": layers may not ship"),
+            "{e}"
+        );
         let e = check(&tree(&[("/var", false)]), true).unwrap_err();
         assert!(e.to_string().contains("mount point"), "{e}");
     }

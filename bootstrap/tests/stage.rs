@@ -58,23 +58,13 @@ fn control_plane_init_is_staged() {
         .expect(&script);
     assert!(cp < sysctl && sysctl < init && init < done, "{script}");
     assert!(script.starts_with("#!/bin/sh\n") && script.contains("\nset -eu\n"));
-    let (_, unit) = file(&s, "/etc/systemd/system/ingot-bootstrap.service");
-    for line in [
-        "Type=oneshot",
-        "After=network-online.target containerd.service",
-        "Wants=network-online.target",
-        "ConditionPathExists=!/var/lib/ingot/bootstrap.done",
-        "ExecStart=/etc/ingot/bootstrap.sh",
-    ] {
-        assert!(unit.lines().any(|l| l == line), "{line} missing:\n{unit}");
-    }
-    let link = s
+    // The unit that runs it is the base's (boot contract v2): the node layer carries data only.
+    assert!(s
+        .get("/etc/systemd/system/ingot-bootstrap.service")
+        .is_none());
+    assert!(s
         .get("/etc/systemd/system/multi-user.target.wants/ingot-bootstrap.service")
-        .unwrap();
-    assert_eq!(
-        link.kind,
-        EntryKind::Symlink("/etc/systemd/system/ingot-bootstrap.service".into())
-    );
+        .is_none());
     // Identity.
     assert_eq!(file(&s, "/etc/hostname").1, "hetzner-prod-cp-0\n");
     assert!(file(&s, "/etc/hosts")
@@ -321,11 +311,6 @@ fn tar_listed_by_gnu_tar_with_modes_and_owners() {
         ("etc/sudoers.d/90-ingot-users", "-r--r-----", "0/0"),
         ("home/capi", "drwx------", "1000/1000"),
         ("home/capi/.ssh/authorized_keys", "-rw-------", "1000/1000"),
-        (
-            "etc/systemd/system/multi-user.target.wants/ingot-bootstrap.service",
-            "lrwxrwxrwx",
-            "0/0",
-        ),
     ] {
         let l = find(name);
         let f: Vec<&str> = l.split_whitespace().collect();

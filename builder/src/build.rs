@@ -25,7 +25,7 @@ use rayon::prelude::*;
 use tracing::info;
 
 use crate::compress;
-use crate::manifest::{LayerSource, LayerSpec, Manifest};
+use crate::manifest::{LayerSource, LayerSpec, Manifest, BASE_KIND};
 use crate::oci_layout::{
     sha256_file, Descriptor, ImageManifest, LayoutWriter, CREATED, MANIFEST_MEDIA_TYPE, REVISION,
     SOURCE, TITLE, VERSION,
@@ -321,7 +321,11 @@ fn build_layer(
     };
     let source = to_layers_source(&spec.source);
     let (image_size, data_blocks, verity, preload) = if spec.preload.is_empty() {
-        let b = ingot_layers::build_layer(&source, &img, Some(&hash), &ext4_opts).map_err(lerr)?;
+        let base = spec.kind == BASE_KIND;
+        let b = ingot_layers::build_layer_checked(&source, &img, Some(&hash), &ext4_opts, |t| {
+            ingot_layers::var_rule::check(t, base)
+        })
+        .map_err(lerr)?;
         let v = b.verity.expect("a hash path was given");
         (b.image_size, b.data_blocks, v, Vec::new())
     } else {
@@ -425,6 +429,7 @@ fn build_with_preload(
         })?;
     bar.set_message("ext4");
     let mut tree = source.load(dir).map_err(lerr)?;
+    ingot_layers::var_rule::check(&tree, spec.kind == BASE_KIND).map_err(lerr)?;
     for e in &entries {
         let file = staged.join(e.path.trim_start_matches('/'));
         let size = fs::metadata(&file).map_err(io_err("reading", &file))?.len();

@@ -1,12 +1,13 @@
 //! Preloaded container images: pulled by digest, verified, and stored in the control-plane layer
 //! as OCI image layout archives that `ctr images import` reads with no network.
 //!
-//! Boot contract: every image sits at `/var/lib/ingot/preload/<name>.oci.tar` ([`PRELOAD_DIR`])
+//! Boot contract: every image sits at `/usr/lib/ingot/preload/<name>.oci.tar` ([`PRELOAD_DIR`])
 //! in the control-plane layer. The archive is an OCI image layout in a tar: `oci-layout`,
 //! `index.json` (one entry, annotated with `io.containerd.image.name` = the full reference and
-//! `org.opencontainers.image.ref.name` = its tag) and every blob the image needs. First boot runs
-//! `ctr -n k8s.io images import --no-unpack <file>` (or lets the kubelet's containerd do it) and
-//! pulls nothing.
+//! `org.opencontainers.image.ref.name` = its tag) and every blob the image needs. On first boot
+//! the base's `ingot-preload.service` imports each into containerd's `k8s.io` namespace, unpacked
+//! and pinned, and pulls nothing. The images live under `/usr`, not `/var`: the var partition is
+//! mounted over `/var` (boot contract v2).
 //!
 //! The archive is deterministic: entries in a fixed order, every mtime = `source_date_epoch`,
 //! owner 0:0, modes 0644/0755.
@@ -24,7 +25,7 @@ use crate::oci_layout::{
 };
 
 /// Where preloaded images live in the control-plane layer.
-pub const PRELOAD_DIR: &str = "/var/lib/ingot/preload";
+pub const PRELOAD_DIR: &str = "/usr/lib/ingot/preload";
 
 /// Deepest index nesting followed (index → index → manifest).
 const MAX_NESTING: usize = 4;
@@ -254,7 +255,7 @@ pub fn write_archive(
 }
 
 /// Write every preload of a layer under `root` (a staging tree that becomes part of the
-/// layer): `root/var/lib/ingot/preload/<name>.oci.tar`.
+/// layer): `root/usr/lib/ingot/preload/<name>.oci.tar`.
 pub fn stage(
     specs: &[PreloadSpec],
     mtime: u64,
@@ -302,7 +303,7 @@ mod tests {
         let entry = write_archive(&spec(&fixture()), 1_700_000_000, &mut a).unwrap();
         write_archive(&spec(&fixture()), 1_700_000_000, &mut b).unwrap();
         assert_eq!(a, b);
-        assert_eq!(entry.path, "/var/lib/ingot/preload/hello.oci.tar");
+        assert_eq!(entry.path, "/usr/lib/ingot/preload/hello.oci.tar");
         let mut names = Vec::new();
         let mut index = String::new();
         for e in tar::Archive::new(&a[..]).entries().unwrap() {

@@ -416,7 +416,7 @@ fn preloaded_image_imports_into_containerd() {
     let ctrd = Containerd::start(&tmp.path().join("containerd"));
     for p in preload {
         let path = p["path"].as_str().unwrap();
-        assert!(path.starts_with("/var/lib/ingot/preload/"), "{path}");
+        assert!(path.starts_with("/usr/lib/ingot/preload/"), "{path}");
         let archive = mount.dir.join(path.trim_start_matches('/'));
         let out = ctrd.ctr(&["images", "import", archive.to_str().unwrap()]);
         assert!(

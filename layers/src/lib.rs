@@ -13,6 +13,7 @@ pub mod ext4;
 pub mod select;
 pub mod source;
 pub mod tree;
+pub mod var_rule;
 
 pub use error::LayerError;
 pub use ext4::{build_image, Ext4Options, ImageInfo};
@@ -50,7 +51,20 @@ pub fn build_layer(
     out_hash: Option<&Path>,
     opts: &Ext4Options,
 ) -> Result<LayerBuild, LayerError> {
+    build_layer_checked(source, out_img, out_hash, opts, |_| Ok(()))
+}
+
+/// [`build_layer`], with `check` run on the loaded tree before anything is written (e.g.
+/// [`var_rule::check`]).
+pub fn build_layer_checked(
+    source: &Source,
+    out_img: &Path,
+    out_hash: Option<&Path>,
+    opts: &Ext4Options,
+    check: impl FnOnce(&tree::Tree) -> Result<(), LayerError>,
+) -> Result<LayerBuild, LayerError> {
     let tree = ext4::load(source, out_img)?;
+    check(&tree)?;
     let image = ext4::write_unpersisted(&tree, out_img, opts, out_hash.is_some())?;
     drop(tree);
     let Some(hash) = out_hash else {

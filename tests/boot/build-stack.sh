@@ -12,7 +12,8 @@
 # fetched with `apt-get download` into INGOT_BOOT_CACHE (default /var/tmp/ingot-boot-cache) and
 # unpacked with `dpkg -x` into a temporary directory; only the kernel image and the few modules
 # the initramfs loads are kept. The initramfs holds busybox-static, veritysetup, util-linux blkid
-# and mke2fs with their shared libraries, those modules and tests/boot/initramfs-init as /init.
+# and mke2fs with their shared libraries, those modules, tests/boot/initramfs-init as /init and
+# boot/initramfs-tools/scripts/ingot (the boot contract itself) as /scripts/ingot.
 #
 # Needs: apt-get, dpkg, depmod/modprobe (kmod), busybox-static, cryptsetup-bin, util-linux,
 # e2fsprogs, systemd-boot-efi, gzip. Runs as any user.
@@ -86,11 +87,13 @@ done | awk '!seen[$0]++' | while read -r ko; do
   echo "$b" >>"$I/etc/modules.order"
 done
 cp "$HERE/initramfs-init" "$I/init"
+mkdir -p "$I/scripts"
+cp "$HERE/../../boot/initramfs-tools/scripts/ingot" "$I/scripts/ingot"
 chmod 0755 "$I/init"
 
 # ---- the base layer ---------------------------------------------------------------------------
 B="$OUT/base"
-mkdir -p "$B"/{bin,sbin,etc/ingot/layers,boot/efi/EFI/BOOT,proc,sys,dev,run,tmp,var,root}
+mkdir -p "$B"/{bin,sbin,etc/ingot/layers,boot/efi/EFI/BOOT,proc,sys,dev,run,tmp,var,opt,root}
 chmod 0700 "$B/root"
 chmod 1777 "$B/tmp"
 cp "$BUSYBOX" "$B/bin/busybox"

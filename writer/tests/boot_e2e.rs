@@ -1,6 +1,7 @@
 //! End to end: a disk written by ingot-writer, run as cluster-api-provider-hetzner runs it, boots
 //! under QEMU with UEFI firmware (OVMF, TCG). The fixture stack (`tests/boot/build-stack.sh`:
-//! Debian's kernel, busybox, systemd-boot, an initramfs implementing `docs/boot-contract.md`) is
+//! Debian's kernel, busybox, systemd-boot, an initramfs running `boot/initramfs-tools/scripts/ingot`,
+//! the implementation of `docs/boot-contract.md` a real base's initrd runs) is
 //! built with the `ingot` library, published to a real docker-registry behind a token-checking
 //! front, and written to fixture machines' disks. The serial console must show every selected
 //! layer verified with the root hash on the ESP's command line, the per-node hostname and a file
@@ -413,10 +414,14 @@ fn assert_good_boot(
     let sealed = cat(&node_img, "/etc/ingot/node.json");
     assert!(sealed.contains(machine_name), "{sealed}");
     assert_eq!(printed_node_json(console), sealed.trim_end_matches('\n'));
-    assert!(
-        console.contains("ingot-node: root is writable\n"),
-        "{console}"
-    );
+    // Boot contract v2: the stacked layers are read-only, /etc and /var writable.
+    for line in [
+        "ingot-node: root is read-only\n",
+        "ingot-node: /etc/ingot is writable\n",
+        "ingot-node: /var is writable\n",
+    ] {
+        assert!(console.contains(line), "missing {line:?}:\n{console}");
+    }
     assert!(console.contains(&format!("{END}\n")), "{console}");
     assert!(!console.contains(FAILED), "{console}");
     assert!(!console.contains("is corrupted"), "{console}");

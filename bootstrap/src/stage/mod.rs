@@ -25,7 +25,6 @@ pub const RELOCATED_DIRS: &[(&str, &str)] = &[
 /// Where appends to files the layer does not hold are kept until first boot.
 const APPEND_DIR: &str = "/etc/ingot/append";
 const SCRIPT: &str = "/etc/ingot/bootstrap.sh";
-const UNIT: &str = "/etc/systemd/system/ingot-bootstrap.service";
 const DONE: &str = "/var/lib/ingot/bootstrap.done";
 
 /// One network interface of the machine (from the rescue system's view).
@@ -418,7 +417,8 @@ fn install_targets(contents: &str) -> Vec<(String, &'static str)> {
 /// See `docs/bootstrap.md` for every path staged; in short: the data's files (tmpfs paths under
 /// `/etc/ingot/`), `/etc/hostname`, `/etc/hosts`, `/etc/machine-id`, SSH host keys, accounts,
 /// authorized keys, sudoers, networkd files, `/etc/default/kubelet`, `/etc/ingot/node.json`,
-/// Ignition units, and the first-boot `ingot-bootstrap.service` running `/etc/ingot/bootstrap.sh`.
+/// Ignition units, and the first-boot script `/etc/ingot/bootstrap.sh` that the base's
+/// `ingot-bootstrap.service` runs once.
 pub fn stage<R: RngCore + CryptoRng>(
     input: &StageInput,
     rng: &mut R,
@@ -802,18 +802,9 @@ pub fn stage<R: RngCore + CryptoRng>(
             "mkdir -p {}\n: > {DONE}\n",
             Path::new(DONE).parent().unwrap().display()
         ));
+        // The unit that runs it once (`ingot-bootstrap.service`, ordered after containerd and
+        // the image preload, before the kubelet) is the base's: a node layer only carries data.
         tree.generated(SCRIPT, sh, 0o700, 0, 0)?;
-        let unit = format!(
-            "[Unit]\nDescription=ingot first-boot bootstrap (Cluster API)\nWants=network-online.target\nAfter=network-online.target containerd.service\nBefore=kubeadm.service\nConditionPathExists=!{DONE}\n\n[Service]\nType=oneshot\nRemainAfterExit=yes\nExecStart={SCRIPT}\nStandardOutput=journal+console\n\n[Install]\nWantedBy=multi-user.target\n"
-        );
-        tree.generated(UNIT, unit, 0o644, 0, 0)?;
-        tree.put(
-            Path::new("/etc/systemd/system/multi-user.target.wants/ingot-bootstrap.service"),
-            EntryKind::Symlink(PathBuf::from(UNIT)),
-            0o777,
-            0,
-            0,
-        )?;
         if !input
             .bootstrap
             .units

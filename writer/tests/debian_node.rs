@@ -1,0 +1,736 @@
+//! A real node, end to end: the Debian stack (`manifests/debian/build`: Debian 12 packages,
+//! the base's own initramfs-tools initrd with `boot/initramfs-tools`, the first-boot units of
+//! `boot/systemd`) is built once, with a container image this test makes itself (busybox) as the
+//! control plane's preload and a stand-in `kubeadm` that records its arguments and checks the
+//! config it is pointed at. It is published behind the token-checking registry front, written
+//! CAPH-style onto a control plane's and a worker's disk, and each disk boots under QEMU with OVMF
+//! and no network device at all. The test's own bootstrap data installs a check unit whose
+//! `INGOT-CHECK` lines on the serial console say what the node saw: systemd's state and failed
+//! units, the kubeadm runs, containerd's images and a container run from the preload, which
+//! places are writable, the node's identity, the boot time. Each disk boots twice (the first
+//! boot's work is not repeated, its writes to /etc and /var persist); then one byte of
+//! /usr/bin/containerd in the worker's base partition is flipped and the node must not come up.
+//!
+//! Needs root, mmdebstrap (and Debian's archive), qemu-system-x86_64, OVMF, docker-registry,
+//! busybox-static, debugfs and ssh-keygen; skipped with a message without root, qemu or
+//! mmdebstrap, except in CI, where a missing piece fails the test.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use ingot_machine::fixture::materialize;
+use sha2::{Digest, Sha256};
+
+use common::{partitions, repo_root};
+
+const TOKEN: &str = "ghp_ingotDebianNodeToken0123456789abcdef";
+const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
+const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+/// TCG on a shared two-core machine: generous, and never asserted on.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(1500);
+const IMAGE_REF: &str = "example.invalid/ingot/busybox:1.0";
+const CHECK: &str = "INGOT-CHECK ";
+/// The disk the enlarged fixture machines get (sparse): the Debian base is about 1 GiB.
+const DISK_MIB: u64 = 4096;
+
+fn in_ci() -> bool {
+    std::env::var_os("CI").is_some()
+}
+
+fn have(tool: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn usable(test: &str) -> bool {
+    let root = rustix::process::geteuid().is_root();
+    let tools = have("qemu-system-x86_64") && Path::new(OVMF_CODE).exists() && have("mmdebstrap");
+    if root && tools {
+        for t in ["docker-registry", "debugfs", "ssh-keygen", "busybox"] {
+            assert!(have(t), "{test}: {t} is missing (ci/test installs it)");
+        }
+        return true;
+    }
+    assert!(
+        !in_ci(),
+        "{test}: CI must run this as root with qemu-system-x86_64, OVMF and mmdebstrap installed"
+    );
+    eprintln!("skipping {test}: needs root, qemu-system-x86_64, OVMF and mmdebstrap");
+    false
+}
+
+fn run_ok(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Stores `bytes` as a blob of an OCI layout; returns its descriptor's digest and size.
+fn blob(layout: &Path, bytes: &[u8]) -> (String, usize) {
+    let hex = sha256_hex(bytes);
+    fs::write(layout.join("blobs/sha256").join(&hex), bytes).unwrap();
+    (format!("sha256:{hex}"), bytes.len())
+}
+
+/// A tiny runnable image (busybox-static as /bin/busybox, sh, echo, ls, cat) as an OCI image
+/// layout at `layout`, named [`IMAGE_REF`]; returns its manifest digest.
+fn preload_image(work: &Path, layout: &Path) -> String {
+    let root = work.join("image-root");
+    fs::create_dir_all(root.join("bin")).unwrap();
+    fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+    for applet in ["sh", "echo", "ls", "cat"] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+    }
+    let tar = work.join("layer.tar");
+    run_ok(
+        Command::new("tar")
+            .args([
+                "--sort=name",
+                "--mtime=@0",
+                "--owner=0",
+                "--group=0",
+                "--numeric-owner",
+            ])
+            .arg("-cf")
+            .arg(&tar)
+            .arg("-C")
+            .arg(&root)
+            .arg("bin"),
+    );
+    fs::create_dir_all(layout.join("blobs/sha256")).unwrap();
+    let (layer, layer_size) = blob(layout, &fs::read(&tar).unwrap());
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Cmd": ["/bin/sh"]},
+        "rootfs": {"type": "layers", "diff_ids": [layer]},
+    });
+    let (config, config_size) = blob(layout, config.to_string().as_bytes());
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": config, "size": config_size},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                    "digest": layer, "size": layer_size}],
+    });
+    let (digest, size) = blob(layout, manifest.to_string().as_bytes());
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                       "digest": digest, "size": size,
+                       "annotations": {"io.containerd.image.name": IMAGE_REF,
+                                       "org.opencontainers.image.ref.name": "1.0"}}],
+    });
+    fs::write(layout.join("index.json"), index.to_string()).unwrap();
+    fs::write(
+        layout.join("oci-layout"),
+        r#"{"imageLayoutVersion":"1.0.0"}"#,
+    )
+    .unwrap();
+    digest
+}
+
+/// The stand-in kubeadm: appends one line per run to /var/lib/ingot-test/kubeadm.log with its
+/// arguments and the kind, node name and sha256 of the config `--config` points at; fails when
+/// there is none.
+const KUBEADM: &str = r#"#!/bin/sh
+set -eu
+cfg= prev=
+for a in "$@"; do
+  [ "$prev" = --config ] && cfg=$a
+  case "$a" in --config=*) cfg=${a#--config=} ;; esac
+  prev=$a
+done
+[ -n "$cfg" ] && [ -f "$cfg" ] || { echo "stand-in kubeadm: no config file '$cfg'" >&2; exit 1; }
+kind=$(sed -n 's/^kind: *//p' "$cfg" | head -1)
+name=$(sed -n 's/^ *name: *//p' "$cfg" | head -1)
+sum=$(sha256sum "$cfg" | cut -d' ' -f1)
+mkdir -p /var/lib/ingot-test
+echo "args=$* kind=$kind name=$name sha256=$sum" >>/var/lib/ingot-test/kubeadm.log
+"#;
+
+/// What the check unit runs: waits for the boot to finish, prints what the node sees as
+/// `INGOT-CHECK ...` lines, and powers off.
+const CHECK_SCRIPT: &str = r#"#!/bin/sh
+say() { echo "INGOT-CHECK $*"; }
+state=$(systemctl is-system-running --wait)
+say "state $state"
+say "multi-user $(systemctl is-active multi-user.target)"
+systemctl list-units --failed --plain --no-legend | while read -r unit rest; do say "failed-unit $unit"; done
+say "boot-id $(cat /proc/sys/kernel/random/boot_id)"
+mkdir -p /var/lib/ingot-test
+[ -f /etc/ingot-test-persist ] || cat /proc/sys/kernel/random/boot_id >/etc/ingot-test-persist
+[ -f /var/lib/ingot-test/persist ] || cat /proc/sys/kernel/random/boot_id >/var/lib/ingot-test/persist
+say "persist-etc $(cat /etc/ingot-test-persist)"
+say "persist-var $(cat /var/lib/ingot-test/persist)"
+if [ -f /var/lib/ingot-test/kubeadm.log ]; then
+  while read -r l; do say "kubeadm $l"; done </var/lib/ingot-test/kubeadm.log
+fi
+for u in ingot-preload ingot-bootstrap; do
+  say "condition $u $(systemctl show -P ConditionResult $u.service) $(systemctl show -P ActiveState $u.service)"
+done
+ctr -n k8s.io images ls | while read -r l; do say "image $l"; done
+if ctr -n k8s.io images ls -q | grep -qx 'IMAGE_REF'; then
+  out=$(ctr -n k8s.io run --rm IMAGE_REF ingot-check-$$ /bin/sh -c 'echo hello-from-preload; ls /sys/class/net' 2>&1)
+  for l in $out; do say "container $l"; done
+fi
+for d in /etc/kubernetes /etc/cni/net.d /opt/cni/bin /var/lib/kubelet; do
+  if mkdir -p "$d" && echo written >"$d/ingot-write-test"; then say "write $d ok"; else say "write $d failed"; fi
+done
+for d in /usr /usr/bin /sbin /lib; do
+  err=$(sh -c "echo x >$d/ingot-write-test" 2>&1) && say "write $d ok" || say "write $d refused: $err"
+done
+say "hostname $(hostname)"
+say "machine-id $(cat /etc/machine-id)"
+ssh-keyscan -t ed25519,rsa 127.0.0.1 2>/dev/null | ssh-keygen -lf - | while read -r bits fp rest; do say "sshd-key $fp"; done
+say "analyze $(systemd-analyze time | head -1)"
+say "done"
+systemctl poweroff --no-block
+"#;
+
+const CHECK_UNIT: &str = "[Unit]\nDescription=ingot test: what the node sees\n\n[Service]\nType=simple\nExecStart=/usr/local/sbin/ingot-check\nStandardOutput=journal+console\nStandardError=journal+console\n\n[Install]\nWantedBy=multi-user.target\n";
+
+/// The kubeadm config a role's bootstrap data stages (jinja: the node name is the hostname).
+fn kubeadm_config(control_plane: bool) -> String {
+    if control_plane {
+        "apiVersion: kubeadm.k8s.io/v1beta3\nkind: InitConfiguration\nnodeRegistration:\n  name: '{{ ds.meta_data.hostname }}'\n  criSocket: unix:///run/containerd/containerd.sock\n".to_string()
+    } else {
+        "apiVersion: kubeadm.k8s.io/v1beta3\nkind: JoinConfiguration\nnodeRegistration:\n  name: '{{ ds.meta_data.hostname }}'\ndiscovery:\n  bootstrapToken:\n    apiServerEndpoint: 192.0.2.10:6443\n    token: abcdef.0123456789abcdef\n    unsafeSkipCAVerification: true\n".to_string()
+    }
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("      {l}\n")).collect()
+}
+
+/// CABPK-shaped cloud-config: the kubeadm config under /run/kubeadm, the check unit and script,
+/// and runcmd running kubeadm, then enabling and starting the check unit.
+fn bootstrap_data(control_plane: bool) -> String {
+    let (config, cmd) = if control_plane {
+        (
+            "/run/kubeadm/kubeadm.yaml",
+            "kubeadm init --config /run/kubeadm/kubeadm.yaml",
+        )
+    } else {
+        (
+            "/run/kubeadm/kubeadm-join-config.yaml",
+            "kubeadm join --config /run/kubeadm/kubeadm-join-config.yaml",
+        )
+    };
+    let script = CHECK_SCRIPT.replace("IMAGE_REF", IMAGE_REF);
+    format!(
+        "## template: jinja\n#cloud-config\nwrite_files:\n-   path: {config}\n    owner: root:root\n    permissions: '0640'\n    content: |\n{}-   path: /usr/local/sbin/ingot-check\n    permissions: '0755'\n    content: |\n{}-   path: /etc/systemd/system/ingot-check.service\n    permissions: '0644'\n    content: |\n{}runcmd:\n- {cmd}\n- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n- systemctl enable ingot-check.service\n- systemctl start --no-block ingot-check.service\n",
+        indent(&kubeadm_config(control_plane)),
+        indent(&script),
+        indent(CHECK_UNIT),
+    )
+}
+
+/// The built and published Debian stack.
+struct Published {
+    stack: common::Stack,
+    registry: common::Published,
+    digest: String,
+}
+
+fn publish(work: &Path) -> Published {
+    // INGOT_TEST_DEBIAN_TREES=DIR keeps the trees (and DIR.inputs, the image and kubeadm they
+    // were made with) and reuses them on the next run: a developer's shortcut past mmdebstrap.
+    // CI builds them every run.
+    let kept = std::env::var_os("INGOT_TEST_DEBIAN_TREES").map(PathBuf::from);
+    let trees = kept.clone().unwrap_or_else(|| work.join("trees"));
+    let inputs = kept
+        .as_ref()
+        .map_or(work.to_path_buf(), |t| t.with_extension("inputs"));
+    if kept.is_some() && trees.join("preload-digest").exists() {
+        eprintln!("reusing the trees in {}", trees.display());
+        let stack = common::build_stack(&trees.join("stack.toml"));
+        let digest = fs::read_to_string(trees.join("preload-digest")).unwrap();
+        return published(stack, digest);
+    }
+    let _ = fs::remove_dir_all(inputs.join("images"));
+    let _ = fs::remove_dir_all(inputs.join("image-root"));
+    fs::create_dir_all(&inputs).unwrap();
+    let images = inputs.join("images");
+    let digest = preload_image(&inputs, &images.join("busybox"));
+    let k8s = inputs.join("kubernetes");
+    fs::create_dir_all(&k8s).unwrap();
+    fs::write(k8s.join("kubeadm"), KUBEADM).unwrap();
+    let started = Instant::now();
+    let out = run_ok(
+        Command::new(repo_root().join("manifests/debian/build"))
+            .arg("--trees")
+            .arg(&trees)
+            .arg("--kubernetes")
+            .arg(&k8s)
+            .arg("--images")
+            .arg(&images),
+    );
+    eprintln!(
+        "manifests/debian/build: {:.1?}\n{}",
+        started.elapsed(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let started = Instant::now();
+    let stack = common::build_stack(&trees.join("stack.toml"));
+    eprintln!("ingot build: {:.1?}", started.elapsed());
+    if kept.is_some() {
+        fs::write(trees.join("preload-digest"), &digest).unwrap();
+    } else {
+        fs::remove_dir_all(&trees).unwrap();
+    }
+    published(stack, digest)
+}
+
+fn published(stack: common::Stack, digest: String) -> Published {
+    let registry = common::publish_behind_token(
+        &stack.layout,
+        "stacks/debian-node:12.0.0",
+        TOKEN,
+        &stack.dir.path().join("registry"),
+    );
+    Published {
+        stack,
+        registry,
+        digest,
+    }
+}
+
+/// A machine's disk written by the writer run as CAPH runs it.
+struct Written {
+    dir: tempfile::TempDir,
+    image: PathBuf,
+    parts: Vec<(String, u64, u64)>,
+    hostname: String,
+}
+
+impl Written {
+    /// A partition's bytes in a file of their own (for debugfs).
+    fn extract(&self, name: &str) -> PathBuf {
+        let (_, start, size) = self
+            .parts
+            .iter()
+            .find(|p| p.0 == name)
+            .unwrap_or_else(|| panic!("no partition {name}: {:?}", self.parts))
+            .clone();
+        let mut from = fs::File::open(&self.image).unwrap();
+        from.seek(SeekFrom::Start(start)).unwrap();
+        let path = self.dir.path().join(format!("{name}.img"));
+        let mut to = fs::File::create(&path).unwrap();
+        std::io::copy(&mut from.take(size), &mut to).unwrap();
+        path
+    }
+}
+
+/// A copy of a fixture machine whose first disk (sda) is [`DISK_MIB`] large.
+fn enlarged_fixture(fixture: &str, at: &Path) -> PathBuf {
+    let from = repo_root().join("tests/fixtures/machines").join(fixture);
+    run_ok(Command::new("cp").arg("-a").arg(&from).arg(at));
+    let toml = at.join("disks.toml");
+    let text = fs::read_to_string(&toml).unwrap();
+    let text = text.replacen("size_mib = 512", &format!("size_mib = {DISK_MIB}"), 1);
+    fs::write(&toml, text).unwrap();
+    fs::write(
+        at.join("sys/block/sda/size"),
+        format!("{}\n", DISK_MIB * 2048),
+    )
+    .unwrap();
+    at.to_path_buf()
+}
+
+fn write_machine(p: &Published, fixture: &str, devices: &str, name: &str, cp: bool) -> Written {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let fixture_dir = enlarged_fixture(fixture, &dir.path().join("fixture"));
+    let m = materialize(&fixture_dir, &dir.path().join("machine"))
+        .unwrap_or_else(|e| panic!("materializing {fixture}: {e}"));
+    let data = dir.path().join("bootstrap.data");
+    fs::write(&data, bootstrap_data(cp)).unwrap();
+    let out = common::caph_command(
+        &p.registry.url,
+        TOKEN,
+        &data,
+        name,
+        devices,
+        &m.root,
+        &dir.path().join("output.json"),
+        &dir.path().join("events.jsonl"),
+        &p.stack.public,
+    )
+    .arg("--no-reboot")
+    .args(["--kernel-arg", "console=ttyS0", "--kernel-arg", "panic=-1"])
+    .output()
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success()
+            && stdout
+                .lines()
+                .last()
+                .unwrap_or("")
+                .starts_with("IMAGE_URL_DONE"),
+        "{fixture}: writer failed: {:?}\n{stdout}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let image = m.images["sda"].clone();
+    let parts = partitions(&image);
+    Written {
+        dir,
+        image,
+        parts,
+        hostname: name.to_string(),
+    }
+}
+
+/// A qemu process, killed on drop.
+struct Qemu(std::process::Child);
+
+impl Drop for Qemu {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Boots the disk (q35, OVMF, TCG, virtio disk, no network device) until qemu exits (the check
+/// unit powers off; a panic reboots, which -no-reboot turns into an exit). Returns the console.
+fn boot(w: &Written, what: &str) -> String {
+    let vars = w.dir.path().join(format!("vars-{what}.fd"));
+    fs::copy(OVMF_VARS, &vars).unwrap();
+    let log = w.dir.path().join(format!("serial-{what}.log"));
+    let started = Instant::now();
+    let child = Command::new("qemu-system-x86_64")
+        .args([
+            "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1",
+        ])
+        .args(["-m", "2048", "-display", "none", "-monitor", "none"])
+        .args(["-nodefaults", "-no-reboot", "-nic", "none"])
+        .arg("-drive")
+        .arg(format!(
+            "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
+        ))
+        .arg("-drive")
+        .arg(format!(
+            "if=pflash,format=raw,unit=1,file={}",
+            vars.display()
+        ))
+        .arg("-drive")
+        .arg(format!("file={},format=raw,if=virtio", w.image.display()))
+        .arg("-serial")
+        .arg(format!("file:{}", log.display()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("qemu-system-x86_64");
+    let mut q = Qemu(child);
+    let exited = loop {
+        if q.0.try_wait().unwrap().is_some() {
+            break true;
+        }
+        if started.elapsed() > BOOT_TIMEOUT {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let console = clean(&fs::read(&log).unwrap_or_default());
+    assert!(
+        exited,
+        "{what}: qemu still running after {BOOT_TIMEOUT:?}; console:\n{console}"
+    );
+    eprintln!("{what}: qemu ran {:.1?}", started.elapsed());
+    for l in console.lines().filter(|l| {
+        l.contains(CHECK) || l.starts_with("ingot") || l.contains("device-mapper: verity")
+    }) {
+        eprintln!("{what}| {l}");
+    }
+    console
+}
+
+/// The serial log as text: without CRs and ANSI escape sequences.
+fn clean(raw: &[u8]) -> String {
+    let text = String::from_utf8_lossy(raw);
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\r' => {}
+            '\u{1b}' => {
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    for c in chars.by_ref() {
+                        if c.is_ascii_alphabetic() {
+                            break;
+                        }
+                    }
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The check unit's lines, keyed by their first word (repeated keys keep every value, in order).
+fn checks(console: &str) -> BTreeMap<String, Vec<String>> {
+    let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for l in console.lines() {
+        if let Some(i) = l.find(CHECK) {
+            let rest = l[i + CHECK.len()..].trim_end();
+            let (k, v) = rest.split_once(' ').unwrap_or((rest, ""));
+            m.entry(k.to_string()).or_default().push(v.to_string());
+        }
+    }
+    m
+}
+
+fn one<'a>(c: &'a BTreeMap<String, Vec<String>>, key: &str, console: &str) -> &'a str {
+    match c.get(key).map(Vec::as_slice) {
+        Some([v]) => v,
+        other => panic!("want one INGOT-CHECK {key} line, got {other:?}:\n{console}"),
+    }
+}
+
+fn debugfs(fs_image: &Path, request: &str) -> String {
+    let out = run_ok(Command::new("debugfs").arg("-R").arg(request).arg(fs_image));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The sealed identity: machine-id and the sshd host keys' SHA256 fingerprints.
+fn sealed_identity(w: &Written) -> (String, Vec<String>) {
+    let node = w.extract("ingot-node");
+    let machine_id = debugfs(&node, "cat /etc/machine-id").trim().to_string();
+    let mut fps = Vec::new();
+    for k in ["ed25519", "rsa"] {
+        let pub_key = w.dir.path().join(format!("{k}.pub"));
+        fs::write(
+            &pub_key,
+            debugfs(&node, &format!("cat /etc/ssh/ssh_host_{k}_key.pub")),
+        )
+        .unwrap();
+        let out = run_ok(Command::new("ssh-keygen").arg("-lf").arg(&pub_key));
+        let line = String::from_utf8(out.stdout).unwrap();
+        fps.push(line.split_whitespace().nth(1).unwrap().to_string());
+    }
+    fs::remove_file(node).unwrap();
+    fps.sort();
+    (machine_id, fps)
+}
+
+/// What every good boot shows.
+fn assert_node_up(w: &Written, console: &str, c: &BTreeMap<String, Vec<String>>) {
+    assert_eq!(one(c, "done", console), "", "{console}");
+    assert_eq!(one(c, "state", console), "running", "{console}");
+    assert_eq!(one(c, "multi-user", console), "active", "{console}");
+    assert!(
+        !c.contains_key("failed-unit"),
+        "failed units: {:?}",
+        c.get("failed-unit")
+    );
+    for d in [
+        "/etc/kubernetes",
+        "/etc/cni/net.d",
+        "/opt/cni/bin",
+        "/var/lib/kubelet",
+    ] {
+        assert!(
+            c["write"].contains(&format!("{d} ok")),
+            "{d}: {:?}",
+            c["write"]
+        );
+    }
+    for d in ["/usr", "/usr/bin", "/sbin", "/lib"] {
+        let refused = c["write"]
+            .iter()
+            .find(|l| l.starts_with(&format!("{d} ")))
+            .unwrap_or_else(|| panic!("no write {d}: {:?}", c["write"]));
+        assert!(
+            refused.starts_with(&format!("{d} refused: "))
+                && refused.contains("Read-only file system"),
+            "{refused}"
+        );
+    }
+    assert_eq!(one(c, "hostname", console), w.hostname);
+    let (machine_id, fps) = sealed_identity(w);
+    assert_eq!(one(c, "machine-id", console), machine_id);
+    let mut seen = c.get("sshd-key").cloned().unwrap_or_default();
+    seen.sort();
+    assert_eq!(seen, fps, "sshd serves the sealed host keys");
+    eprintln!("{}: boot time: {}", w.hostname, one(c, "analyze", console));
+}
+
+/// The first boot: kubeadm ran once with the rendered config; on the control plane the preload
+/// is imported (by reference and digest, pinned) and a container runs from it with no network.
+fn assert_first_boot(p: &Published, w: &Written, console: &str, cp: bool) -> String {
+    let c = checks(console);
+    assert_node_up(w, console, &c);
+    let runs = &c["kubeadm"];
+    assert_eq!(runs.len(), 1, "kubeadm ran once: {runs:?}");
+    let rendered = kubeadm_config(cp).replace("{{ ds.meta_data.hostname }}", &w.hostname);
+    let (verb, path, kind) = if cp {
+        ("init", "/run/kubeadm/kubeadm.yaml", "InitConfiguration")
+    } else {
+        (
+            "join",
+            "/run/kubeadm/kubeadm-join-config.yaml",
+            "JoinConfiguration",
+        )
+    };
+    let want = format!(
+        "args={verb} --config {path} kind={kind} name='{}' sha256={}",
+        w.hostname,
+        sha256_hex(rendered.as_bytes())
+    );
+    assert_eq!(runs[0], want, "{console}");
+    assert!(
+        c["condition"].contains(&"ingot-bootstrap yes active".to_string()),
+        "{:?}",
+        c["condition"]
+    );
+    let images = c.get("image").cloned().unwrap_or_default();
+    let listed = images.iter().find(|l| l.starts_with(IMAGE_REF));
+    if cp {
+        assert!(
+            c["condition"].contains(&"ingot-preload yes active".to_string()),
+            "{:?}",
+            c["condition"]
+        );
+        let l = listed.unwrap_or_else(|| panic!("{IMAGE_REF} not listed: {images:?}"));
+        assert!(l.contains(&p.digest), "{l}");
+        assert!(l.contains("io.cri-containerd.pinned=pinned"), "{l}");
+        assert_eq!(c["container"], ["hello-from-preload", "lo"], "{console}");
+        assert!(console.contains(&format!("ingot-preload: imported and pinned {IMAGE_REF}")));
+    } else {
+        assert!(listed.is_none(), "a worker has no preload: {images:?}");
+        assert!(
+            c["condition"].contains(&"ingot-preload no inactive".to_string()),
+            "{:?}",
+            c["condition"]
+        );
+    }
+    let boot_id = one(&c, "boot-id", console).to_string();
+    assert_eq!(one(&c, "persist-etc", console), boot_id);
+    assert_eq!(one(&c, "persist-var", console), boot_id);
+    boot_id
+}
+
+/// The second boot of the same disk: nothing of the first boot runs again, its writes persist.
+fn assert_second_boot(w: &Written, console: &str, first_boot: &str, cp: bool) {
+    let c = checks(console);
+    assert_node_up(w, console, &c);
+    assert_eq!(
+        c["kubeadm"].len(),
+        1,
+        "kubeadm did not run again: {:?}",
+        c["kubeadm"]
+    );
+    assert!(
+        c["condition"].contains(&"ingot-bootstrap no inactive".to_string()),
+        "{:?}",
+        c["condition"]
+    );
+    assert!(
+        c["condition"].contains(&"ingot-preload no inactive".to_string()),
+        "{:?}",
+        c["condition"]
+    );
+    assert!(!console.contains("ingot-preload: imported"), "{console}");
+    assert_ne!(one(&c, "boot-id", console), first_boot);
+    assert_eq!(
+        one(&c, "persist-etc", console),
+        first_boot,
+        "/etc kept its change"
+    );
+    assert_eq!(
+        one(&c, "persist-var", console),
+        first_boot,
+        "/var kept its change"
+    );
+    if cp {
+        assert_eq!(c["container"], ["hello-from-preload", "lo"], "{console}");
+    }
+    assert!(!console.contains("formatting it (first boot)"), "{console}");
+}
+
+/// One flipped byte in /usr/bin/containerd's first block in the base partition: the kernel
+/// reports the corrupted block and the node does not come up; nothing runs it unverified.
+fn assert_tampered_base_stops(w: &Written) {
+    let base = w.extract("ingot-base");
+    let block: u64 = debugfs(&base, "bmap /usr/bin/containerd 0")
+        .trim()
+        .parse()
+        .expect("a block of /usr/bin/containerd");
+    fs::remove_file(base).unwrap();
+    let (_, start, _) = w
+        .parts
+        .iter()
+        .find(|p| p.0 == "ingot-base")
+        .unwrap()
+        .clone();
+    let offset = start + block * 4096 + 99;
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&w.image)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(&[b[0] ^ 0xff]).unwrap();
+    f.sync_all().unwrap();
+    let console = boot(w, "worker-tampered");
+    let kernel = format!("data block {block} is corrupted");
+    assert!(
+        console
+            .lines()
+            .any(|l| l.contains("device-mapper: verity:") && l.contains(&kernel)),
+        "missing the kernel's verity message for block {block}:\n{console}"
+    );
+    assert!(!console.contains(CHECK), "the node came up:\n{console}");
+}
+
+fn machine(p: &Published, fixture: &str, devices: &str, name: &str, cp: bool) {
+    let w = write_machine(p, fixture, devices, name, cp);
+    let console = boot(&w, name);
+    assert!(console.contains("formatting it (first boot)"), "{console}");
+    let first = assert_first_boot(p, &w, &console, cp);
+    let again = boot(&w, &format!("{name}-again"));
+    assert_second_boot(&w, &again, &first, cp);
+    if !cp {
+        assert_tampered_base_stops(&w);
+    }
+}
+
+#[test]
+#[ignore = "not yet run to completion: its first full run (mmdebstrap took 15 min on a loaded machine) ended at a wrong writer-output check, since fixed; run with --ignored"]
+fn debian_node_boots_read_only_and_runs_its_first_boot_once() {
+    if !usable("debian_node_boots_read_only_and_runs_its_first_boot_once") {
+        return;
+    }
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let p = publish(work.path());
+    std::thread::scope(|s| {
+        let p = &p;
+        s.spawn(move || machine(p, "kvm-control-plane", "sda", "cp-1", true));
+        s.spawn(move || machine(p, "cpu-worker", "0x5002538e40a1b2c3", "worker-7", false));
+    });
+}

@@ -10,8 +10,8 @@
 //!    sits only on target disks or on arrays living there, holders before what they hold;
 //! 2. for every active md array whose members are all on target disks: `wipefs --all --force`
 //!    on the array (what it holds: an LVM label, a filesystem), then `mdadm --stop`;
-//! 3. `wipefs --all --force` on every target region with a signature (md superblocks, LVM
-//!    labels, filesystems), partitions first, whole disks last.
+//! 3. `wipefs --all --force` on every target region with an md superblock or LVM label (it
+//!    clears every signature there), partitions first, whole disks last.
 //!
 //! It refuses (nothing run yet) when a target is mounted, or an active array or device-mapper
 //! device uses target and non-target disks at once. [`run`] runs the commands and then checks

@@ -20,8 +20,8 @@ pub struct Teardown {
     pub md_arrays: Vec<ArrayOnTargets>,
     /// LVM volume groups with every PV on a target disk (directly or inside such an array).
     pub volume_groups: Vec<VgOnTargets>,
-    /// Target regions (partitions, or a whole disk) holding an md, LVM or filesystem signature,
-    /// partitions before whole disks: their signatures are cleared.
+    /// Target regions (partitions, or a whole disk) holding an md or LVM signature, partitions
+    /// before whole disks: their signatures are cleared.
     pub regions: Vec<String>,
 }
 
@@ -63,6 +63,15 @@ struct Place<'a> {
     target: bool,
 }
 
+/// An md or LVM signature: what would be assembled or activated again if left (a filesystem
+/// the new table no longer points at is harmless).
+fn holds_storage(region: &super::RegionScan) -> bool {
+    region
+        .findings
+        .iter()
+        .any(|f| matches!(f, Finding::MdMember(_) | Finding::LvmPv { .. }))
+}
+
 fn place<'a>(scan: &'a DiskScan, region: &'a super::RegionScan) -> Place<'a> {
     Place {
         region: &region.name,
@@ -99,14 +108,14 @@ pub(super) fn storage_on_targets(scans: &[DiskScan]) -> Result<Teardown, GateFai
                     _ => {}
                 }
             }
-            if scan.target && !region.findings.is_empty() && region.partition.is_some() {
+            if scan.target && region.partition.is_some() && holds_storage(region) {
                 teardown.regions.push(region.name.clone());
             }
         }
     }
     // Whole disks last: clearing one drops its partition table, and with it the partitions.
     for scan in scans.iter().filter(|s| s.target) {
-        if scan.regions.first().is_some_and(|r| !r.findings.is_empty()) {
+        if scan.regions.first().is_some_and(holds_storage) {
             teardown.regions.push(scan.disk.clone());
         }
     }

@@ -66,8 +66,9 @@ pub struct Cmdline<'a> {
     pub layers: Vec<(&'a str, &'a [u8])>,
     /// The sealed node layer's root hash.
     pub node: Option<&'a [u8]>,
-    /// The `var` partition's UUID.
-    pub var: Uuid,
+    /// The `var` partition's UUID; on a node written to several disks, every member of `var`'s
+    /// mirror, in disk order (`crate::mirror`).
+    pub var: Vec<Uuid>,
     /// Appended after ingot's own parameters.
     pub extra: &'a [String],
 }
@@ -89,7 +90,8 @@ impl Cmdline<'_> {
         if let Some(n) = self.node {
             cmdline.push_str(&format!(" ingot.node={}", hex::encode(n)));
         }
-        cmdline.push_str(&format!(" ingot.var=PARTUUID={} ro", self.var));
+        let var: Vec<String> = self.var.iter().map(|u| format!("PARTUUID={u}")).collect();
+        cmdline.push_str(&format!(" ingot.var={} ro", var.join(",")));
         for arg in self.extra {
             cmdline.push(' ');
             cmdline.push_str(arg);

@@ -1,10 +1,10 @@
 //! CAPH's `imageURLCommand` contract, as the writer keeps it: the last stdout line says
 //! `IMAGE_URL_DONE` on success and never otherwise; `/root/output.json`'s `message` says what is
-//! happening (CAPH shows it); the exit status is non-zero on failure; the machine reboots after
-//! success unless told not to.
+//! happening (CAPH shows it) and its `status` how it ended; the exit status is non-zero on
+//! failure; CAPH reboots the machine, the writer only when asked to.
 
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use ingot_artifact::error_text::chain;
@@ -28,9 +28,10 @@ pub fn provision(
     req: &ProvisionRequest,
     reporter: &Reporter,
     deadline: Instant,
+    grace: Duration,
     reboot: &Reboot,
 ) -> Result<ExitCode> {
-    crate::watchdog::start(deadline, || {
+    crate::watchdog::start(deadline, grace, || {
         println!("ingot-writer: FAILED (deadline): the run did not stop after its deadline");
     });
     match pipeline::provision(req, reporter) {

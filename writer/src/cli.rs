@@ -20,8 +20,12 @@ use ingot_layers::select::{GpuVendor, Role};
 ///     provisions this machine exactly as cluster-api-provider-hetzner's imageURLCommand runs it
 ///     in the rescue system: detects role and hardware, gates the disks (tools, UEFI, size, SMART,
 ///     read speed), refuses to wipe when another disk holds an OS, stages and seals the per-node
-///     layer from the bootstrap data, writes, keeps /root/output.json's `message` current, prints
-///     IMAGE_URL_DONE as the last stdout line on success only, and reboots (unless --no-reboot).
+///     layer from the bootstrap data, writes every root device (var mirrored across them), keeps
+///     /root/output.json's `status` and `message` current, and prints IMAGE_URL_DONE as the last
+///     stdout line on success only. CAPH reboots the machine; the writer does not (--reboot).
+///
+///   Settings CAPH cannot pass come from image-url-command.toml beside the binary (or
+///   BINARY.toml), over the settings compiled in (ci/release); flags win over both.
 #[derive(Parser, Debug)]
 #[command(name = "ingot-writer", version, verbatim_doc_comment)]
 pub struct Cli {
@@ -33,7 +37,7 @@ pub struct Cli {
     /// Provisioning: the machine's name (the hostname unless the bootstrap data sets one).
     pub machine_name: Option<String>,
     /// Provisioning: the target disks, short names (`sda nvme0n1`) or WWNs, space-separated;
-    /// the first is written.
+    /// every one is written, and `var` mirrored across them.
     pub root_devices: Option<String>,
     /// Write this block device or image file instead of provisioning. Everything on it is
     /// replaced.
@@ -64,25 +68,31 @@ pub struct Cli {
     /// 20000 for a spinning disk, 40000 otherwise).
     #[arg(long, value_name = "KIB_S")]
     pub min_read_speed: Option<u64>,
-    /// Provisioning: how long the read speed test runs, in seconds.
-    #[arg(long, value_name = "SECS", default_value_t = 3.0)]
-    pub read_test_seconds: f64,
+    /// Provisioning: how long the read speed test runs, in seconds (default 3).
+    #[arg(long, value_name = "SECS")]
+    pub read_test_seconds: Option<f64>,
     /// Provisioning: an extra node label `key=value` (repeatable).
     #[arg(long = "label", value_name = "KEY=VALUE")]
     pub labels: Vec<String>,
-    /// Give up after this long (`90s`, `20m`, `1h`): the disk is left without a partition table
-    /// and the reason reported.
-    #[arg(long, value_name = "DURATION", default_value = "20m", value_parser = parse_duration)]
-    pub deadline: Duration,
-    /// Provisioning: do not reboot after a successful run.
-    #[arg(long)]
+    /// Give up after this long (`90s`, `6m`, `1h`): the disk is left without a partition table
+    /// and the reason reported. Default 6m when provisioning (CAPH gives up after 7 minutes),
+    /// 20m with --target.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub deadline: Option<Duration>,
+    /// Provisioning: reboot after a successful run. Off by default: CAPH reboots the machine
+    /// itself after IMAGE_URL_DONE, and a second reboot racing its SSH session fails the host.
+    #[arg(long, conflicts_with = "no_reboot")]
+    pub reboot: bool,
+    /// Provisioning: do not reboot (the default; accepted for older callers).
+    #[arg(long, hide = true)]
     pub no_reboot: bool,
-    /// Seconds between success and the reboot (the provisioner reads the result first).
-    #[arg(long, value_name = "SECS", default_value_t = 30)]
-    pub reboot_delay: u64,
-    /// Size of the EFI system partition, in MiB (at least 64).
-    #[arg(long, value_name = "MIB", default_value_t = 256)]
-    pub esp_size: u64,
+    /// Seconds between success and the reboot (the provisioner reads the result first;
+    /// default 30).
+    #[arg(long, value_name = "SECS")]
+    pub reboot_delay: Option<u64>,
+    /// Size of the EFI system partition, in MiB (at least 64; default 256).
+    #[arg(long, value_name = "MIB")]
+    pub esp_size: Option<u64>,
     /// Extra kernel command-line argument (repeatable), e.g. console=ttyS0.
     #[arg(long = "kernel-arg", value_name = "ARG")]
     pub kernel_args: Vec<String>,

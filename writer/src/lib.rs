@@ -12,8 +12,10 @@
 pub mod boot;
 pub mod caph;
 pub mod cli;
+pub mod config;
 pub mod error;
 pub mod layerfs;
+pub mod mirror;
 pub mod pipeline;
 pub mod reboot;
 pub mod report;

@@ -45,21 +45,69 @@ pub fn provision(
         reporter,
     )?;
     let targets = steps::gate::run(&sysroot, &checked.facts, req, reporter)?;
-    steps::guard::run(&checked.facts, &targets, req.allow_foreign_os, reporter)?;
+    let guard = steps::guard::run(&checked.facts, &targets, req.allow_foreign_os, reporter)?;
+    let teardown = steps::teardown::plan(&sysroot, &targets, &guard, reporter)?;
     let opened = open_stack(&req.image, &req.trust, &checked.machine, reporter)?;
     let role = checked.role;
     let staged = steps::stage::run(&opened, checked, &sysroot, req, reporter)?;
     let node = steps::seal::run(&staged, &opened.describe(), &req.machine_name, reporter)?;
-    let disk = &targets[0];
     let need = steps::plan::min_disk_size(req.settings.esp_size, &opened.plan_layers(Some(&node)));
-    steps::gate::size(disk, need, reporter)?;
-    let outcome = write_opened(&opened, Some(&node), &disk.node, &req.settings, reporter)?;
+    for disk in &targets {
+        steps::gate::size(disk, need, reporter)?;
+    }
+    // From here on the disks change.
+    steps::teardown::run(&sysroot, &targets, &teardown, reporter)?;
+    let outcome = write_every_target(&opened, &node, &targets, &req.settings, reporter)?;
     Ok(Provisioned {
         outcome,
-        disk: disk.name.clone(),
+        disks: targets.iter().map(|d| d.name.clone()).collect(),
         hostname: staged.hostname,
         role,
     })
+}
+
+/// Every target gets the whole layout, so the firmware can boot from either disk alone; with
+/// more than one, `var` is mirrored across them ([`crate::mirror`]). A failure on one disk
+/// clears the partition tables of those already written: no disk of a failed run can boot.
+fn write_every_target(
+    opened: &OpenedStack,
+    node: &NodeLayer,
+    targets: &[ingot_machine::Disk],
+    settings: &WriteSettings,
+    reporter: &Reporter,
+) -> Result<Outcome, WriteError> {
+    // The first disk's outcome (plan, command line), with the bytes and rewrites of all.
+    let mut first: Option<Outcome> = None;
+    for (index, disk) in targets.iter().enumerate() {
+        let mut settings = settings.clone();
+        if targets.len() > 1 {
+            settings.mirror = Some(crate::mirror::Mirror::new(
+                opened.manifest_digest(),
+                index,
+                targets.len(),
+                |identity| steps::plan::derived_guid(identity, b"var"),
+            ));
+        }
+        match write_opened(opened, Some(node), &disk.node, &settings, reporter) {
+            Ok(outcome) => match &mut first {
+                None => first = Some(outcome),
+                Some(total) => {
+                    total.bytes_written += outcome.bytes_written;
+                    total.bytes_skipped += outcome.bytes_skipped;
+                    total.rewrites += outcome.rewrites;
+                }
+            },
+            Err(e) => {
+                for done in &targets[..index] {
+                    if let Ok(t) = Target::open(&done.node) {
+                        steps::wipe::after_failure(&t);
+                    }
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(first.expect("at least one target"))
 }
 
 /// Writes the stack `req` names onto `req.target`.
@@ -104,6 +152,9 @@ fn write_planned(
     reporter: &Reporter,
 ) -> Result<Outcome, WriteError> {
     let mut stats = steps::write::run(target, opened, node, plan, settings.options, reporter)?;
+    if let Some(m) = &settings.mirror {
+        stats += crate::mirror::write_member(target, plan, m, settings.options, reporter)?;
+    }
     let (kernel_cmdline, esp) = steps::esp::run(target, opened, node, plan, settings, reporter)?;
     stats += esp;
     steps::partition_table::run(target, plan, reporter)?;

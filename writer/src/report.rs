@@ -92,6 +92,8 @@ pub struct Rewrite {
 pub struct Status {
     /// `running`, `done` or `failed`.
     pub state: &'static str,
+    /// The same as CAPH reads it: `Running`, `Succeeded` or `Failed`.
+    pub status: &'static str,
     pub stage: Stage,
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -140,6 +142,7 @@ impl Reporter {
             report_path: report,
             status: Mutex::new(Status {
                 state: "running",
+                status: "Running",
                 stage: Stage::Resolve,
                 message: "starting".into(),
                 error: None,
@@ -352,6 +355,7 @@ impl Reporter {
         {
             let mut s = self.status.lock().expect("status lock");
             s.state = "done";
+            s.status = "Succeeded";
             s.stage = Stage::Finish;
             s.message = message.clone();
         }
@@ -364,6 +368,7 @@ impl Reporter {
         let stage = {
             let mut s = self.status.lock().expect("status lock");
             s.state = "failed";
+            s.status = "Failed";
             s.error = Some(error.to_string());
             s.message = format!("failed in {}: {error}", s.stage.name());
             s.stage

@@ -28,6 +28,8 @@ pub struct WriteSettings {
     /// Appended to the kernel command line after ingot's own parameters.
     pub kernel_args: Vec<String>,
     pub options: WriteOptions,
+    /// This disk's place in `var`'s mirror when the node is written to several disks.
+    pub mirror: Option<crate::mirror::Mirror>,
 }
 
 /// What was written.
@@ -75,8 +77,8 @@ pub struct ProvisionRequest {
 #[derive(Debug, Clone)]
 pub struct Provisioned {
     pub outcome: Outcome,
-    /// The disk written.
-    pub disk: String,
+    /// The disks written, in order.
+    pub disks: Vec<String>,
     pub hostname: String,
     pub role: Role,
 }

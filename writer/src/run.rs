@@ -1,7 +1,6 @@
 //! From the command line to a run: the trusted key, the settings, then either a named target
 //! written (its result on stderr) or this machine provisioned as CAPH runs it ([`crate::caph`]).
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -13,6 +12,7 @@ use ingot_layers::select::{Machine, Role};
 
 use crate::caph::{self, Reboot, OUTPUT_JSON};
 use crate::cli::Cli;
+use crate::config::{self, Settings};
 use crate::pipeline;
 use crate::report::Reporter;
 use crate::request::{ProvisionRequest, WriteRequest, WriteSettings};
@@ -22,28 +22,92 @@ use crate::steps::write::WriteOptions;
 /// The public key compiled in at build time (INGOT_TRUST_KEY_BUILTIN=path to a minisign .pub).
 const BUILTIN_KEY: Option<&str> = option_env!("INGOT_TRUST_KEY_BUILTIN");
 
+/// How long a write stuck in the kernel may outlive the deadline before the process ends:
+/// provisioning must still end inside CAPH's 7 minutes (6 m deadline + 30 s).
+const GRACE_PROVISIONING: Duration = Duration::from_secs(30);
+const GRACE_TARGET: Duration = Duration::from_secs(60);
+
+/// This run's settings: flags over the file beside the binary over the built-in settings over
+/// the defaults (`crate::config`).
+struct Effective {
+    file: Settings,
+    from: Vec<String>,
+    deadline: Duration,
+    reboot: bool,
+    reboot_delay: u64,
+    read_test_seconds: f64,
+}
+
+impl Effective {
+    fn new(cli: &Cli) -> Result<Effective> {
+        let exe = std::env::current_exe().ok();
+        let (file, from) = config::load(config::BUILTIN, exe.as_deref())?;
+        let deadline = match (cli.deadline, &file.deadline) {
+            (Some(d), _) => d,
+            (None, Some(text)) => crate::cli::parse_duration(text)
+                .map_err(|e| anyhow::anyhow!("deadline in {}: {e}", from.join(" and ")))?,
+            (None, None) if cli.target.is_some() => Duration::from_secs(20 * 60),
+            (None, None) => Duration::from_secs(6 * 60),
+        };
+        Ok(Effective {
+            deadline,
+            reboot: cli.reboot || (!cli.no_reboot && file.reboot.unwrap_or(false)),
+            reboot_delay: cli.reboot_delay.or(file.reboot_delay).unwrap_or(30),
+            read_test_seconds: cli
+                .read_test_seconds
+                .or(file.read_test_seconds)
+                .unwrap_or(3.0),
+            file,
+            from,
+        })
+    }
+
+    /// The trusted key: `--trust-key`, else `INGOT_TRUST_KEY`, else the settings' `trust_key`,
+    /// else the key compiled in.
+    fn key(&self, cli: &Cli) -> Result<ingot_artifact::sign::PublicKey> {
+        match &self.file.trust_key {
+            Some(text)
+                if cli.trust_key.is_none() && std::env::var_os("INGOT_TRUST_KEY").is_none() =>
+            {
+                ingot_artifact::sign::PublicKey::from_minisign(text)
+                    .with_context(|| format!("the trust_key of {}", self.from.join(" and ")))
+            }
+            _ => Ok(ingot_artifact::trust_key::first_of(
+                cli.trust_key.as_deref(),
+                BUILTIN_KEY,
+            )?),
+        }
+    }
+}
+
 /// Runs what `cli` asks for. `Ok` carries the exit status of a run that reported its own
 /// result; `Err` is a usage or setup error, before any run began.
 pub fn run(cli: Cli) -> Result<ExitCode> {
-    let key = ingot_artifact::trust_key::first_of(cli.trust_key.as_deref(), BUILTIN_KEY)?;
+    let eff = Effective::new(&cli)?;
+    let key = eff.key(&cli)?;
     let source: StackRef = cli.source.parse().map_err(|e: String| anyhow::anyhow!(e))?;
     if cli.max_attempts == 0 {
         bail!("--max-attempts must be at least 1");
     }
-    if !(cli.read_test_seconds > 0.0 && cli.read_test_seconds <= 60.0) {
+    if !(eff.read_test_seconds > 0.0 && eff.read_test_seconds <= 60.0) {
         bail!("--read-test-seconds must be more than 0 and at most 60");
     }
-    let deadline = Instant::now() + cli.deadline;
+    let deadline = Instant::now() + eff.deadline;
+    let mut kernel_args = eff.file.kernel_args.clone().unwrap_or_default();
+    kernel_args.extend(cli.kernel_args.iter().cloned());
     let settings = WriteSettings {
         esp_size: cli
             .esp_size
+            .or(eff.file.esp_size)
+            .unwrap_or(256)
             .checked_mul(1 << 20)
             .context("--esp-size is too large")?,
-        kernel_args: cli.kernel_args.clone(),
+        kernel_args,
         options: WriteOptions {
             max_attempts: cli.max_attempts,
             deadline: Some(deadline),
         },
+        mirror: None,
     };
     let trust = Trust {
         key: Some(key),
@@ -51,7 +115,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
     };
     match &cli.target {
         Some(target) => write_target(&cli, source, trust, target, settings, deadline),
-        None => provision(&cli, source, trust, settings, deadline),
+        None => provision(&cli, &eff, source, trust, settings, deadline),
     }
 }
 
@@ -77,7 +141,7 @@ fn write_target(
     };
     let reporter = Reporter::new(cli.events.as_deref(), cli.report.clone())
         .context("opening --events/--report")?;
-    crate::watchdog::start(deadline, || {
+    crate::watchdog::start(deadline, GRACE_TARGET, || {
         eprintln!("ingot-writer: error: the deadline passed and the run did not stop")
     });
     match pipeline::write_stack(&req, &reporter) {
@@ -105,6 +169,7 @@ fn write_target(
 
 fn provision(
     cli: &Cli,
+    eff: &Effective,
     source: StackRef,
     trust: Trust,
     settings: WriteSettings,
@@ -120,7 +185,7 @@ fn provision(
              image (as cluster-api-provider-hetzner's imageURLCommand does); see --help"
         );
     };
-    let mut labels = BTreeMap::new();
+    let mut labels = eff.file.labels.clone().unwrap_or_default();
     for l in &cli.labels {
         let (k, v) = l
             .split_once('=')
@@ -131,7 +196,7 @@ fn provision(
     if cli.sysroot == Path::new("/") {
         required_tools.push("smartctl".to_string());
     }
-    if !cli.no_reboot {
+    if eff.reboot {
         required_tools.extend(["sh".to_string(), "reboot".to_string()]);
     }
     let report = cli
@@ -141,6 +206,14 @@ fn provision(
     let reporter = Reporter::new(cli.events.as_deref(), Some(report.clone()))
         .with_context(|| format!("opening {}", report.display()))?
         .with_stdout_log();
+    reporter.detail(
+        "settings",
+        serde_json::json!({
+            "from": eff.from,
+            "deadline_seconds": eff.deadline.as_secs(),
+            "reboot": eff.reboot,
+        }),
+    );
     let req = ProvisionRequest {
         image: source,
         trust,
@@ -149,16 +222,16 @@ fn provision(
         root_devices,
         sysroot: cli.sysroot.clone(),
         role: cli.role,
-        allow_foreign_os: cli.allow_foreign_os,
-        min_read_kib_s: cli.min_read_speed,
-        read_test: Duration::from_secs_f64(cli.read_test_seconds),
+        allow_foreign_os: cli.allow_foreign_os || eff.file.allow_foreign_os.unwrap_or(false),
+        min_read_kib_s: cli.min_read_speed.or(eff.file.min_read_speed),
+        read_test: Duration::from_secs_f64(eff.read_test_seconds),
         required_tools,
         labels,
         settings,
     };
     let reboot = Reboot {
-        enabled: !cli.no_reboot,
-        delay: cli.reboot_delay,
+        enabled: eff.reboot,
+        delay: eff.reboot_delay,
     };
-    caph::provision(&req, &reporter, deadline, &reboot)
+    caph::provision(&req, &reporter, deadline, GRACE_PROVISIONING, &reboot)
 }

@@ -116,7 +116,7 @@ fn caph_env(
     );
     cmd.arg("-vv")
         .args(if reboot {
-            &[][..]
+            &["--reboot"][..]
         } else {
             &["--no-reboot"][..]
         })
@@ -592,16 +592,20 @@ fn every_gate_and_guard_stops_before_touching_a_disk() {
             &[],
             "disk-too-small",
         ),
-        ("lvm-target", "sda", vec![], &[], "lvm-on-target"),
+        // An orphan PV on the target no longer stops it (it would be cleared); the 64 MiB disk
+        // is then too small.
+        ("lvm-target", "sda", vec![], &[], "disk-too-small"),
         ("md-spanning", "sda", vec![], &[], "md-spans-disks"),
-        // Without --no-reboot the writer needs sh and reboot: an empty PATH has neither.
+        // installimage's RAID1 over sda and sdb, only sda targeted.
+        ("installimage-raid1", "sda", vec![], &[], "md-spans-disks"),
+        // With --reboot the writer needs sh and reboot: an empty PATH has neither.
         ("cpu-worker", "sda", vec![], &no_path, "tools-missing"),
     ];
     for (fixture, devices, extra, env, reason) in cases {
         let m = machine(fixture);
         let before = m.m.digests().unwrap();
         let args = extra.clone();
-        // Without --no-reboot the writer needs sh and reboot on PATH (it fails at the gate).
+        // With --reboot the writer needs sh and reboot on PATH (it fails at the gate).
         let reboot = reason == "tools-missing";
         let run = caph_env(&p, &m, &worker, "node-1", devices, &args, env, reboot);
         let what = format!("{fixture} {devices} {args:?}");
@@ -651,4 +655,301 @@ fn bad_bootstrap_data_is_refused_before_the_disk() {
         run.show()
     );
     assert_eq!(m.m.digests().unwrap(), before);
+}
+
+/// Every partition of `image` as sfdisk reads it: (name, offset, size, partition UUID), and the
+/// disk's GUID.
+fn gpt(image: &Path) -> (Vec<(String, u64, u64, String)>, String) {
+    let out = Command::new("sfdisk")
+        .arg("--json")
+        .arg(image)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let t = &v["partitiontable"];
+    let parts = t["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap_or_default().to_string(),
+                p["start"].as_u64().unwrap() * 512,
+                p["size"].as_u64().unwrap() * 512,
+                p["uuid"].as_str().unwrap_or_default().to_ascii_lowercase(),
+            )
+        })
+        .collect();
+    (
+        parts,
+        t["id"].as_str().unwrap_or_default().to_ascii_lowercase(),
+    )
+}
+
+fn sha256_range(image: &Path, offset: u64, size: u64) -> String {
+    use sha2::Digest;
+    use std::io::{Read, Seek};
+    let mut f = fs::File::open(image).unwrap();
+    f.seek(std::io::SeekFrom::Start(offset)).unwrap();
+    let mut h = sha2::Sha256::new();
+    let mut rest = size;
+    let mut buf = vec![0u8; 1 << 20];
+    while rest > 0 {
+        let n = rest.min(buf.len() as u64) as usize;
+        f.read_exact(&mut buf[..n]).unwrap();
+        h.update(&buf[..n]);
+        rest -= n as u64;
+    }
+    hex::encode(h.finalize())
+}
+
+/// `mdadm --examine` of a byte range of `image`, through a read-only loop device.
+fn md_examine(image: &Path, offset: u64, size: u64) -> String {
+    let out = Command::new("losetup")
+        .args(["-r", "-f", "--show", "-o"])
+        .arg(offset.to_string())
+        .arg("--sizelimit")
+        .arg(size.to_string())
+        .arg(image)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "losetup: {out:?}");
+    let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let ex = Command::new("mdadm").args(["--examine", &dev]).output();
+    let _ = Command::new("losetup").args(["-d", &dev]).status();
+    let ex = ex.unwrap();
+    assert!(ex.status.success(), "mdadm --examine: {ex:?}");
+    String::from_utf8_lossy(&ex.stdout).into_owned()
+}
+
+/// The ESP's loader entry `options` line.
+fn esp_options(image: &Path, esp_offset: u64) -> String {
+    let out = Command::new("mcopy")
+        .env("MTOOLS_SKIP_CHECK", "1")
+        .arg("-i")
+        .arg(format!("{}@@{esp_offset}", image.display()))
+        .args(["::loader/entries/ingot.conf", "-"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "mcopy: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("options ").map(str::to_string))
+        .expect("an options line")
+}
+
+/// Both disks of one machine after a run: same layers, each bootable alone, var mirrored.
+fn check_two_disks(m: &Machine) {
+    let (a, b) = (&m.m.images["sda"], &m.m.images["sdb"]);
+    let ((pa, guid_a), (pb, guid_b)) = (gpt(a), gpt(b));
+    assert_ne!(guid_a, guid_b, "each disk has its own GUID");
+    let names = |p: &[(String, u64, u64, String)]| -> Vec<String> {
+        p.iter().map(|x| x.0.clone()).collect()
+    };
+    assert_eq!(names(&pa), names(&pb));
+    let mut vars = Vec::new();
+    for ((name, off_a, size_a, uuid_a), (_, off_b, size_b, uuid_b)) in pa.iter().zip(&pb) {
+        assert_eq!((off_a, size_a), (off_b, size_b), "{name}");
+        if name.starts_with("ingot-") {
+            // The same layer on both disks, found by the same PARTUUID from its root hash.
+            assert_eq!(uuid_a, uuid_b, "{name}");
+            assert_eq!(
+                sha256_range(a, *off_a, *size_a),
+                sha256_range(b, *off_b, *size_b),
+                "{name}"
+            );
+        } else {
+            assert_ne!(uuid_a, uuid_b, "{name} has its own PARTUUID per disk");
+        }
+        if name == "var" {
+            vars.push((*off_a, *size_a, uuid_a.clone(), uuid_b.clone()));
+        }
+    }
+    for image in [a, b] {
+        let sgdisk = Command::new("sgdisk")
+            .arg("-v")
+            .arg(image)
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&sgdisk.stdout).contains("No problems found"),
+            "{sgdisk:?}"
+        );
+    }
+    // Each disk's ESP names every var member, in disk order.
+    let (var_off, var_size, var_a, var_b) = vars.pop().expect("a var partition");
+    let esp = pa.iter().find(|p| p.0 == "ESP").unwrap().1;
+    let want = format!("ingot.var=PARTUUID={var_a},PARTUUID={var_b} ");
+    for image in [a, b] {
+        let options = esp_options(image, esp);
+        assert!(options.contains(&want), "{options}\nwant {want}");
+    }
+    // var is an md RAID1 member on each disk, as mdadm reads it.
+    let mut arrays = Vec::new();
+    for (slot, image) in [a, b].iter().enumerate() {
+        let text = md_examine(image, var_off, var_size);
+        for want in [
+            "Version : 1.2".to_string(),
+            "Raid Level : raid1".into(),
+            "Raid Devices : 2".into(),
+            "Name : ingot:var".into(),
+            format!("Device Role : Active device {slot}"),
+        ] {
+            assert!(text.contains(&want), "{want}:\n{text}");
+        }
+        assert!(
+            text.lines()
+                .any(|l| l.contains("Checksum") && l.ends_with("- correct")),
+            "{text}"
+        );
+        let uuid = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("Array UUID : "))
+            .unwrap()
+            .to_string();
+        arrays.push(uuid);
+    }
+    assert_eq!(arrays[0], arrays[1], "one array");
+}
+
+/// An installimage server (software RAID1 over both disks, assembled by the rescue system),
+/// CAPH naming both disks by WWN: the arrays are torn down (on a fixture machine the commands
+/// are reported, not run), both disks written and each bootable alone, `var` mirrored. A second
+/// CAPH run over the finished node rewrites it.
+#[test]
+fn installimage_raid1_server_is_provisioned_on_both_disks() {
+    if !usable("installimage_raid1_server_is_provisioned_on_both_disks") {
+        return;
+    }
+    let m = machine("installimage-raid1");
+    let data = bootstrap_fixture("cloud-config-worker-join.yaml");
+    let p = published();
+    let devices = "0x5002538e40a1b2c3 0x5002538e40a1b2c4";
+    let run = caph(&p, &m, &data, "node-9", devices, &[]);
+    assert_eq!(run.out.status.code(), Some(0), "{}", run.show());
+    assert!(run.last_line().contains("IMAGE_URL_DONE"), "{}", run.show());
+    assert_eq!(
+        run.output_json["status"], "Succeeded",
+        "{}",
+        run.output_json
+    );
+    let warnings = run.output_json["warnings"].to_string();
+    assert_eq!(
+        warnings.matches("storage-torn-down").count(),
+        3,
+        "{warnings}"
+    );
+    for cmd in [
+        "fixture machine, not run: wipefs --all --force /dev/md126",
+        "fixture machine, not run: mdadm --stop /dev/md127",
+        "fixture machine, not run: wipefs --all --force /dev/sdb3",
+    ] {
+        assert!(run.stdout.contains(cmd), "{cmd}:\n{}", run.show());
+    }
+    assert_eq!(
+        run.output_json["details"]["teardown"]
+            .as_array()
+            .map(Vec::len),
+        Some(10),
+        "{}",
+        run.output_json
+    );
+    check_two_disks(&m);
+
+    // Again over the finished node: recognised as ingot's, rewritten, still two good disks.
+    let run = caph(&p, &m, &data, "node-9", "sda sdb", &[]);
+    assert_eq!(run.out.status.code(), Some(0), "{}", run.show());
+    let disks = run.output_json["details"]["guard"]["disks"]
+        .as_array()
+        .unwrap();
+    assert!(disks.iter().all(|d| d["ingot"] == true), "{disks:?}");
+    assert!(
+        run.output_json["warnings"]
+            .to_string()
+            .contains("ingot:var"),
+        "the old var mirror is torn down: {}",
+        run.output_json
+    );
+    check_two_disks(&m);
+}
+
+/// The binary as CAPH runs it: copied to `<dir>/image-url-command`, its settings (the trusted
+/// key, the deadline) in `image-url-command.toml` beside it, started with `nohup`, stdout to a
+/// log. Only the fixture machine and the status file's place are flags (a real rescue system
+/// needs neither); there is no `reboot` on PATH and none is needed.
+#[test]
+fn the_image_url_command_takes_its_settings_from_beside_it() {
+    if !usable("the_image_url_command_takes_its_settings_from_beside_it") {
+        return;
+    }
+    let m = machine("cpu-worker");
+    let data = bootstrap_fixture("cloud-config-worker-join.yaml");
+    let p = published();
+    let root = m.dir.path().join("root");
+    fs::create_dir_all(&root).unwrap();
+    let exe = root.join("image-url-command");
+    fs::copy(env!("CARGO_BIN_EXE_ingot-writer"), &exe).unwrap();
+    let key = fs::read_to_string(&p.stack.public).unwrap();
+    fs::write(
+        root.join("image-url-command.toml"),
+        format!("trust_key = '''{key}'''\ndeadline = \"5m\"\nread_test_seconds = 0.3\n"),
+    )
+    .unwrap();
+    let output = root.join("output.json");
+    let log = root.join("image-url-command.log");
+    let nohup = Command::new("sh")
+        .arg("-c")
+        .arg("nohup \"$@\" > \"$LOG\" 2>&1")
+        .arg("sh")
+        .arg(&exe)
+        .arg(&p.published.url)
+        .arg(&data)
+        .arg("node-3")
+        .arg("sda")
+        .arg("--sysroot")
+        .arg(&m.m.root)
+        .arg("--output-json")
+        .arg(&output)
+        .env("LOG", &log)
+        .env("OCI_REGISTRY_AUTH_TOKEN", TOKEN)
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .env_remove("INGOT_TRUST_KEY")
+        .status()
+        .unwrap();
+    let log_text = fs::read_to_string(&log).unwrap();
+    assert!(nohup.success(), "{log_text}");
+    let last = log_text.lines().last().unwrap_or_default();
+    assert!(last.contains("IMAGE_URL_DONE"), "{log_text}");
+    assert!(!log_text.contains("rebooting"), "{log_text}");
+    let status: serde_json::Value = serde_json::from_slice(&fs::read(&output).unwrap()).unwrap();
+    assert_eq!(status["status"], "Succeeded", "{status}");
+    let settings = &status["details"]["settings"];
+    assert_eq!(settings["deadline_seconds"], 300, "{status}");
+    assert_eq!(settings["reboot"], false, "{status}");
+    assert!(
+        settings["from"]
+            .to_string()
+            .contains("image-url-command.toml"),
+        "{status}"
+    );
+
+    // A broken settings file is a usage error naming it, before any disk is read.
+    fs::write(root.join("image-url-command.toml"), "deadline = 5\n").unwrap();
+    let out = Command::new(&exe)
+        .arg(&p.published.url)
+        .arg(&data)
+        .arg("node-3")
+        .arg("sda")
+        .arg("--sysroot")
+        .arg(&m.m.root)
+        .arg("--output-json")
+        .arg(&output)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("image-url-command.toml"),
+        "{out:?}"
+    );
 }

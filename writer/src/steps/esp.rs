@@ -56,7 +56,10 @@ pub fn run(
             .map(|p| (p.entry.name.as_str(), p.verifier.root_hash()))
             .collect(),
         node: node.map(|n| n.root_hash.as_slice()),
-        var: plan.part(&Content::Var).part_guid,
+        var: match &settings.mirror {
+            Some(m) => m.members.clone(),
+            None => vec![plan.part(&Content::Var).part_guid],
+        },
         extra: &settings.kernel_args,
     }
     .render();

@@ -34,7 +34,7 @@ pub fn provisioned(done: &Provisioned, reporter: &Reporter) -> String {
         "wrote {} ({}) to {} for {} ({}): layers {}; {} bytes written, {} rewrites",
         done.outcome.stack,
         done.outcome.manifest_digest,
-        done.disk,
+        done.disks.join(", "),
         done.hostname,
         done.role.as_str(),
         layer_list(&done.outcome),

@@ -3,7 +3,8 @@
 //! sealed) the size.
 //!
 //! Reads the sysroot, the machine's facts and the request's gate settings; returns the resolved
-//! target disks, the one to write first. [`size`] reads the disk and the bytes the plan needs.
+//! target disks in the order given (all are written, the first first). [`size`] reads a disk
+//! and the bytes the plan needs.
 //! A failed gate is a [`GateFailure`](ingot_machine::GateFailure) naming its reason.
 
 use std::path::Path;
@@ -31,44 +32,34 @@ pub fn run(
     passed(reporter, &ingot_machine::gate_tools(&tools, None)?);
     passed(reporter, &ingot_machine::gate_uefi(facts)?);
     let targets = ingot_machine::resolve_targets(sysroot, facts, &req.root_devices)?;
-    let disk = &targets[0];
-    if targets.len() > 1 {
-        let others: Vec<&str> = targets[1..].iter().map(|d| d.name.as_str()).collect();
-        reporter.warning(
-            Stage::Gate,
-            format!(
-                "ingot writes one disk: {} gets the node; {} left as they are (the guard still \
-                 checks them)",
-                disk.name,
-                others.join(", ")
-            ),
-        );
-    }
     let smart: Box<dyn SmartSource> = if req.sysroot == Path::new("/") {
         Box::new(Smartctl::default())
     } else {
         // A fixture machine carries smartctl's JSON output for each disk.
         Box::new(FixtureSmart)
     };
+    // Every target is written, so every target must be healthy and fast enough.
     let mut gates = Vec::new();
-    reporter.stage(Stage::Gate, format!("{}: SMART health", disk.name));
-    let r = ingot_machine::gate_smart(sysroot, disk, smart.as_ref())?;
-    passed(reporter, &r);
-    gates.push(r);
-    let min = req
-        .min_read_kib_s
-        .unwrap_or_else(|| ingot_machine::default_min_kib_s(disk));
-    reporter.stage(
-        Stage::Gate,
-        format!(
-            "{}: read speed test ({} s, at least {min} KiB/s)",
-            disk.name,
-            req.read_test.as_secs_f64()
-        ),
-    );
-    let r = ingot_machine::gate_read_speed(disk, min, req.read_test)?;
-    passed(reporter, &r);
-    gates.push(r);
+    for disk in &targets {
+        reporter.stage(Stage::Gate, format!("{}: SMART health", disk.name));
+        let r = ingot_machine::gate_smart(sysroot, disk, smart.as_ref())?;
+        passed(reporter, &r);
+        gates.push(r);
+        let min = req
+            .min_read_kib_s
+            .unwrap_or_else(|| ingot_machine::default_min_kib_s(disk));
+        reporter.stage(
+            Stage::Gate,
+            format!(
+                "{}: read speed test ({} s, at least {min} KiB/s)",
+                disk.name,
+                req.read_test.as_secs_f64()
+            ),
+        );
+        let r = ingot_machine::gate_read_speed(disk, min, req.read_test)?;
+        passed(reporter, &r);
+        gates.push(r);
+    }
     reporter.detail("gates", &gates);
     Ok(targets)
 }

@@ -1,10 +1,11 @@
 //! `guard`: refuses to wipe when another disk holds an operating system (it could be booted
 //! instead), or when LVM or md RAID spans the disks.
 //!
-//! Reads the machine's facts, the target disks and whether a foreign OS is allowed; returns
-//! nothing but warnings and the scan in the status file, or the guard's refusal.
+//! Reads the machine's facts, the target disks and whether a foreign OS is allowed; returns the
+//! scan (also in the status file, its warnings reported), whose `teardown` lists the md arrays
+//! and volume groups living only on the targets, or the guard's refusal.
 
-use ingot_machine::{Disk, Facts, GuardOptions};
+use ingot_machine::{Disk, Facts, GuardOptions, GuardReport};
 
 use crate::error::ProvisionError;
 use crate::report::{Reporter, Stage};
@@ -14,7 +15,7 @@ pub fn run(
     targets: &[Disk],
     allow_foreign_os: bool,
     reporter: &Reporter,
-) -> Result<(), ProvisionError> {
+) -> Result<GuardReport, ProvisionError> {
     reporter.stage(
         Stage::Guard,
         "looking for other operating systems, LVM and md RAID on the disks",
@@ -24,5 +25,5 @@ pub fn run(
         reporter.warning(Stage::Guard, format!("{}: {}", w.reason, w.message));
     }
     reporter.detail("guard", &guard);
-    Ok(())
+    Ok(guard)
 }

@@ -15,6 +15,7 @@ pub mod plan;
 pub mod resolve;
 pub mod seal;
 pub mod stage;
+pub mod teardown;
 pub mod verify;
 pub mod wipe;
 pub mod write;

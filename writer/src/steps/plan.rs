@@ -221,7 +221,7 @@ pub fn plan(
 }
 
 /// A v4-shaped UUID derived from `identity` and a purpose, so plans are reproducible.
-fn derived_guid(identity: &[u8], purpose: &[u8]) -> Uuid {
+pub fn derived_guid(identity: &[u8], purpose: &[u8]) -> Uuid {
     let digest = Sha256::new()
         .chain_update(b"ingot-writer partition guid\0")
         .chain_update(purpose)
@@ -252,9 +252,9 @@ pub fn run(
 ) -> Result<(Target, DiskPlan), WriteError> {
     reporter.stage(Stage::Plan, format!("planning {}", target.display()));
     let target = Target::open(target)?;
-    let identity = Sha256::new()
-        .chain_update(opened.manifest_digest().as_bytes())
-        .finalize();
+    // Disk 0 (and a single disk) as always; further disks of a mirror their own GUIDs.
+    let index = settings.mirror.as_ref().map_or(0, |m| m.index);
+    let identity = crate::mirror::disk_identity(opened.manifest_digest(), index);
     let plan = plan(
         target.size(),
         target.sector_size(),

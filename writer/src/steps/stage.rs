@@ -80,75 +80,42 @@ pub fn run(
     Ok(staged)
 }
 
-/// The rescue system's network settings, to give the node the same static addresses: from
-/// `ip -json` (iproute2) on a real machine, from `<sysroot>/ip/{addr,route}.json` on a fixture;
-/// DNS from `<sysroot>/etc/resolv.conf`. Missing pieces are a warning: the node then uses DHCP.
+/// The rescue system's network settings, to give the node the same static addresses
+/// (`ingot_bootstrap::network_from_ip_json`): from `ip -json` (iproute2) on a real machine, from
+/// `<sysroot>/ip/{addr,route,route6}.json` on a fixture; DNS from `<sysroot>/etc/resolv.conf`.
+/// Missing or unreadable pieces are a warning: the node then uses DHCP.
 fn read_network(sysroot: &Sysroot, reporter: &Reporter) -> Option<Network> {
     // `file` names the fixture's copy of the command's output.
-    let json = |args: &[&str], file: &str| -> Option<serde_json::Value> {
-        let text = if sysroot.root() == Path::new("/") {
+    let output = |args: &[&str], file: &str| -> Option<Vec<u8>> {
+        if sysroot.root() == Path::new("/") {
             let out = std::process::Command::new("ip").args(args).output().ok()?;
-            out.status.success().then_some(out.stdout)?
+            out.status.success().then_some(out.stdout)
         } else {
-            std::fs::read(sysroot.path(format!("/ip/{file}.json"))).ok()?
-        };
-        serde_json::from_slice(&text).ok()
-    };
-    let addr = json(&["-json", "addr", "show"], "addr");
-    let route4 = json(&["-json", "route", "show"], "route");
-    let route6 = json(&["-6", "-json", "route", "show"], "route6");
-    let (Some(addr), Some(route4)) = (addr, route4) else {
-        reporter.warning(
-            Stage::Staging,
-            "the rescue system's addresses could not be read (ip -json addr/route): the node \
-             gets no static network settings and relies on DHCP",
-        );
-        return None;
-    };
-    let mut interfaces = Vec::new();
-    for link in addr.as_array().into_iter().flatten() {
-        let name = link["ifname"].as_str().unwrap_or_default();
-        let mac = link["address"].as_str().unwrap_or_default();
-        if name == "lo" || link["link_type"].as_str() != Some("ether") || mac.is_empty() {
-            continue;
+            std::fs::read(sysroot.path(format!("/ip/{file}.json"))).ok()
         }
-        let addresses: Vec<String> = link["addr_info"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|a| a["scope"].as_str() == Some("global"))
-            .filter_map(|a| {
-                Some(format!(
-                    "{}/{}",
-                    a["local"].as_str()?,
-                    a["prefixlen"].as_u64()?
-                ))
-            })
-            .collect();
-        if addresses.is_empty() {
-            continue;
+    };
+    let addr = output(&["-json", "addr", "show"], "addr");
+    let route4 = output(&["-json", "route", "show"], "route");
+    let route6 = output(&["-6", "-json", "route", "show"], "route6");
+    let resolv = std::fs::read_to_string(sysroot.path("/etc/resolv.conf")).unwrap_or_default();
+    let read = match (addr, route4) {
+        (Some(addr), Some(route4)) => {
+            ingot_bootstrap::network_from_ip_json(&addr, &route4, route6.as_deref(), &resolv)
+                .map_err(|e| e.to_string())
         }
-        let gateway = |routes: Option<&serde_json::Value>| {
-            routes?.as_array()?.iter().find_map(|r| {
-                let gw = r["gateway"].as_str()?;
-                (r["dst"].as_str() == Some("default") && r["dev"].as_str() == Some(name))
-                    .then(|| gw.to_string())
-            })
-        };
-        interfaces.push(ingot_bootstrap::Interface {
-            name: name.to_string(),
-            mac: mac.to_string(),
-            addresses,
-            gateway4: gateway(Some(&route4)),
-            gateway6: gateway(route6.as_ref()),
-        });
+        _ => Err("ip -json addr/route gave nothing".to_string()),
+    };
+    match read {
+        Ok(network) => Some(network),
+        Err(why) => {
+            reporter.warning(
+                Stage::Staging,
+                format!(
+                    "the rescue system's addresses could not be read ({why}): the node gets no \
+                     static network settings and relies on DHCP"
+                ),
+            );
+            None
+        }
     }
-    let dns = std::fs::read_to_string(sysroot.path("/etc/resolv.conf"))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("nameserver"))
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty())
-        .collect();
-    Some(Network { interfaces, dns })
 }

@@ -1,0 +1,193 @@
+//! Two or more target disks: each gets the whole layout, and `var` is an md RAID1 mirror across
+//! them (`docs/boot-contract.md`).
+//!
+//! The writer makes the mirror itself, before any partition table exists, so the rescue system
+//! needs no md driver: every `var` partition gets an md superblock (metadata 1.2 at 4 KiB, data
+//! from 1 MiB, resync offset 0 so the kernel copies member 0 to the others on first assembly).
+//! Disk 0 keeps the identity a single-disk run has; disk *i* > 0 gets its own, so its disk GUID,
+//! ESP and `var` partition UUIDs differ while the layer partitions (from root hashes) are the same.
+
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::error::WriteError;
+use crate::report::{Reporter, Stage};
+use crate::steps::plan::{Content, DiskPlan};
+use crate::steps::write::{write_bytes, WriteOptions, WriteStats};
+use crate::target::{AlignedBuf, Target};
+
+/// Where each member's superblock sits in its `var` partition (metadata 1.2).
+pub const SUPERBLOCK_OFFSET: u64 = 4096;
+/// How much of each `var` partition is zeroed before the superblock is written: the superblock
+/// area and the first MiB of the array's data, so the array starts without a file system.
+pub const ZEROED: u64 = 2 << 20;
+/// The array's name, as `mdadm --examine` shows it.
+pub const ARRAY_NAME: &str = "ingot:var";
+
+/// One disk's place in the mirror.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mirror {
+    /// This disk's slot, 0-based, in the order of the root devices.
+    pub index: usize,
+    /// Every member's `var` partition UUID, in slot order (the command line lists them all).
+    pub members: Vec<Uuid>,
+    /// The array UUID (the same on every member).
+    pub array_uuid: [u8; 16],
+}
+
+/// The identity that seeds disk `index`'s GUIDs: disk 0 as a single-disk run, the others their
+/// own.
+pub fn disk_identity(manifest_digest: &str, index: usize) -> Vec<u8> {
+    let mut h = Sha256::new().chain_update(manifest_digest.as_bytes());
+    if index > 0 {
+        h = h.chain_update(format!("/disk/{index}").as_bytes());
+    }
+    h.finalize().to_vec()
+}
+
+impl Mirror {
+    /// The mirror for disk `index` of `disks`; `var_guid` derives a disk's `var` partition UUID
+    /// from its identity (the plan's rule).
+    pub fn new(
+        manifest_digest: &str,
+        index: usize,
+        disks: usize,
+        var_guid: impl Fn(&[u8]) -> Uuid,
+    ) -> Mirror {
+        let members = (0..disks)
+            .map(|i| var_guid(&disk_identity(manifest_digest, i)))
+            .collect();
+        let digest = Sha256::new()
+            .chain_update(b"ingot var mirror\0")
+            .chain_update(manifest_digest.as_bytes())
+            .finalize();
+        Mirror {
+            index,
+            members,
+            array_uuid: digest[..16].try_into().expect("16 bytes"),
+        }
+    }
+
+    /// This member's superblock for a `var` partition of `var_bytes`, to be written at
+    /// [`SUPERBLOCK_OFFSET`]; `None` when the partition is too small to hold an array.
+    pub fn superblock(&self, var_bytes: u64, now: u64) -> Option<Vec<u8>> {
+        if var_bytes <= ZEROED {
+            return None;
+        }
+        let mut device_uuid = [0u8; 16];
+        let d = Sha256::new()
+            .chain_update(self.array_uuid)
+            .chain_update((self.index as u64).to_le_bytes())
+            .finalize();
+        device_uuid.copy_from_slice(&d[..16]);
+        let (at, sb) = ingot_machine::guard::write_md_v1(
+            &ingot_machine::guard::MdV1Params {
+                metadata: "1.2".into(),
+                array_uuid: self.array_uuid,
+                device_uuid,
+                name: ARRAY_NAME.into(),
+                level: 1,
+                raid_disks: self.members.len() as u32,
+                dev_number: self.index as u32,
+                time: now,
+                // Member 0 is copied to the others on first assembly, as after mdadm --create.
+                clean: false,
+            },
+            var_bytes,
+        )?;
+        debug_assert_eq!(at, SUPERBLOCK_OFFSET);
+        // Padded to a 4 KiB block for the direct write and its read-back.
+        let mut block = vec![0u8; 4096];
+        block[..sb.len()].copy_from_slice(&sb);
+        Some(block)
+    }
+
+    /// `PARTUUID=A,PARTUUID=B,...` for `ingot.var=`.
+    pub fn cmdline_value(&self) -> String {
+        self.members
+            .iter()
+            .map(|u| format!("PARTUUID={u}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+/// Makes `target`'s `var` partition (already planned and left blank) this disk's member of the
+/// mirror: its first [`ZEROED`] bytes zeroed, then the superblock written and read back.
+pub fn write_member(
+    target: &Target,
+    plan: &DiskPlan,
+    mirror: &Mirror,
+    opts: WriteOptions,
+    reporter: &Reporter,
+) -> Result<WriteStats, WriteError> {
+    let var = plan.part(&Content::Var);
+    reporter.stage(
+        Stage::Write,
+        format!(
+            "making var a member ({} of {}) of the RAID1 mirror {ARRAY_NAME}",
+            mirror.index + 1,
+            mirror.members.len()
+        ),
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let block = mirror.superblock(var.size, now).ok_or(WriteError::Io {
+        path: target.path().to_path_buf(),
+        what: "making the var mirror's superblock",
+        source: std::io::Error::other(format!(
+            "the var partition ({} bytes) is too small for an md array",
+            var.size
+        )),
+    })?;
+    let zeroed = target.zero_range(var.offset, ZEROED)?;
+    if !zeroed {
+        target.write_direct(&AlignedBuf::new(ZEROED as usize), var.offset)?;
+    }
+    Ok(write_bytes(
+        target,
+        "var-mirror",
+        &block,
+        var.offset + SUPERBLOCK_OFFSET,
+        true,
+        opts,
+        reporter,
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn guid(identity: &[u8]) -> Uuid {
+        Uuid::from_bytes(identity[..16].try_into().unwrap())
+    }
+
+    #[test]
+    fn disk_zero_keeps_the_single_disk_identity() {
+        let single = Sha256::digest(b"sha256:abc").to_vec();
+        assert_eq!(disk_identity("sha256:abc", 0), single);
+        assert_ne!(disk_identity("sha256:abc", 1), single);
+        let m = Mirror::new("sha256:abc", 1, 2, guid);
+        assert_eq!(m.members[0], guid(&single));
+        assert_ne!(m.members[0], m.members[1]);
+        assert_eq!(
+            m.cmdline_value(),
+            format!("PARTUUID={},PARTUUID={}", m.members[0], m.members[1])
+        );
+        assert_eq!(
+            m.array_uuid,
+            Mirror::new("sha256:abc", 0, 2, guid).array_uuid
+        );
+    }
+
+    #[test]
+    fn superblock_fits_a_block_and_needs_room() {
+        let m = Mirror::new("sha256:abc", 0, 2, guid);
+        let sb = m.superblock(64 << 20, 1_700_000_000).unwrap();
+        assert_eq!(sb.len(), 4096);
+        assert_eq!(&sb[..4], &0xa92b_4efcu32.to_le_bytes());
+        assert!(m.superblock(1 << 20, 0).is_none());
+    }
+}

@@ -1,0 +1,72 @@
+//! `wipe`, first part: the md arrays and LVM volume groups the guard found living only on the
+//! target disks (installimage's software RAID1, an earlier ingot mirror) are stopped and their
+//! signatures cleared, right before the partition tables are wiped (`docs/machine-checks.md`).
+//!
+//! [`plan`] runs before anything is touched (with the other gates): the commands from what the
+//! rescue system has active, and their tools on `PATH`. [`run`] runs them, one stage message
+//! each; on a fixture machine (a sysroot other than `/`) it reports them without running them,
+//! since the fixture's disks are files, not devices.
+
+use std::path::Path;
+
+use ingot_machine::teardown::{self, Step};
+use ingot_machine::{Disk, GuardReport, Sysroot};
+
+use crate::error::ProvisionError;
+use crate::report::{Reporter, Stage};
+
+/// The teardown commands for `guard`'s findings; empty when there is nothing to stop or clear.
+pub fn plan(
+    sysroot: &Sysroot,
+    targets: &[Disk],
+    guard: &GuardReport,
+    reporter: &Reporter,
+) -> Result<Vec<Step>, ProvisionError> {
+    let steps = teardown::plan(sysroot, targets, &guard.teardown)?;
+    if !steps.is_empty() {
+        if sysroot.root() == Path::new("/") {
+            ingot_machine::gate_tools(&teardown::tools(&steps), None)?;
+        }
+        reporter.detail("teardown", &steps);
+    }
+    Ok(steps)
+}
+
+/// Runs `steps`, then checks that nothing holds a target any more.
+pub fn run(
+    sysroot: &Sysroot,
+    targets: &[Disk],
+    steps: &[Step],
+    reporter: &Reporter,
+) -> Result<(), ProvisionError> {
+    if steps.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = targets.iter().map(|d| d.name.as_str()).collect();
+    reporter.stage(
+        Stage::Wipe,
+        format!(
+            "stopping and clearing the old md arrays and volume groups on {}",
+            names.join(", ")
+        ),
+    );
+    let fixture = sysroot.root() != Path::new("/");
+    for step in steps {
+        if fixture {
+            reporter.stage(
+                Stage::Wipe,
+                format!("fixture machine, not run: {}", step.command_line()),
+            );
+            continue;
+        }
+        reporter.stage(
+            Stage::Wipe,
+            format!("{}: {}", step.why, step.command_line()),
+        );
+        teardown::run_step(step)?;
+    }
+    if !fixture {
+        teardown::check_released(sysroot, targets)?;
+    }
+    Ok(())
+}

@@ -228,35 +228,45 @@ pub fn tools(steps: &[Step]) -> Vec<&str> {
     set.into_iter().collect()
 }
 
-/// Runs `steps` in order, then checks that no target (disk or partition) is held by an md
-/// array or a device-mapper device any more. Fails with `teardown-failed` naming the command
-/// and its output.
+/// Runs `steps` in order ([`run_step`]), then [`check_released`].
 pub fn run(sysroot: &Sysroot, targets: &[Disk], steps: &[Step]) -> Result<(), GateFailure> {
     for step in steps {
-        let out = Command::new(&step.program)
-            .args(&step.args)
-            .output()
-            .map_err(|e| {
-                refuse(
-                    Reason::TeardownFailed,
-                    None,
-                    format!("{}: {e}", step.command_line()),
-                )
-            })?;
-        if !out.status.success() {
-            return Err(refuse(
+        run_step(step)?;
+    }
+    check_released(sysroot, targets)
+}
+
+/// Runs one command; fails with `teardown-failed` naming it and its stderr.
+pub fn run_step(step: &Step) -> Result<(), GateFailure> {
+    let out = Command::new(&step.program)
+        .args(&step.args)
+        .output()
+        .map_err(|e| {
+            refuse(
                 Reason::TeardownFailed,
                 None,
-                format!(
-                    "{} ({}): {}: {}",
-                    step.command_line(),
-                    step.why,
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ),
-            ));
-        }
+                format!("{}: {e}", step.command_line()),
+            )
+        })?;
+    if !out.status.success() {
+        return Err(refuse(
+            Reason::TeardownFailed,
+            None,
+            format!(
+                "{} ({}): {}: {}",
+                step.command_line(),
+                step.why,
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+        ));
     }
+    Ok(())
+}
+
+/// No md array or device-mapper device holds a target (disk or partition) any more; else
+/// `teardown-failed` naming the holder.
+pub fn check_released(sysroot: &Sysroot, targets: &[Disk]) -> Result<(), GateFailure> {
     let is_target = |name: &str| targets.iter().any(|t| on_disk(name, &t.name));
     for (name, slaves) in stacked(sysroot, "md")
         .into_iter()

@@ -22,17 +22,21 @@
 //!
 //! `docs/bootstrap.md` describes what is accepted, where each file is staged and the secret rules.
 
+mod kubelet;
 mod model;
 mod parse;
+mod rescue_net;
 pub mod secrets;
 mod stage;
 mod tar;
 
+pub use kubelet::serving_cert_warnings;
 pub use model::{
     Bootstrap, DirSpec, DropIn, FileSpec, Format, GroupSpec, IdOrName, KubeadmAction, LinkSpec,
     Owner, Role, UnitSpec, UserSpec,
 };
 pub use parse::{parse, ParseError, MAX_FILE_SIZE, MAX_INPUT_SIZE, MAX_TOTAL_SIZE};
+pub use rescue_net::{network_from_ip_json, IpJsonError};
 pub use secrets::redact;
 pub use stage::{
     stage, Entry, EntryKind, Interface, Network, StageError, StageInput, StageOptions, Staged,

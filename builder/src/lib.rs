@@ -1,13 +1,12 @@
-//! The library behind `ingot`: manifests, layer builds, compression, OCI layouts, signatures,
-//! verification and inspection. The binary (`main.rs` and `cmd_*.rs`) only parses arguments and
-//! calls into these modules.
+//! The library behind `ingot`: manifests, layer builds, preloaded images and inspection. The
+//! artifact side (OCI layouts, compression, signatures, verification, the registry client) is
+//! `ingot-artifact`, re-exported here under its old paths. [`cli`] is the command line; the
+//! binary only parses it and runs it.
 
 pub mod build;
-pub mod compress;
+pub mod cli;
 pub mod inspect;
 pub mod manifest;
-pub mod oci_layout;
 pub mod preload;
-pub mod registry;
-pub mod sign;
-pub mod verify;
+
+pub use ingot_artifact::{compress, oci_layout, registry, sign, trust_key, verify};

@@ -5,7 +5,7 @@
 //! resumes with a Range request), and a corrupted blob in the registry's storage.
 
 mod common;
-mod registry_support;
+use ingot_testkit::registry as registry_support;
 
 use std::fs;
 use std::io::Write;
@@ -621,6 +621,8 @@ fn release_script_publishes_once_and_a_rerun_changes_nothing() {
             .env("INGOT", env!("CARGO_BIN_EXE_ingot"))
             .env("INGOT_RELEASE_KEY", &sk)
             .env("INGOT_RELEASE_NOTES", &notes)
+            // The writer binary is a release build of its own: not in this test.
+            .env("INGOT_RELEASE_WRITER", "0")
             .env_remove("OCI_REGISTRY_AUTH_TOKEN")
             .env("DOCKER_CONFIG", "/nonexistent-ingot-test")
             .output()

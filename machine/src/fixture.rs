@@ -134,6 +134,9 @@ pub enum Content {
         dev_number: Option<u32>,
         /// Members in the array (default 2).
         raid_disks: Option<u32>,
+        /// What the array holds, written at the member's data offset (RAID1 keeps a plain copy
+        /// there): installimage's /boot or root inside the mirror.
+        inner: Option<Box<Content>>,
     },
 }
 
@@ -488,6 +491,7 @@ fn fill(image: &Path, offset: u64, len: u64, content: &Content, what: &str) -> R
             metadata,
             dev_number,
             raid_disks,
+            inner,
         } => {
             let array_uuid =
                 parse_md_uuid(uuid).ok_or_else(|| invalid(format!("bad md uuid {uuid:?}")))?;
@@ -504,9 +508,26 @@ fn fill(image: &Path, offset: u64, len: u64, content: &Content, what: &str) -> R
                 raid_disks: raid_disks.unwrap_or(2),
                 dev_number,
                 time: 1_700_000_000,
+                clean: true,
             };
             let (at, sb) = write_md_v1(&params, len)
                 .ok_or_else(|| invalid("bad md metadata or size".into()))?;
+            if let Some(inner) = inner {
+                // 1.1 and 1.2 keep the data 1 MiB in (write_md_v1), 1.0 at the start.
+                let data = if params.metadata == "1.0" { 0 } else { 1 << 20 };
+                let data_len = if params.metadata == "1.0" {
+                    at
+                } else {
+                    len - data
+                };
+                fill(
+                    image,
+                    offset + data,
+                    data_len,
+                    inner,
+                    &format!("{what} (array data)"),
+                )?;
+            }
             write_at(image, offset + at, &sb)
         }
     }

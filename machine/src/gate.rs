@@ -39,6 +39,11 @@ pub enum Reason {
     MdSpansDisks,
     /// A disk could not be read.
     DiskUnreadable,
+    /// md arrays or LVM volume groups living only on target disks are stopped and cleared
+    /// (warning only).
+    StorageTornDown,
+    /// Stopping or clearing them failed; the disks may hold a partly cleared old layout.
+    TeardownFailed,
 }
 
 impl Reason {
@@ -58,6 +63,8 @@ impl Reason {
             Reason::LvmOnTarget => "lvm-on-target",
             Reason::MdSpansDisks => "md-spans-disks",
             Reason::DiskUnreadable => "disk-unreadable",
+            Reason::StorageTornDown => "storage-torn-down",
+            Reason::TeardownFailed => "teardown-failed",
         }
     }
 }

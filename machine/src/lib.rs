@@ -7,9 +7,11 @@
 //! * [`resolve_targets`]: CAPH's fourth argument (short names or WWNs) to [`Disk`]s.
 //! * gates, each `Result<GateReport, GateFailure>`: [`gate_tools`], [`gate_uefi`], [`gate_size`],
 //!   [`gate_smart`], [`gate_read_speed`].
-//! * [`guard()`]: refuses when another disk holds an OS, a target holds an LVM PV, or an md array
-//!   spans target and non-target disks. It parses partition tables and filesystems itself,
+//! * [`guard()`]: refuses when another disk holds an OS, or an md array or LVM volume group
+//!   spans target and non-target disks; lists the arrays and volume groups living only on
+//!   targets ([`Teardown`]). It parses partition tables, filesystems and LVM metadata itself,
 //!   read-only.
+//! * [`teardown`]: the commands that stop and clear that storage before the writer writes.
 //!
 //! Everything is read below a [`Sysroot`] (`/` on a real machine), so every check runs against a
 //! fixture machine directory in tests (`fixture::materialize`, feature `fixtures`).
@@ -22,6 +24,7 @@ pub mod guard;
 mod smart;
 mod speed;
 mod sysroot;
+pub mod teardown;
 
 #[cfg(feature = "fixtures")]
 pub mod fixture;
@@ -31,7 +34,7 @@ pub use disks::{normalize_wwn, read_disk, resolve_targets, Disk};
 pub use gate::{
     gate_size, gate_tools, gate_uefi, GateDetail, GateFailure, GateReport, Reason, Warning,
 };
-pub use guard::{guard, GuardOptions, GuardReport};
+pub use guard::{guard, GuardOptions, GuardReport, Teardown};
 pub use smart::{gate_smart, FixtureSmart, SmartError, SmartSource, Smartctl};
 pub use speed::{default_min_kib_s, gate_read_speed, ReadSpeed};
 pub use sysroot::Sysroot;

@@ -255,6 +255,14 @@ fn gate_read_speed_measures_and_fails_on_an_absurd_threshold() {
     });
 }
 
+fn region_of<'a>(r: &'a GuardReport, name: &str) -> &'a guard::RegionScan {
+    r.disks
+        .iter()
+        .flat_map(|d| &d.regions)
+        .find(|x| x.name == name)
+        .unwrap_or_else(|| panic!("no region {name}"))
+}
+
 fn guard_ok(m: &common::Machine, spec: &str) -> GuardReport {
     guard(&m.facts, &targets(m, spec), &GuardOptions::default())
         .unwrap_or_else(|e| panic!("guard {spec}: {e}"))
@@ -355,19 +363,23 @@ fn guard_stops_on_a_foreign_os_unless_allowed() {
 }
 
 #[test]
-fn guard_stops_on_lvm_on_the_target() {
+fn guard_clears_an_orphan_pv_on_the_target() {
     with_machine("lvm-target", |m| {
-        let err = guard(&m.facts, &targets(m, "sda"), &GuardOptions::default()).unwrap_err();
-        assert_eq!(err.reason, Reason::LvmOnTarget);
-        assert_eq!(err.disk.as_deref(), Some("sda"));
-        assert!(err.message.contains("sda1"), "{err}");
-        assert!(
-            err.message
-                .contains("Xq3Rtc-7bKf-8sLm-2PqW-Vn4d-Hy6J-Zt1uQe"),
-            "{err}"
-        );
+        // An orphan PV on a target belongs to no volume group that could break: it is cleared.
+        let r = guard_ok(m, "sda");
+        assert_eq!(r.teardown.regions, ["sda1"]);
+        assert!(r.teardown.volume_groups.is_empty() && r.teardown.md_arrays.is_empty());
+        match &region_of(&r, "sda1").findings[..] {
+            [Finding::LvmPv {
+                uuid,
+                volume_group: None,
+                in_md_array: None,
+            }] => assert_eq!(uuid, "Xq3Rtc-7bKf-8sLm-2PqW-Vn4d-Hy6J-Zt1uQe"),
+            other => panic!("{other:?}"),
+        }
         // A PV on a disk we do not write is none of our business.
-        assert!(guard(&m.facts, &targets(m, "sdb"), &GuardOptions::default()).is_ok());
+        let r = guard_ok(m, "sdb");
+        assert!(r.teardown.is_empty(), "{:?}", r.teardown);
     });
 }
 

@@ -169,6 +169,7 @@ fn md_superblocks_pass_mdadm_examine() {
             raid_disks: 2,
             dev_number: 1,
             time: 1_700_000_000,
+            clean: true,
         };
         let (at, sb) = write_md_v1(&params, len).unwrap();
         let path = tmp.path().join(format!("member-{metadata}.img"));
@@ -335,6 +336,7 @@ fn an_os_inside_a_raid1_member_is_found() {
         raid_disks: 2,
         dev_number: 0,
         time: 1_700_000_000,
+        clean: true,
     };
     let (at, sb) = write_md_v1(&params, len).unwrap();
     std::os::unix::fs::FileExt::write_all_at(&f, &sb, at).unwrap();

@@ -158,7 +158,7 @@ impl LayerFs {
         verifier: Arc<Verifier>,
     ) -> Result<Self, LayerFsError> {
         let base = map.as_ptr() as usize;
-        let frames = ingot::compress::split_frames(&map)
+        let frames = ingot_artifact::compress::split_frames(&map)
             .map_err(|e| LayerFsError::Load {
                 layer: layer.to_string(),
                 reason: e.to_string(),

@@ -430,6 +430,8 @@ pub fn stage<R: RngCore + CryptoRng>(
         generated: BTreeSet::new(),
         warnings: b.warnings.clone(),
     };
+    tree.warnings
+        .extend(crate::kubelet::serving_cert_warnings(b));
 
     // Hostname: the data's (templated ones rendered with the machine name), else its fqdn's
     // first label, else the machine name.

@@ -127,24 +127,70 @@ pub(crate) fn network_files(net: &Network) -> Result<Vec<(String, String)>, Stag
         for a in &i.addresses {
             text.push_str(&format!("Address={}\n", cidr(n, a)?));
         }
+        let mut on_link = Vec::new();
         if let Some(g) = &i.gateway4 {
             let g: Ipv4Addr = g
                 .parse()
                 .map_err(|_| net_err(n, format!("gateway4 {g:?} is not an IPv4 address")))?;
-            text.push_str(&format!("Gateway={g}\n"));
+            gateway(&mut text, &mut on_link, IpAddr::V4(g), &i.addresses);
         }
         if let Some(g) = &i.gateway6 {
             let g: Ipv6Addr = g
                 .parse()
                 .map_err(|_| net_err(n, format!("gateway6 {g:?} is not an IPv6 address")))?;
-            text.push_str(&format!("Gateway={g}\n"));
+            gateway(&mut text, &mut on_link, IpAddr::V6(g), &i.addresses);
         }
         for d in &dns {
             text.push_str(&format!("DNS={d}\n"));
         }
+        for g in on_link {
+            text.push_str(&format!("\n[Route]\nGateway={g}\nGatewayOnLink=yes\n"));
+        }
         out.push((file, text));
     }
     Ok(out)
+}
+
+/// A gateway inside one of the interface's prefixes (or IPv6 link-local) goes on `[Network]`'s
+/// `Gateway=`. One outside all of them (a /32 address with gateway 172.31.1.1 on a Hetzner cloud
+/// VM, a point-to-point gateway on a dedicated server) needs its own `[Route]` with
+/// `GatewayOnLink=yes`, or networkd's route is refused as unreachable and the node has no
+/// default route.
+fn gateway(text: &mut String, on_link: &mut Vec<IpAddr>, g: IpAddr, addresses: &[String]) {
+    let link_local = matches!(g, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80);
+    if link_local || addresses.iter().any(|a| in_prefix(g, a)) {
+        text.push_str(&format!("Gateway={g}\n"));
+    } else {
+        on_link.push(g);
+    }
+}
+
+/// Whether `ip` lies in the network of `cidr` (an already checked `ADDR/PREFIX`).
+fn in_prefix(ip: IpAddr, cidr: &str) -> bool {
+    let Some((a, p)) = cidr.split_once('/') else {
+        return false;
+    };
+    let (Ok(a), Ok(p)) = (a.parse::<IpAddr>(), p.parse::<u32>()) else {
+        return false;
+    };
+    let mask = |bits: u32, p: u32| -> u128 {
+        if p == 0 {
+            0
+        } else {
+            (!0u128 << (bits - p.min(bits))) & (!0u128 >> (128 - bits))
+        }
+    };
+    match (ip, a) {
+        (IpAddr::V4(x), IpAddr::V4(y)) => {
+            let m = mask(32, p);
+            (u32::from(x) as u128) & m == (u32::from(y) as u128) & m
+        }
+        (IpAddr::V6(x), IpAddr::V6(y)) => {
+            let m = mask(128, p);
+            u128::from(x) & m == u128::from(y) & m
+        }
+        _ => false,
+    }
 }
 
 fn label_err(key: &str, value: &str, reason: &str) -> StageError {
@@ -269,6 +315,20 @@ mod tests {
             let e = hostname(bad).unwrap_err().to_string();
             assert!(e.contains("hostname"), "{e}");
         }
+    }
+
+    #[test]
+    fn prefixes() {
+        let v4 = |s: &str| IpAddr::V4(s.parse().unwrap());
+        assert!(in_prefix(v4("203.0.113.1"), "203.0.113.20/26"));
+        assert!(!in_prefix(v4("203.0.113.65"), "203.0.113.20/26"));
+        assert!(!in_prefix(v4("172.31.1.1"), "5.75.1.2/32"));
+        assert!(in_prefix(v4("5.75.1.2"), "5.75.1.2/32"));
+        assert!(in_prefix(v4("8.8.8.8"), "0.0.0.0/0"));
+        let v6 = IpAddr::V6("2001:db8:1:2::1".parse().unwrap());
+        assert!(in_prefix(v6, "2001:db8:1:2::2/64"));
+        assert!(!in_prefix(v6, "2001:db8:1:3::2/64"));
+        assert!(!in_prefix(v6, "203.0.113.20/26"));
     }
 
     #[test]

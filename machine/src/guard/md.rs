@@ -133,8 +133,7 @@ pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
-/// What a fixture member superblock says (see [`write_v1`]).
-#[cfg(feature = "fixtures")]
+/// What a member superblock written by [`write_v1`] says.
 #[derive(Debug, Clone)]
 pub struct V1Params {
     /// `1.0`, `1.1` or `1.2`.
@@ -153,12 +152,15 @@ pub struct V1Params {
     pub dev_number: u32,
     /// Creation and update time, seconds since the epoch.
     pub time: u64,
+    /// The members are known to be identical. `false` asks the kernel for the initial resync
+    /// on first assembly, as `mdadm --create` does (`resync_offset` 0).
+    pub clean: bool,
 }
 
 /// A version-1 member superblock for a member device of `dev_bytes`, and the byte offset to
 /// write it at. Written from md_p.h's `struct mdp_superblock_1`, because `mdadm --create` needs
-/// the md kernel driver (absent in CI containers); `mdadm --examine` on the image checks it.
-#[cfg(feature = "fixtures")]
+/// the md kernel driver (absent in CI containers, and the writer makes `var`'s mirror before
+/// the partitions exist); `mdadm --examine` on the image checks it.
 pub fn write_v1(p: &V1Params, dev_bytes: u64) -> Option<(u64, Vec<u8>)> {
     let dev_sectors = dev_bytes / 512;
     // 1 MiB of room before the data for 1.1/1.2, as mdadm leaves on small devices; 1.0 keeps
@@ -193,7 +195,8 @@ pub fn write_v1(p: &V1Params, dev_bytes: u64) -> Option<(u64, Vec<u8>)> {
     sb[168..184].copy_from_slice(&p.device_uuid);
     put64(&mut sb, 192, p.time); // utime
     put64(&mut sb, 200, 1); // events
-    put64(&mut sb, 208, u64::MAX); // resync_offset: MaxSector, the array is clean
+                            // resync_offset: MaxSector when clean, else 0 (resync everything on first assembly).
+    put64(&mut sb, 208, if p.clean { u64::MAX } else { 0 });
     put32(&mut sb, 220, max_dev);
     for slot in 0..max_dev as usize {
         // dev_roles: member i has role i, every other slot is a spare (0xffff).
@@ -211,7 +214,6 @@ pub fn write_v1(p: &V1Params, dev_bytes: u64) -> Option<(u64, Vec<u8>)> {
 
 /// `sb_csum`: the 32-bit little-endian words of the superblock (256 bytes plus 2 per `max_dev`)
 /// with the checksum field as zero, summed in 64 bits, then the carry folded in once.
-#[cfg(feature = "fixtures")]
 fn v1_checksum(sb: &[u8]) -> u32 {
     let mut sum: u64 = 0;
     let mut chunks = sb.chunks_exact(4);

@@ -13,8 +13,8 @@ mod lvm;
 mod md;
 mod partition;
 mod probe;
+mod storage;
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
 use std::sync::Arc;
@@ -24,14 +24,21 @@ use serde::Serialize;
 use crate::gate::{GateFailure, Reason, Warning};
 use crate::{Disk, Facts};
 
+pub use lvm::VolumeGroup;
 pub use md::MdMember;
+use storage::storage_on_targets;
+pub use storage::{ArrayOnTargets, Teardown, VgOnTargets};
+
+/// The GPT type of ingot's base layer partition (DPS root x86-64), see docs/writer.md.
+const INGOT_BASE_TYPE: &str = "4f68bce3-e8cd-4db1-96e7-fbcaf984b709";
 pub use partition::{Partition, TableKind};
 pub use probe::{probe as probe_region, Finding, Slice};
 
 #[cfg(feature = "fixtures")]
 pub use lvm::write_pv;
 #[cfg(feature = "fixtures")]
-pub use md::{parse_uuid as parse_md_uuid, write_v1 as write_md_v1, V1Params as MdV1Params};
+pub use md::parse_uuid as parse_md_uuid;
+pub use md::{write_v1 as write_md_v1, V1Params as MdV1Params};
 
 /// How strict the guard is.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -46,8 +53,13 @@ pub struct GuardOptions {
 pub struct GuardReport {
     /// Every disk read.
     pub disks: Vec<DiskScan>,
-    /// What does not stop the run (an allowed foreign OS, an unreadable table).
+    /// What does not stop the run (an allowed foreign OS, an unreadable table, storage that
+    /// is torn down).
     pub warnings: Vec<Warning>,
+    /// md arrays and LVM volume groups that live only on target disks, and every target region
+    /// holding a signature: what must be stopped and cleared before the disks are written
+    /// (installimage's software RAID, an earlier ingot mirror).
+    pub teardown: Teardown,
 }
 
 /// One disk as the guard read it.
@@ -63,6 +75,9 @@ pub struct DiskScan {
     pub table_error: Option<String>,
     /// The whole disk first, then each partition.
     pub regions: Vec<RegionScan>,
+    /// The disk carries ingot's layout (a GPT with an `ingot-base` partition of the DPS root
+    /// type): a node ingot wrote before.
+    pub ingot: bool,
 }
 
 /// One partition (or the whole disk) and what it holds.
@@ -108,69 +123,45 @@ pub fn guard(
         scans.push(scan);
     }
 
-    // lvm-on-target
-    for scan in scans.iter().filter(|s| s.target) {
-        for region in &scan.regions {
-            if let Some(f @ Finding::LvmPv { .. }) = region
-                .findings
-                .iter()
-                .find(|f| matches!(f, Finding::LvmPv { .. }))
-            {
-                return Err(GateFailure::new(
-                    Reason::LvmOnTarget,
-                    Some(&scan.disk),
-                    format!(
-                        "target {} holds {}: remove the volume group first (vgremove, pvremove) \
-                         or wipe the disk",
-                        region.name,
-                        f.describe()
-                    ),
-                ));
-            }
-        }
+    let teardown = storage_on_targets(&scans)?;
+    for a in &teardown.md_arrays {
+        warnings.push(Warning::new(
+            Reason::StorageTornDown,
+            None,
+            format!(
+                "md array {} ({}) lives only on target disks ({}): it is stopped and its \
+                 superblocks cleared before writing",
+                a.uuid,
+                a.name,
+                a.members.join(", ")
+            ),
+        ));
     }
-
-    // md-spans-disks: group members by array UUID, then look for both kinds of disk in a group.
-    let mut arrays: BTreeMap<&str, Vec<(&str, bool)>> = BTreeMap::new();
-    for scan in &scans {
-        for region in &scan.regions {
-            for f in &region.findings {
-                if let Finding::MdMember(m) = f {
-                    arrays
-                        .entry(&m.array_uuid)
-                        .or_default()
-                        .push((&region.name, scan.target));
-                }
-            }
-        }
-    }
-    for (uuid, members) in &arrays {
-        let on_target: Vec<&str> = members.iter().filter(|m| m.1).map(|m| m.0).collect();
-        let elsewhere: Vec<&str> = members.iter().filter(|m| !m.1).map(|m| m.0).collect();
-        if !on_target.is_empty() && !elsewhere.is_empty() {
-            let disk = scans
-                .iter()
-                .find(|s| !s.target && s.regions.iter().any(|r| r.name == elsewhere[0]))
-                .map(|s| s.disk.as_str());
-            return Err(GateFailure::new(
-                Reason::MdSpansDisks,
-                disk,
-                format!(
-                    "md array {uuid} has members on targets ({}) and on other disks ({}): \
-                     target all its disks, or stop the array and wipe its members",
-                    on_target.join(", "),
-                    elsewhere.join(", ")
-                ),
-            ));
-        }
+    for v in &teardown.volume_groups {
+        warnings.push(Warning::new(
+            Reason::StorageTornDown,
+            None,
+            format!(
+                "LVM volume group {} lives only on target disks ({}): it is deactivated and \
+                 its physical volumes cleared before writing",
+                v.name,
+                v.pvs.join(", ")
+            ),
+        ));
     }
 
     // foreign-os
     for scan in scans.iter().filter(|s| !s.target) {
         for region in &scan.regions {
             if let Some(f) = region.findings.iter().find(|f| f.is_os()) {
+                let ingot = if scan.ingot {
+                    " (a disk ingot wrote earlier: it is rewritten only as a target)"
+                } else {
+                    ""
+                };
                 let message = format!(
-                    "{} holds {}; it could boot instead of the new node: wipe it, or target it too",
+                    "{} holds {}{ingot}; it could boot instead of the new node: wipe it, or \
+                     target it too",
                     region.name,
                     f.describe()
                 );
@@ -188,6 +179,7 @@ pub fn guard(
     Ok(GuardReport {
         disks: scans,
         warnings,
+        teardown,
     })
 }
 
@@ -227,11 +219,17 @@ pub fn scan_disk(disk: &Disk, target: bool) -> Result<DiskScan, GateFailure> {
             partition: Some(p),
         });
     }
+    let ingot = table == TableKind::Gpt
+        && regions
+            .iter()
+            .filter_map(|r| r.partition.as_ref())
+            .any(|p| p.label == "ingot-base" && p.type_id.eq_ignore_ascii_case(INGOT_BASE_TYPE));
     Ok(DiskScan {
         disk: disk.name.clone(),
         target,
         table,
         table_error,
         regions,
+        ingot,
     })
 }

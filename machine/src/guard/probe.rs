@@ -157,6 +157,11 @@ pub enum Finding {
     LvmPv {
         /// The PV UUID as LVM prints it.
         uuid: String,
+        /// The volume group its metadata names (none for an orphan PV).
+        volume_group: Option<lvm::VolumeGroup>,
+        /// The md array (UUID) whose data holds the PV, when it sits inside a RAID1 member
+        /// rather than on the region itself (installimage's LVM on software RAID).
+        in_md_array: Option<String>,
     },
     /// A Linux md RAID member superblock.
     MdMember(md::MdMember),
@@ -192,7 +197,21 @@ impl Finding {
             }
             Finding::ExtData => "an ext filesystem without an OS".into(),
             Finding::FatData => "a FAT filesystem without boot entries".into(),
-            Finding::LvmPv { uuid } => format!("an LVM2 physical volume (PV UUID {uuid})"),
+            Finding::LvmPv {
+                uuid,
+                volume_group,
+                in_md_array,
+            } => format!(
+                "an LVM2 physical volume (PV UUID {uuid}{}{})",
+                volume_group
+                    .as_ref()
+                    .map(|v| format!(", volume group {}", v.name))
+                    .unwrap_or_default(),
+                in_md_array
+                    .as_ref()
+                    .map(|a| format!(", inside md array {a}"))
+                    .unwrap_or_default()
+            ),
             Finding::MdMember(m) => format!(
                 "an md RAID member (array UUID {}, level {}, metadata {})",
                 m.array_uuid, m.level, m.metadata
@@ -206,13 +225,25 @@ impl Finding {
 pub fn probe(region: &Slice, filesystems: bool) -> io::Result<Vec<Finding>> {
     let mut out = Vec::new();
     if let Some(uuid) = lvm::probe_label(region) {
-        out.push(Finding::LvmPv { uuid });
+        out.push(Finding::LvmPv {
+            uuid,
+            volume_group: lvm::probe_vg(region),
+            in_md_array: None,
+        });
     }
     for m in md::probe(region) {
         // A RAID1 member with its superblock in front (1.1, 1.2) holds a plain copy of the array
-        // at data_offset: an OS inside it boots just as well, so look there too.
+        // at data_offset: an OS inside it boots just as well, and installimage puts LVM there,
+        // so look there too.
         if m.level == 1 && m.data_offset_bytes > 0 && filesystems {
             let inner = region.sub(m.data_offset_bytes, region.len());
+            if let Some(uuid) = lvm::probe_label(&inner) {
+                out.push(Finding::LvmPv {
+                    uuid,
+                    volume_group: lvm::probe_vg(&inner),
+                    in_md_array: Some(m.array_uuid.clone()),
+                });
+            }
             out.extend(probe_filesystem(&inner));
         }
         out.push(Finding::MdMember(m));

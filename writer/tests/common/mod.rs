@@ -9,9 +9,8 @@ use ingot::build::{build, BuildOptions};
 use ingot::manifest::Manifest;
 use ingot::sign::SecretKey;
 
-/// The builder's registry fixtures: a real docker-registry and a token-checking front.
-#[path = "../../../builder/tests/registry_support/mod.rs"]
-pub mod registry_support;
+/// The registry fixtures: a real docker-registry and a token-checking front.
+pub use ingot_testkit::registry as registry_support;
 
 /// The repository's root.
 pub fn repo_root() -> PathBuf {

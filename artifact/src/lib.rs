@@ -1,0 +1,11 @@
+//! An ingot stack as an artifact, between the build and the disk: the OCI image layout it is
+//! stored in, the zstd frames its layers are compressed into, its signature, its verification,
+//! and the registry client that publishes and fetches it. `ingot` (the builder) writes
+//! artifacts with it; `ingot-writer` reads and checks them with it.
+
+pub mod compress;
+pub mod oci_layout;
+pub mod registry;
+pub mod sign;
+pub mod trust_key;
+pub mod verify;

@@ -1,0 +1,117 @@
+//! `ingot build`: CLI glue for [`crate::build`].
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use crate::build::{build, BuildOptions};
+use crate::compress::{DEFAULT_FRAME_SIZE, DEFAULT_LEVEL};
+use crate::manifest::Manifest;
+use crate::sign::SecretKey;
+use anyhow::Context;
+use clap::Args;
+
+/// Build a stack release: every layer as a deterministic ext4 image sealed with dm-verity,
+/// compressed in independent zstd frames, described by a stack descriptor, signed, and written
+/// as an OCI image layout.
+///
+/// The output is written to a temporary directory next to OUT and renamed at the end: a failed
+/// build leaves nothing. Two builds of one manifest give the same bytes.
+#[derive(Args, Debug)]
+pub struct BuildArgs {
+    /// The stack manifest (TOML; see docs/manifest.md).
+    pub manifest: PathBuf,
+    /// The OCI image layout directory to write (must not exist, unless --force).
+    #[arg(long, short)]
+    pub out: PathBuf,
+    /// Sign the stack descriptor with this unencrypted minisign secret key (made by
+    /// `ingot key generate` or `minisign -G -W`). Without it the artifact is unsigned.
+    #[arg(long, value_name = "KEY")]
+    pub sign_key: Option<PathBuf>,
+    /// Uncompressed bytes per zstd frame (recorded in the descriptor).
+    #[arg(long, default_value_t = DEFAULT_FRAME_SIZE, value_name = "BYTES")]
+    pub frame_size: usize,
+    /// zstd compression level (1-19).
+    #[arg(long, default_value_t = DEFAULT_LEVEL, value_parser = clap::value_parser!(i32).range(1..=19))]
+    pub zstd_level: i32,
+    /// Source revision for the `org.opencontainers.image.revision` annotation
+    /// (default: `git rev-parse HEAD` in the manifest's directory, if that works).
+    #[arg(long)]
+    pub revision: Option<String>,
+    /// Replace OUT if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// No progress bars.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+fn git_revision(manifest: &std::path::Path) -> Option<String> {
+    let dir = manifest.parent().filter(|p| !p.as_os_str().is_empty())?;
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["rev-parse", "HEAD"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let rev = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+    (out.status.success() && !rev.is_empty()).then_some(rev)
+}
+
+pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
+    let started = Instant::now();
+    let manifest = Manifest::load(&args.manifest).map_err(anyhow::Error::new)?;
+    if args.frame_size == 0 || args.frame_size % 4096 != 0 {
+        anyhow::bail!("--frame-size must be a positive multiple of 4096");
+    }
+    let sign_key = match &args.sign_key {
+        None => None,
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading the secret key {}", p.display()))?;
+            Some(
+                SecretKey::from_minisign(&text)
+                    .with_context(|| format!("loading the secret key {}", p.display()))?,
+            )
+        }
+    };
+    let revision = args
+        .revision
+        .clone()
+        .or_else(|| git_revision(&args.manifest));
+    let opts = BuildOptions {
+        out: args.out.clone(),
+        sign_key,
+        frame_size: args.frame_size,
+        zstd_level: args.zstd_level,
+        revision,
+        force: args.force,
+        progress: !args.quiet,
+    };
+    let out =
+        build(&manifest, &opts).with_context(|| format!("building {}", args.manifest.display()))?;
+    let total: u64 = out.descriptor.layers.iter().map(|l| l.size).sum();
+    let compressed: u64 = out.descriptor.layers.iter().map(|l| l.data.size).sum();
+    println!(
+        "built {} {} ({} layers, {} → {} compressed) in {:.2?}",
+        out.descriptor.name,
+        out.descriptor.version,
+        out.descriptor.layers.len(),
+        crate::inspect::human_size(total),
+        crate::inspect::human_size(compressed),
+        started.elapsed()
+    );
+    println!("layout     {}", out.out.display());
+    println!("manifest   {}", out.manifest_digest);
+    println!("descriptor {}", out.descriptor_digest);
+    println!(
+        "signature  {}",
+        if out.signed {
+            "minisign (dev.ingot.signature)"
+        } else {
+            "none (unsigned)"
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}

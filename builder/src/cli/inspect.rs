@@ -1,0 +1,76 @@
+//! `ingot inspect`: CLI glue for [`crate::inspect`].
+
+use std::process::ExitCode;
+
+use crate::inspect::{inspect, render_table};
+use crate::verify::{open, StackRef};
+use clap::Args;
+use ingot_layers::select::{GpuVendor, Machine, Role};
+
+/// Show a stack artifact's layers (name, kind, selection rule, size, compressed size, verity
+/// root hash) and, given a machine (--role, and --gpu/--virt/--uefi), which layers it gets.
+///
+/// Reads only the manifest and the descriptor; the signature is reported, not enforced
+/// (use `ingot verify` for that).
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The artifact: an OCI image layout directory (`DIR` or `oci:DIR`), or a registry
+    /// reference `oci://HOST[:PORT]/REPO:TAG` (or `…@sha256:DIGEST`).
+    pub stack: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Check the signature with this minisign public key (file or base64).
+    #[arg(long, value_name = "PUB")]
+    pub trust_key: Option<String>,
+    /// The machine's role: show which layers it gets.
+    #[arg(long, value_parser = parse_role)]
+    pub role: Option<Role>,
+    /// A GPU vendor the machine has (repeatable).
+    #[arg(long, value_parser = parse_gpu, requires = "role")]
+    pub gpu: Vec<GpuVendor>,
+    /// The machine has hardware virtualization.
+    #[arg(long, requires = "role")]
+    pub virt: bool,
+    /// The machine boots with UEFI firmware.
+    #[arg(long, requires = "role")]
+    pub uefi: bool,
+}
+
+fn parse_role(s: &str) -> Result<Role, String> {
+    s.parse()
+        .map_err(|e: ingot_layers::select::RuleError| e.to_string())
+}
+
+fn parse_gpu(s: &str) -> Result<GpuVendor, String> {
+    s.parse()
+        .map_err(|e: ingot_layers::select::RuleError| e.to_string())
+}
+
+pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
+    let stack: StackRef = args.stack.parse().map_err(anyhow::Error::msg)?;
+    let key = args
+        .trust_key
+        .as_deref()
+        .map(crate::trust_key::from_arg)
+        .transpose()?;
+    let machine = args.role.map(|role| Machine {
+        role,
+        gpus: args.gpu.clone(),
+        virt: args.virt,
+        uefi: args.uefi,
+    });
+    let report = match open(&stack).and_then(|s| inspect(s.as_ref(), key, machine.as_ref())) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("ingot: inspect {}: {e}", args.stack);
+            return Ok(ExitCode::from(e.exit_code()));
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render_table(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,93 @@
+//! `ingot`'s command line: the release pipeline's and the developer's command. A library
+//! module, so the CLI reference and man pages can be generated from [`Cli`].
+//!
+//! Glue only: every subcommand's module parses its arguments and calls a library
+//! (`ingot-verity`, `ingot-layers`, `ingot-artifact`, this crate) to do the work.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod build;
+mod inspect;
+mod key;
+mod layer;
+mod publish;
+mod pull;
+mod verify;
+mod verity;
+
+/// Build, seal, verify and inspect Kubernetes node-image stacks.
+#[derive(Parser, Debug)]
+#[command(name = "ingot", version, about, long_about = None)]
+pub struct Cli {
+    /// Log verbosity (-v info, -vv debug, -vvv trace). RUST_LOG overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// dm-verity tools with veritysetup's option names: format, verify, dump.
+    #[command(subcommand)]
+    Verity(verity::VerityCommand),
+    /// Layer images: build a deterministic read-only ext4 image (and its dm-verity tree).
+    #[command(subcommand)]
+    Layer(layer::LayerCommand),
+    /// Build a stack release from a manifest into a signed OCI image layout.
+    Build(build::BuildArgs),
+    /// Check a stack artifact: signature, every digest, every verity tree.
+    Verify(verify::VerifyArgs),
+    /// Show a stack's layers, and which layers a machine gets.
+    Inspect(inspect::InspectArgs),
+    /// Signing keys (minisign format).
+    #[command(subcommand)]
+    Key(key::KeyCommand),
+    /// Publish a stack's OCI image layout to a registry (oci://HOST[:PORT]/REPO:TAG).
+    Publish(publish::PublishArgs),
+    /// Pull a stack from a registry into an OCI image layout directory.
+    Pull(pull::PullArgs),
+    /// Print the manifest digest a registry reference names.
+    Resolve(pull::ResolveArgs),
+}
+
+/// Runs a parsed command line; the exit status says how it went.
+pub fn run(cli: Cli) -> ExitCode {
+    init_logging(cli.verbose);
+    let result = match cli.command {
+        Command::Verity(cmd) => verity::run(cmd),
+        Command::Layer(cmd) => layer::run(cmd),
+        Command::Build(args) => build::run(args),
+        Command::Verify(args) => verify::run(args),
+        Command::Inspect(args) => inspect::run(args),
+        Command::Key(cmd) => key::run(cmd),
+        Command::Publish(args) => publish::run(args),
+        Command::Pull(args) => pull::run(args),
+        Command::Resolve(args) => pull::run_resolve(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("ingot: error: {err:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

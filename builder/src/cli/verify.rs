@@ -1,0 +1,105 @@
+//! `ingot verify`: CLI glue for [`crate::verify`].
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::verify::{open, verify, SignatureStatus, StackRef, Trust};
+use clap::Args;
+
+/// Check a stack artifact end to end: the minisign signature over the stack descriptor first
+/// (nothing is trusted before it), then every blob's digest and size, then every layer:
+/// decompress it, recompute its dm-verity tree and root hash, compare with the signed
+/// descriptor. The first thing wrong is named.
+///
+/// Exit codes: 0 verified; 1 I/O error or not an ingot artifact; 2 usage; 3 signature missing,
+/// from another key or not matching; 4 a blob's digest or size is wrong, or the manifest
+/// disagrees with the signed descriptor; 5 a layer's content or verity tree does not match its
+/// signed root hash.
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Checks the minisign signature over the stack descriptor first (nothing is trusted before it), \
+then every blob's digest and size, then every layer: decompress, recompute the dm-verity tree \
+and root hash, compare with the signed descriptor. The first thing wrong is named.
+
+Exit codes:
+  0  verified
+  1  I/O error, not an ingot stack, malformed descriptor
+  2  usage
+  3  signature missing, from another key, or not matching the descriptor
+  4  a blob's digest or size is wrong, or the manifest disagrees with the descriptor
+  5  a layer's content or verity tree does not match its signed root hash")]
+pub struct VerifyArgs {
+    /// The artifact: an OCI image layout directory (`DIR` or `oci:DIR`), or a registry
+    /// reference `oci://HOST[:PORT]/REPO:TAG` (or `…@sha256:DIGEST`; credentials from
+    /// OCI_REGISTRY_AUTH_TOKEN or docker's config.json).
+    pub stack: String,
+    /// The minisign public key to trust (a `.pub` file, or the base64 key itself).
+    #[arg(long, value_name = "PUB")]
+    pub trust_key: Option<String>,
+    /// Accept an unsigned artifact, or one whose signature does not verify (reported, not
+    /// fatal). Digests and verity trees are still checked.
+    #[arg(long)]
+    pub allow_unsigned: bool,
+    /// Directory for the decompressed layer being checked (default: the system temp dir).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+}
+
+pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let stack: StackRef = args.stack.parse().map_err(anyhow::Error::msg)?;
+    let key = args
+        .trust_key
+        .as_deref()
+        .map(crate::trust_key::from_arg)
+        .transpose()?;
+    if key.is_none() && !args.allow_unsigned {
+        eprintln!("ingot: error: give --trust-key PUB (or --allow-unsigned to skip the signature)");
+        return Ok(ExitCode::from(2));
+    }
+    let trust = Trust {
+        key,
+        allow_unsigned: args.allow_unsigned,
+    };
+    let work = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let result = open(&stack).and_then(|source| verify(source.as_ref(), &trust, &work));
+    match result {
+        Ok(report) => {
+            match &report.signature {
+                SignatureStatus::Verified {
+                    key_id,
+                    trusted_comment,
+                } => {
+                    println!("signature  ok: key {key_id} ({trusted_comment})")
+                }
+                SignatureStatus::Unsigned => {
+                    println!("signature  NONE (accepted: --allow-unsigned)")
+                }
+                SignatureStatus::NotChecked => {
+                    println!("signature  present, not checked (no --trust-key)")
+                }
+                SignatureStatus::Failed(m) => {
+                    println!("signature  FAILED: {m} (accepted: --allow-unsigned)")
+                }
+            }
+            println!("manifest   {}", report.manifest_digest);
+            println!("descriptor {}", report.descriptor_digest);
+            for l in &report.descriptor.layers {
+                println!(
+                    "layer      {:<16} ok  root hash {}",
+                    l.name, l.verity.root_hash
+                );
+            }
+            println!(
+                "verified {} {}: {} layers",
+                report.descriptor.name,
+                report.descriptor.version,
+                report.descriptor.layers.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("ingot: verify {}: {e}", args.stack);
+            Ok(ExitCode::from(e.exit_code()))
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! Test support shared by ingot's test suites (a dev-dependency only, never linked into a
+//! binary): real tools and real services, started and checked the same way everywhere.
+
+pub mod registry;

@@ -1,0 +1,66 @@
+//! CAPH's `imageURLCommand` contract, as the writer keeps it: the last stdout line says
+//! `IMAGE_URL_DONE` on success and never otherwise; `/root/output.json`'s `message` says what is
+//! happening (CAPH shows it); the exit status is non-zero on failure; the machine reboots after
+//! success unless told not to.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use crate::pipeline;
+use crate::report::Reporter;
+use crate::request::ProvisionRequest;
+use crate::steps;
+
+/// The status file CAPH reads when `--report` does not name another.
+pub const OUTPUT_JSON: &str = "/root/output.json";
+
+/// After success: reboot, or not.
+pub struct Reboot {
+    pub enabled: bool,
+    pub delay: u64,
+}
+
+/// Runs a provisioning request and answers as CAPH expects.
+pub fn provision(
+    req: &ProvisionRequest,
+    reporter: &Reporter,
+    deadline: Instant,
+    reboot: &Reboot,
+) -> Result<ExitCode> {
+    crate::watchdog::start(deadline, || {
+        println!("ingot-writer: FAILED (deadline): the run did not stop after its deadline");
+    });
+    match pipeline::provision(req, reporter) {
+        Ok(done) => {
+            let msg = steps::finish::provisioned(&done, reporter);
+            if reboot.enabled {
+                crate::reboot::schedule(reboot.delay).context("starting the delayed reboot")?;
+                println!("rebooting in {} s", reboot.delay);
+            }
+            println!("IMAGE_URL_DONE {msg}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            let reason = e.reason();
+            let touched = pipeline::touched_disk(reporter.status().stage);
+            let text = format!("{:#}", anyhow::Error::from(e));
+            reporter.failed(&format!("{reason}: {text}"));
+            eprintln!("ingot-writer: error: {text}");
+            let state = if touched {
+                "the target disk was left without a partition table"
+            } else {
+                "no disk was changed"
+            };
+            println!("{}", failed_line(&reason, &text, state));
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// The last stdout line of a failed run: never `IMAGE_URL_DONE`, whatever the message holds.
+fn failed_line(reason: &str, text: &str, state: &str) -> String {
+    format!("ingot-writer: FAILED ({reason}): {text}; {state}")
+        .replace("IMAGE_URL_DONE", "IMAGE_URL_[DONE]")
+}

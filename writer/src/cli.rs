@@ -1,0 +1,123 @@
+//! `ingot-writer`'s command line, as a library module so the CLI reference and man pages can be
+//! generated from it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use ingot_layers::select::{GpuVendor, Role};
+
+/// Write a signed ingot stack to a disk: only the layers this machine gets, every block checked
+/// against the signed hash tree before it is written and after it is read back, the partition
+/// table written last. A failed run leaves the disk without a partition table.
+///
+/// Two ways to run it:
+///
+///   ingot-writer IMAGE --target PATH [--role R --gpu nvidia --virt]
+///     writes the stack to PATH for a machine described by flags.
+///
+///   OCI_REGISTRY_AUTH_TOKEN=... ingot-writer IMAGE_URL BOOTSTRAP_DATA MACHINE_NAME 'ROOT_DEVICES'
+///     provisions this machine exactly as cluster-api-provider-hetzner's imageURLCommand runs it
+///     in the rescue system: detects role and hardware, gates the disks (tools, UEFI, size, SMART,
+///     read speed), refuses to wipe when another disk holds an OS, stages and seals the per-node
+///     layer from the bootstrap data, writes, keeps /root/output.json's `message` current, prints
+///     IMAGE_URL_DONE as the last stdout line on success only, and reboots (unless --no-reboot).
+#[derive(Parser, Debug)]
+#[command(name = "ingot-writer", version, verbatim_doc_comment)]
+pub struct Cli {
+    /// The stack: `oci://REGISTRY/REPO:TAG` (or `@sha256:...`), or an OCI image layout directory
+    /// (`oci:DIR` or `DIR`).
+    pub source: String,
+    /// Provisioning: the bootstrap data (cloud-config or Ignition), e.g. /root/bootstrap.data.
+    pub bootstrap_data: Option<PathBuf>,
+    /// Provisioning: the machine's name (the hostname unless the bootstrap data sets one).
+    pub machine_name: Option<String>,
+    /// Provisioning: the target disks, short names (`sda nvme0n1`) or WWNs, space-separated;
+    /// the first is written.
+    pub root_devices: Option<String>,
+    /// Write this block device or image file instead of provisioning. Everything on it is
+    /// replaced.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["bootstrap_data", "sysroot"])]
+    pub target: Option<PathBuf>,
+    /// The minisign public key the stack must be signed with (else INGOT_TRUST_KEY, else the
+    /// key compiled in).
+    #[arg(long, value_name = "PUB")]
+    pub trust_key: Option<PathBuf>,
+    /// This machine's role (default: from the bootstrap data when provisioning, else worker).
+    #[arg(long, value_name = "ROLE")]
+    pub role: Option<Role>,
+    /// With --target: a GPU vendor present on this machine (repeatable): nvidia. Provisioning
+    /// detects it from PCI.
+    #[arg(long, value_name = "VENDOR", requires = "target")]
+    pub gpu: Vec<GpuVendor>,
+    /// With --target: hardware virtualization is available. Provisioning detects it.
+    #[arg(long, requires = "target")]
+    pub virt: bool,
+    /// Provisioning: read /sys, /proc and /dev below DIR (a fixture machine) instead of /.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub sysroot: PathBuf,
+    /// Provisioning: write even when another disk holds an operating system (it may then be
+    /// booted instead of this one, unless the boot order is pinned).
+    #[arg(long)]
+    pub allow_foreign_os: bool,
+    /// Provisioning: minimum sequential read speed of the target, KiB/s (default as CAPH:
+    /// 20000 for a spinning disk, 40000 otherwise).
+    #[arg(long, value_name = "KIB_S")]
+    pub min_read_speed: Option<u64>,
+    /// Provisioning: how long the read speed test runs, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 3.0)]
+    pub read_test_seconds: f64,
+    /// Provisioning: an extra node label `key=value` (repeatable).
+    #[arg(long = "label", value_name = "KEY=VALUE")]
+    pub labels: Vec<String>,
+    /// Give up after this long (`90s`, `20m`, `1h`): the disk is left without a partition table
+    /// and the reason reported.
+    #[arg(long, value_name = "DURATION", default_value = "20m", value_parser = parse_duration)]
+    pub deadline: Duration,
+    /// Provisioning: do not reboot after a successful run.
+    #[arg(long)]
+    pub no_reboot: bool,
+    /// Seconds between success and the reboot (the provisioner reads the result first).
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub reboot_delay: u64,
+    /// Size of the EFI system partition, in MiB (at least 64).
+    #[arg(long, value_name = "MIB", default_value_t = 256)]
+    pub esp_size: u64,
+    /// Extra kernel command-line argument (repeatable), e.g. console=ttyS0.
+    #[arg(long = "kernel-arg", value_name = "ARG")]
+    pub kernel_args: Vec<String>,
+    /// Writes of one range before the run fails (a range that reads back wrong is rewritten).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub max_attempts: u32,
+    /// Write progress events as JSON lines to FILE, or `-` for stdout.
+    #[arg(long, value_name = "FILE|-")]
+    pub events: Option<String>,
+    /// Keep a JSON status file at FILE (stage, message, warnings, rewrites, result); when
+    /// provisioning, /root/output.json unless given (CAPH shows its `message`).
+    #[arg(long, visible_alias = "output-json", value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Log verbosity (-v info, -vv debug).
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// `90s`, `20m`, `1h`, or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, ""), |i| s.split_at(i));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (like 90s, 20m, 1h)"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use s, m or h)")),
+    };
+    if secs == 0 {
+        return Err("the deadline must be more than 0 seconds".into());
+    }
+    Ok(Duration::from_secs(secs))
+}

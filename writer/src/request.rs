@@ -1,0 +1,82 @@
+//! What a run is asked to do and what it reports back: [`WriteRequest`] writes a stack to a
+//! named target, [`ProvisionRequest`] provisions a machine as CAPH runs the writer.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ingot_artifact::verify::{StackRef, Trust};
+use ingot_layers::select::{Machine, Role};
+
+use crate::steps::plan::DiskPlan;
+use crate::steps::write::WriteOptions;
+
+/// What to write where.
+#[derive(Debug, Clone)]
+pub struct WriteRequest {
+    pub source: StackRef,
+    pub trust: Trust,
+    pub machine: Machine,
+    pub target: PathBuf,
+    pub settings: WriteSettings,
+}
+
+/// How to write an opened stack.
+#[derive(Debug, Clone)]
+pub struct WriteSettings {
+    pub esp_size: u64,
+    /// Appended to the kernel command line after ingot's own parameters.
+    pub kernel_args: Vec<String>,
+    pub options: WriteOptions,
+}
+
+/// What was written.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub manifest_digest: String,
+    pub stack: String,
+    /// (layer name, root hash hex), in stacking order.
+    pub layers: Vec<(String, String)>,
+    pub plan: DiskPlan,
+    pub kernel_cmdline: String,
+    pub bytes_written: u64,
+    pub bytes_skipped: u64,
+    pub rewrites: u32,
+}
+
+/// One provisioning run.
+#[derive(Debug, Clone)]
+pub struct ProvisionRequest {
+    pub image: StackRef,
+    pub trust: Trust,
+    /// CAPH's `/root/bootstrap.data`: cloud-config or Ignition.
+    pub bootstrap: PathBuf,
+    /// CAPH's machine name (the hostname unless the bootstrap data sets one).
+    pub machine_name: String,
+    /// CAPH's root device string: short names or WWNs, space-separated.
+    pub root_devices: String,
+    /// Where /sys, /proc and /dev are read from (`/` on a real machine).
+    pub sysroot: PathBuf,
+    /// The role, when not taken from the bootstrap data.
+    pub role: Option<Role>,
+    pub allow_foreign_os: bool,
+    /// Minimum sequential read speed of the target in KiB/s (default: CAPH's, by disk kind).
+    pub min_read_kib_s: Option<u64>,
+    /// How long the read test runs.
+    pub read_test: Duration,
+    /// Programs that must be on PATH.
+    pub required_tools: Vec<String>,
+    /// Extra node labels (`key=value`).
+    pub labels: BTreeMap<String, String>,
+    pub settings: WriteSettings,
+}
+
+/// What a successful run did.
+#[derive(Debug, Clone)]
+pub struct Provisioned {
+    pub outcome: Outcome,
+    /// The disk written.
+    pub disk: String,
+    pub hostname: String,
+    pub role: Role,
+}

@@ -1,0 +1,163 @@
+//! From the command line to a run: the trusted key, the settings, then either a named target
+//! written (its result on stderr) or this machine provisioned as CAPH runs it ([`crate::caph`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use ingot_artifact::verify::{StackRef, Trust};
+use ingot_layers::select::{Machine, Role};
+
+use crate::caph::{self, Reboot, OUTPUT_JSON};
+use crate::cli::Cli;
+use crate::pipeline;
+use crate::report::Reporter;
+use crate::request::{ProvisionRequest, WriteRequest, WriteSettings};
+use crate::steps;
+use crate::steps::write::WriteOptions;
+
+/// The public key compiled in at build time (INGOT_TRUST_KEY_BUILTIN=path to a minisign .pub).
+const BUILTIN_KEY: Option<&str> = option_env!("INGOT_TRUST_KEY_BUILTIN");
+
+/// Runs what `cli` asks for. `Ok` carries the exit status of a run that reported its own
+/// result; `Err` is a usage or setup error, before any run began.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    let key = ingot_artifact::trust_key::first_of(cli.trust_key.as_deref(), BUILTIN_KEY)?;
+    let source: StackRef = cli.source.parse().map_err(|e: String| anyhow::anyhow!(e))?;
+    if cli.max_attempts == 0 {
+        bail!("--max-attempts must be at least 1");
+    }
+    if !(cli.read_test_seconds > 0.0 && cli.read_test_seconds <= 60.0) {
+        bail!("--read-test-seconds must be more than 0 and at most 60");
+    }
+    let deadline = Instant::now() + cli.deadline;
+    let settings = WriteSettings {
+        esp_size: cli
+            .esp_size
+            .checked_mul(1 << 20)
+            .context("--esp-size is too large")?,
+        kernel_args: cli.kernel_args.clone(),
+        options: WriteOptions {
+            max_attempts: cli.max_attempts,
+            deadline: Some(deadline),
+        },
+    };
+    let trust = Trust {
+        key: Some(key),
+        allow_unsigned: false,
+    };
+    match &cli.target {
+        Some(target) => write_target(&cli, source, trust, target, settings, deadline),
+        None => provision(&cli, source, trust, settings, deadline),
+    }
+}
+
+fn write_target(
+    cli: &Cli,
+    source: StackRef,
+    trust: Trust,
+    target: &Path,
+    settings: WriteSettings,
+    deadline: Instant,
+) -> Result<ExitCode> {
+    let mut machine = Machine::new(cli.role.unwrap_or(Role::Worker));
+    machine.gpus = cli.gpu.clone();
+    machine.virt = cli.virt;
+    // The writer only makes UEFI-bootable disks.
+    machine.uefi = true;
+    let req = WriteRequest {
+        source,
+        trust,
+        machine,
+        target: target.to_path_buf(),
+        settings,
+    };
+    let reporter = Reporter::new(cli.events.as_deref(), cli.report.clone())
+        .context("opening --events/--report")?;
+    crate::watchdog::start(deadline, || {
+        eprintln!("ingot-writer: error: the deadline passed and the run did not stop")
+    });
+    match pipeline::write_stack(&req, &reporter) {
+        Ok(outcome) => {
+            eprintln!("{}", steps::finish::written(&outcome, target, &reporter));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            let text = format!("{:#}", anyhow::Error::from(e));
+            let touched = pipeline::touched_disk(reporter.status().stage);
+            reporter.failed(&text);
+            eprintln!("ingot-writer: error: {text}");
+            if touched {
+                eprintln!(
+                    "ingot-writer: {} was left without a partition table",
+                    target.display()
+                );
+            } else {
+                eprintln!("ingot-writer: nothing was written to {}", target.display());
+            }
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+fn provision(
+    cli: &Cli,
+    source: StackRef,
+    trust: Trust,
+    settings: WriteSettings,
+    deadline: Instant,
+) -> Result<ExitCode> {
+    let (Some(bootstrap), Some(machine_name), Some(root_devices)) = (
+        cli.bootstrap_data.clone(),
+        cli.machine_name.clone(),
+        cli.root_devices.clone(),
+    ) else {
+        bail!(
+            "give either --target PATH, or BOOTSTRAP_DATA MACHINE_NAME 'ROOT_DEVICES' after the \
+             image (as cluster-api-provider-hetzner's imageURLCommand does); see --help"
+        );
+    };
+    let mut labels = BTreeMap::new();
+    for l in &cli.labels {
+        let (k, v) = l
+            .split_once('=')
+            .with_context(|| format!("--label `{l}`: expected KEY=VALUE"))?;
+        labels.insert(k.to_string(), v.to_string());
+    }
+    let mut required_tools = Vec::new();
+    if cli.sysroot == Path::new("/") {
+        required_tools.push("smartctl".to_string());
+    }
+    if !cli.no_reboot {
+        required_tools.extend(["sh".to_string(), "reboot".to_string()]);
+    }
+    let report = cli
+        .report
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(OUTPUT_JSON));
+    let reporter = Reporter::new(cli.events.as_deref(), Some(report.clone()))
+        .with_context(|| format!("opening {}", report.display()))?
+        .with_stdout_log();
+    let req = ProvisionRequest {
+        image: source,
+        trust,
+        bootstrap,
+        machine_name,
+        root_devices,
+        sysroot: cli.sysroot.clone(),
+        role: cli.role,
+        allow_foreign_os: cli.allow_foreign_os,
+        min_read_kib_s: cli.min_read_speed,
+        read_test: Duration::from_secs_f64(cli.read_test_seconds),
+        required_tools,
+        labels,
+        settings,
+    };
+    let reboot = Reboot {
+        enabled: !cli.no_reboot,
+        delay: cli.reboot_delay,
+    };
+    caph::provision(&req, &reporter, deadline, &reboot)
+}

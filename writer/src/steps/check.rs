@@ -1,0 +1,87 @@
+//! `check`: reads the machine (below the sysroot) and the bootstrap data, and decides the role
+//! and what the layer rules see of this machine.
+//!
+//! Reads the sysroot, the bootstrap data file, the machine name and a role override; returns
+//! [`Checked`]: the machine's facts, the parsed bootstrap data, the role and the [`Machine`].
+
+use std::path::Path;
+
+use ingot_bootstrap::Bootstrap;
+use ingot_layers::select::{GpuVendor, Machine, Role};
+use ingot_machine::{Facts, Sysroot};
+
+use crate::error::ProvisionError;
+use crate::report::{Reporter, Stage};
+
+/// The machine and the bootstrap data, read and checked.
+pub struct Checked {
+    pub facts: Facts,
+    pub bootstrap: Bootstrap,
+    pub role: Role,
+    pub machine: Machine,
+}
+
+pub fn run(
+    sysroot: &Sysroot,
+    bootstrap_path: &Path,
+    machine_name: &str,
+    role: Option<Role>,
+    reporter: &Reporter,
+) -> Result<Checked, ProvisionError> {
+    reporter.stage(
+        Stage::Check,
+        format!(
+            "reading the machine ({}) and the bootstrap data",
+            sysroot.root().display()
+        ),
+    );
+    let facts = ingot_machine::detect(sysroot)?;
+    reporter.detail("machine", &facts);
+    let raw = std::fs::read(bootstrap_path).map_err(|source| ProvisionError::Io {
+        path: bootstrap_path.to_path_buf(),
+        what: "reading the bootstrap data",
+        source,
+    })?;
+    let bootstrap = ingot_bootstrap::parse(&raw).map_err(|source| ProvisionError::Bootstrap {
+        path: bootstrap_path.to_path_buf(),
+        source,
+    })?;
+    drop(raw);
+    let role = role.unwrap_or(match bootstrap.role() {
+        ingot_bootstrap::Role::ControlPlane => Role::ControlPlane,
+        ingot_bootstrap::Role::Worker => Role::Worker,
+    });
+    let machine = machine_of(&facts, role);
+    reporter.detail("selection", &machine);
+    reporter.stage(
+        Stage::Check,
+        format!(
+            "{machine_name}: {} (bootstrap data: {}), GPU: {}, virtualization: {}, UEFI: {}",
+            role.as_str(),
+            match bootstrap.format {
+                ingot_bootstrap::Format::Ignition { .. } => "Ignition",
+                _ => "cloud-config",
+            },
+            if facts.nvidia_gpu { "nvidia" } else { "none" },
+            facts.virtualization,
+            facts.uefi
+        ),
+    );
+    Ok(Checked {
+        facts,
+        bootstrap,
+        role,
+        machine,
+    })
+}
+
+/// What the layer rules see of this machine.
+fn machine_of(facts: &Facts, role: Role) -> Machine {
+    let mut m = Machine::new(role);
+    if facts.nvidia_gpu {
+        m.gpus.push(GpuVendor::Nvidia);
+    }
+    m.virt = facts.virtualization;
+    m.uefi = facts.uefi;
+    m
+}

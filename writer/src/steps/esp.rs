@@ -1,0 +1,295 @@
+//! `esp`: the EFI system partition: FAT32 built in memory with `fatfs`, holding the
+//! bootloader, the kernel and initrd from the base layer, and a systemd-boot loader entry whose
+//! command line names every layer's root hash.
+//!
+//! Reads the boot files from the base layer as written on the target (every block checked
+//! against its tree), the verified stack, the node layer, the plan and the extra kernel
+//! arguments; returns the kernel command line and what writing the ESP took ([`WriteStats`]).
+
+use std::io::{Cursor, Write};
+
+use fatfs::{FatType, FileSystem, FormatVolumeOptions, FsOptions};
+
+use crate::boot::Cmdline;
+use crate::error::WriteError;
+use crate::layerfs::LayerFs;
+use crate::report::{Reporter, Stage};
+use crate::request::WriteSettings;
+use crate::steps::plan::{Content, DiskPlan};
+use crate::steps::seal::NodeLayer;
+use crate::steps::verify::OpenedStack;
+use crate::steps::write::{write_bytes, WriteStats};
+use crate::target::Target;
+
+/// The `esp` step; see the module docs.
+pub fn run(
+    target: &Target,
+    opened: &OpenedStack,
+    node: Option<&NodeLayer>,
+    plan: &DiskPlan,
+    settings: &WriteSettings,
+    reporter: &Reporter,
+) -> Result<(String, WriteStats), WriteError> {
+    reporter.stage(
+        Stage::Esp,
+        "reading the boot files from the verified base layer and writing the ESP",
+    );
+    let d = opened.descriptor();
+    let base = &opened.layers()[0];
+    let base_part = plan.part(&Content::LayerData { index: 0 });
+    let fs = LayerFs::on_target(
+        &base.entry.name,
+        target.clone_buffered()?,
+        base_part.offset,
+        base.verifier.clone(),
+    )?;
+    let (kernel, initrd, bootloader) = (
+        fs.read(&d.boot.kernel)?,
+        fs.read(&d.boot.initrd)?,
+        fs.read(&d.boot.efi)?,
+    );
+    let cmdline = Cmdline {
+        stack: (&d.name, &d.version),
+        layers: opened
+            .layers()
+            .iter()
+            .map(|p| (p.entry.name.as_str(), p.verifier.root_hash()))
+            .collect(),
+        node: node.map(|n| n.root_hash.as_slice()),
+        var: plan.part(&Content::Var).part_guid,
+        extra: &settings.kernel_args,
+    }
+    .render();
+    let esp_part = plan.part(&Content::Esp);
+    let volume_id = u32::from_le_bytes(plan.disk_guid.as_bytes()[..4].try_into().expect("4 bytes"));
+    let image = build(
+        esp_part.size,
+        &EspContents {
+            bootloader: &bootloader,
+            kernel: &kernel,
+            initrd: &initrd,
+            entry: loader_entry(&format!("ingot {} {}", d.name, d.version), &cmdline),
+            volume_id,
+        },
+    )?;
+    let zeroed = target.zero_range(esp_part.offset, esp_part.size)?;
+    let stats = write_bytes(
+        target,
+        "esp",
+        &image,
+        esp_part.offset,
+        zeroed,
+        settings.options,
+        reporter,
+    )?;
+    settings.options.check_deadline("esp")?;
+    Ok((cmdline, stats))
+}
+
+/// What goes on the ESP.
+pub struct EspContents<'a> {
+    /// The UEFI bootloader, installed as the removable-media default `\EFI\BOOT\BOOTX64.EFI`.
+    pub bootloader: &'a [u8],
+    pub kernel: &'a [u8],
+    pub initrd: &'a [u8],
+    /// `loader/entries/ingot.conf`.
+    pub entry: String,
+    /// Seeds the FAT volume id, so the same contents give the same bytes.
+    pub volume_id: u32,
+}
+
+pub const KERNEL_PATH: &str = "/ingot/vmlinuz";
+pub const INITRD_PATH: &str = "/ingot/initrd.img";
+
+#[derive(Debug, thiserror::Error)]
+pub enum EspError {
+    #[error("building the ESP ({what}): {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("the ESP's {size} bytes cannot hold the boot files ({need} bytes)")]
+    TooSmall { size: u64, need: u64 },
+    #[error("the FAT32 volume is malformed after fixing directory entries: {0}")]
+    Malformed(String),
+}
+
+fn io(what: &str) -> impl FnOnce(std::io::Error) -> EspError + '_ {
+    move |source| EspError::Io {
+        what: what.to_string(),
+        source,
+    }
+}
+
+/// Cluster size that keeps FAT32 above its 65,525-cluster minimum for `size` bytes.
+fn cluster_size(size: u64) -> u32 {
+    let mut c = 4096u32;
+    while c > 512 && size / (c as u64) < 70_000 {
+        c /= 2;
+    }
+    c
+}
+
+/// Builds the ESP image (`size` bytes).
+pub fn build(size: u64, contents: &EspContents<'_>) -> Result<Vec<u8>, EspError> {
+    let need = (contents.bootloader.len() + contents.kernel.len() + contents.initrd.len()) as u64;
+    // FATs, directories and cluster slack: keep 8 MiB spare.
+    if need + (8 << 20) > size {
+        return Err(EspError::TooSmall { size, need });
+    }
+    let mut image = Cursor::new(vec![0u8; size as usize]);
+    let options = FormatVolumeOptions::new()
+        .fat_type(FatType::Fat32)
+        .bytes_per_cluster(cluster_size(size))
+        .volume_id(contents.volume_id)
+        .volume_label(*b"ESP        ");
+    fatfs::format_volume(&mut image, options).map_err(io("formatting FAT32"))?;
+    image.set_position(0);
+    {
+        // The default time provider without chrono stamps 1980-01-01: deterministic.
+        let fs =
+            FileSystem::new(&mut image, FsOptions::new()).map_err(io("opening the new volume"))?;
+        {
+            let root = fs.root_dir();
+            for dir in ["EFI", "EFI/BOOT", "loader", "loader/entries", "ingot"] {
+                root.create_dir(dir).map_err(io(dir))?;
+            }
+            let files: [(&str, &[u8]); 5] = [
+                ("EFI/BOOT/BOOTX64.EFI", contents.bootloader),
+                (&KERNEL_PATH[1..], contents.kernel),
+                (&INITRD_PATH[1..], contents.initrd),
+                ("loader/loader.conf", b"default ingot.conf\ntimeout 0\n"),
+                ("loader/entries/ingot.conf", contents.entry.as_bytes()),
+            ];
+            for (path, bytes) in files {
+                let mut f = root.create_file(path).map_err(io(path))?;
+                f.truncate().map_err(io(path))?;
+                f.write_all(bytes).map_err(io(path))?;
+                f.flush().map_err(io(path))?;
+            }
+        }
+        fs.unmount().map_err(io("closing the volume"))?;
+    }
+    let mut bytes = image.into_inner();
+    fix_dot_entries(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// fatfs 0.3.6 writes a long-name entry before `.` and `..` in every new directory and points a
+/// first-level directory's `..` at the root's cluster instead of 0 (rust-fatfs #117, fixed only
+/// on its unreleased master). `fsck.fat` and some firmware reject that, so rewrite each
+/// directory's first four slots to `.`, `..`, deleted, deleted, with `..` = 0 under the root.
+fn fix_dot_entries(img: &mut [u8]) -> Result<(), EspError> {
+    let bad = |m: &str| EspError::Malformed(m.to_string());
+    let u16_at = |img: &[u8], o: usize| u16::from_le_bytes([img[o], img[o + 1]]) as usize;
+    let u32_at = |img: &[u8], o: usize| {
+        u32::from_le_bytes(img[o..o + 4].try_into().expect("4 bytes")) as usize
+    };
+    let bps = u16_at(img, 11);
+    let spc = img[13] as usize;
+    let reserved = u16_at(img, 14);
+    let fats = img[16] as usize;
+    let fat_size = u32_at(img, 36);
+    let root = u32_at(img, 44);
+    if bps == 0 || spc == 0 {
+        return Err(bad("zero sector or cluster size"));
+    }
+    let cluster_bytes = bps * spc;
+    let fat_start = reserved * bps;
+    let data_start = (reserved + fats * fat_size) * bps;
+    let cluster_off = |c: usize| data_start + (c - 2) * cluster_bytes;
+
+    // Directories to visit: (first cluster, parent is root).
+    let mut stack = vec![(root, true, true)]; // (cluster, is_root, parent_is_root)
+    let mut visited = 0;
+    while let Some((first, is_root, parent_is_root)) = stack.pop() {
+        visited += 1;
+        if visited > 1000 {
+            return Err(bad("directory tree too deep"));
+        }
+        if !is_root {
+            let o = cluster_off(first);
+            let slot = |i: usize| o + 32 * i;
+            let is_lfn = |img: &[u8], i: usize| img[slot(i) + 11] == 0x0F;
+            let name = |img: &[u8], i: usize| img[slot(i)..slot(i) + 11].to_vec();
+            if is_lfn(img, 0)
+                && name(img, 1) == b".          "
+                && is_lfn(img, 2)
+                && name(img, 3) == b"..         "
+            {
+                let dot: Vec<u8> = img[slot(1)..slot(1) + 32].to_vec();
+                let mut dotdot: Vec<u8> = img[slot(3)..slot(3) + 32].to_vec();
+                if parent_is_root {
+                    dotdot[20..22].fill(0);
+                    dotdot[26..28].fill(0);
+                }
+                img[slot(0)..slot(0) + 32].copy_from_slice(&dot);
+                img[slot(1)..slot(1) + 32].copy_from_slice(&dotdot);
+                for i in [2, 3] {
+                    img[slot(i)..slot(i) + 32].fill(0);
+                    img[slot(i)] = 0xE5;
+                }
+            }
+        }
+        // Walk this directory's cluster chain for subdirectories.
+        let mut cluster = first;
+        let mut hops = 0;
+        'chain: while (2..0x0FFF_FFF8).contains(&cluster) {
+            hops += 1;
+            if hops > 65_536 {
+                return Err(bad("cluster chain loops"));
+            }
+            let o = cluster_off(cluster);
+            for e in (o..o + cluster_bytes).step_by(32) {
+                let b0 = img[e];
+                if b0 == 0 {
+                    break 'chain;
+                }
+                let attr = img[e + 11];
+                if b0 == 0xE5 || attr == 0x0F || attr & 0x10 == 0 || b0 == b'.' {
+                    continue;
+                }
+                let c = (u16_at(img, e + 20) << 16) | u16_at(img, e + 26);
+                stack.push((c, false, is_root));
+            }
+            cluster = u32_at(img, fat_start + 4 * cluster) & 0x0FFF_FFFF;
+        }
+    }
+    Ok(())
+}
+
+/// The systemd-boot entry for a stack: `options` is the whole kernel command line.
+pub fn loader_entry(title: &str, options: &str) -> String {
+    format!("title {title}\nlinux {KERNEL_PATH}\ninitrd {INITRD_PATH}\noptions {options}\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_sizes_keep_fat32_valid() {
+        for mib in [64u64, 100, 128, 256, 512, 1024] {
+            let c = cluster_size(mib << 20);
+            assert!(
+                (mib << 20) / c as u64 >= 65_525,
+                "{mib} MiB with {c}-byte clusters"
+            );
+        }
+    }
+
+    #[test]
+    fn builds_a_deterministic_volume() {
+        let contents = EspContents {
+            bootloader: b"MZ efi",
+            kernel: &[1u8; 100_000],
+            initrd: &[2u8; 300_000],
+            entry: loader_entry("t", "ro"),
+            volume_id: 7,
+        };
+        let a = build(64 << 20, &contents).unwrap();
+        let b = build(64 << 20, &contents).unwrap();
+        assert!(a == b, "two builds differ");
+        assert!(build(4 << 20, &contents).is_err());
+    }
+}

@@ -1,0 +1,81 @@
+//! `gate`: what CAPH's own disk checks would have refused, refused here before anything is
+//! touched: tools, UEFI, the target disks, SMART health, read speed, and (once the node layer is
+//! sealed) the size.
+//!
+//! Reads the sysroot, the machine's facts and the request's gate settings; returns the resolved
+//! target disks, the one to write first. [`size`] reads the disk and the bytes the plan needs.
+//! A failed gate is a [`GateFailure`](ingot_machine::GateFailure) naming its reason.
+
+use std::path::Path;
+
+use ingot_machine::{Disk, Facts, FixtureSmart, GateReport, SmartSource, Smartctl, Sysroot};
+
+use crate::error::ProvisionError;
+use crate::report::{Reporter, Stage};
+use crate::request::ProvisionRequest;
+
+fn passed(reporter: &Reporter, report: &GateReport) {
+    for w in &report.warnings {
+        reporter.warning(Stage::Gate, format!("{}: {}", w.reason, w.message));
+    }
+}
+
+pub fn run(
+    sysroot: &Sysroot,
+    facts: &Facts,
+    req: &ProvisionRequest,
+    reporter: &Reporter,
+) -> Result<Vec<Disk>, ProvisionError> {
+    reporter.stage(Stage::Gate, "checking tools, firmware and the target disks");
+    let tools: Vec<&str> = req.required_tools.iter().map(String::as_str).collect();
+    passed(reporter, &ingot_machine::gate_tools(&tools, None)?);
+    passed(reporter, &ingot_machine::gate_uefi(facts)?);
+    let targets = ingot_machine::resolve_targets(sysroot, facts, &req.root_devices)?;
+    let disk = &targets[0];
+    if targets.len() > 1 {
+        let others: Vec<&str> = targets[1..].iter().map(|d| d.name.as_str()).collect();
+        reporter.warning(
+            Stage::Gate,
+            format!(
+                "ingot writes one disk: {} gets the node; {} left as they are (the guard still \
+                 checks them)",
+                disk.name,
+                others.join(", ")
+            ),
+        );
+    }
+    let smart: Box<dyn SmartSource> = if req.sysroot == Path::new("/") {
+        Box::new(Smartctl::default())
+    } else {
+        // A fixture machine carries smartctl's JSON output for each disk.
+        Box::new(FixtureSmart)
+    };
+    let mut gates = Vec::new();
+    reporter.stage(Stage::Gate, format!("{}: SMART health", disk.name));
+    let r = ingot_machine::gate_smart(sysroot, disk, smart.as_ref())?;
+    passed(reporter, &r);
+    gates.push(r);
+    let min = req
+        .min_read_kib_s
+        .unwrap_or_else(|| ingot_machine::default_min_kib_s(disk));
+    reporter.stage(
+        Stage::Gate,
+        format!(
+            "{}: read speed test ({} s, at least {min} KiB/s)",
+            disk.name,
+            req.read_test.as_secs_f64()
+        ),
+    );
+    let r = ingot_machine::gate_read_speed(disk, min, req.read_test)?;
+    passed(reporter, &r);
+    gates.push(r);
+    reporter.detail("gates", &gates);
+    Ok(targets)
+}
+
+/// The size gate: `disk` holds the `need` bytes the plan asks for.
+pub fn size(disk: &Disk, need: u64, reporter: &Reporter) -> Result<(), ProvisionError> {
+    reporter.stage(Stage::Gate, format!("{}: size", disk.name));
+    passed(reporter, &ingot_machine::gate_size(disk, need)?);
+    Ok(())
+}

@@ -1,0 +1,78 @@
+//! `seal`: the per-node layer, built on this machine from the staged files: a deterministic
+//! ext4 image and its dm-verity tree, with the layer builder every stack layer comes from.
+//!
+//! Reads the [`Staged`] files, the stack's name and the machine name (they seed the image);
+//! returns the [`NodeLayer`]: image, hash device and root hash.
+
+use ingot_bootstrap::Staged;
+
+use crate::error::ProvisionError;
+use crate::report::{Reporter, Stage};
+
+/// The sealed per-node layer, built on this machine: an ext4 image and its verity hash device.
+#[derive(Debug, Clone)]
+pub struct NodeLayer {
+    pub image: Vec<u8>,
+    pub hash: Vec<u8>,
+    pub root_hash: Vec<u8>,
+}
+
+pub fn run(
+    staged: &Staged,
+    stack: &str,
+    machine_name: &str,
+    reporter: &Reporter,
+) -> Result<NodeLayer, ProvisionError> {
+    reporter.stage(
+        Stage::Seal,
+        "sealing the per-node layer (ext4 image and dm-verity tree)",
+    );
+    let node = seal(staged, stack, machine_name)?;
+    reporter.stage(
+        Stage::Seal,
+        format!(
+            "sealed the per-node layer: {} bytes, root hash {}",
+            node.image.len(),
+            hex::encode(&node.root_hash)
+        ),
+    );
+    Ok(node)
+}
+
+/// Builds the node layer: the staged files as a tar, then a deterministic ext4 image and its
+/// verity tree (ingot's layer builder, the same one the stack's layers come from).
+fn seal(staged: &Staged, stack: &str, machine_name: &str) -> Result<NodeLayer, ProvisionError> {
+    let err = |what: &str, e: &dyn std::fmt::Display| ProvisionError::Seal(format!("{what}: {e}"));
+    let dir = tempfile::tempdir().map_err(|e| err("making a scratch directory", &e))?;
+    let tar = dir.path().join("node.tar");
+    let file = std::fs::File::create(&tar).map_err(|e| err("creating the tar", &e))?;
+    let mut w = std::io::BufWriter::new(file);
+    staged
+        .write_tar(&mut w)
+        .and_then(|_| std::io::Write::flush(&mut w))
+        .map_err(|e| err("writing the tar", &e))?;
+    drop(w);
+    let img = dir.path().join("node.img");
+    let hash = dir.path().join("node.hash");
+    let opts = ingot_layers::Ext4Options {
+        seed: format!("{stack}/node/{machine_name}").into_bytes(),
+        source_date_epoch: 0,
+        size: None,
+        progress: None,
+    };
+    let built = ingot_layers::build_layer(
+        &ingot_layers::Source::Tar(tar.clone()),
+        &img,
+        Some(&hash),
+        &opts,
+    )
+    .map_err(|e| err("building the image", &e))?;
+    let verity = built
+        .verity
+        .ok_or_else(|| ProvisionError::Seal("the layer builder made no hash tree".into()))?;
+    Ok(NodeLayer {
+        image: std::fs::read(&img).map_err(|e| err("reading the image", &e))?,
+        hash: std::fs::read(&hash).map_err(|e| err("reading the hash tree", &e))?,
+        root_hash: verity.root_hash,
+    })
+}

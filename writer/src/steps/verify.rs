@@ -1,0 +1,185 @@
+//! `verify`: the signature, the descriptor, this machine's selection, and every selected layer's
+//! hash tree against its signed root hash.
+//!
+//! Reads the opened source, the trusted key and the machine; returns an [`OpenedStack`]: the
+//! verified descriptor and, per selected layer, its checked tree and the path of its data blob
+//! (whose blocks are checked against the tree as they are decoded, by whoever reads them).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use ingot_artifact::verify::{verify_metadata, verity_params, ArtifactSource, Trust, VerifyReport};
+use ingot_layers::descriptor::{LayerEntry, StackDescriptor};
+use ingot_layers::select::Machine;
+use ingot_verity::Verifier;
+
+use crate::error::WriteError;
+use crate::layerfs::LayerFs;
+use crate::report::{Reporter, Stage};
+use crate::steps::plan::{LayerKind, PlanLayer};
+use crate::steps::seal::NodeLayer;
+
+/// A selected layer, its tree checked, its data blob located.
+pub struct Prepared {
+    pub entry: LayerEntry,
+    pub verifier: Arc<Verifier>,
+    pub hash_bytes: Vec<u8>,
+    pub data_path: PathBuf,
+}
+
+/// A stack whose signature, descriptor and selected layers' trees are checked; nothing written.
+pub struct OpenedStack {
+    report: VerifyReport,
+    layers: Vec<Prepared>,
+    /// Kept open: a registry source's downloaded blobs live as long as it does.
+    _source: Box<dyn ArtifactSource>,
+}
+
+impl OpenedStack {
+    /// `name version` of the stack.
+    pub fn describe(&self) -> String {
+        let d = &self.report.descriptor;
+        format!("{} {}", d.name, d.version)
+    }
+
+    pub fn descriptor(&self) -> &StackDescriptor {
+        &self.report.descriptor
+    }
+
+    pub fn manifest_digest(&self) -> &str {
+        &self.report.manifest_digest
+    }
+
+    /// The selected layers, base first.
+    pub fn layers(&self) -> &[Prepared] {
+        &self.layers
+    }
+
+    /// The selected layers' names, in stacking order.
+    pub fn layer_names(&self) -> Vec<String> {
+        self.layers.iter().map(|p| p.entry.name.clone()).collect()
+    }
+
+    /// The base layer's file system, read from its blob with every block checked against the
+    /// signed tree (for staging, before anything is written).
+    pub fn base_fs(&self) -> Result<LayerFs, WriteError> {
+        let base = &self.layers[0];
+        let map = map_blob(&base.data_path)?;
+        Ok(LayerFs::in_blob(
+            &base.entry.name,
+            Arc::new(map),
+            base.entry.data.compression.frame_size,
+            base.verifier.clone(),
+        )?)
+    }
+
+    /// The layers as the disk plan sees them, the node layer (if any) on top.
+    pub fn plan_layers(&self, node: Option<&NodeLayer>) -> Vec<PlanLayer> {
+        let mut out: Vec<PlanLayer> = self
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PlanLayer {
+                name: p.entry.name.clone(),
+                kind: if i == 0 {
+                    LayerKind::Base
+                } else {
+                    LayerKind::Extra
+                },
+                root_hash: p.verifier.root_hash().to_vec(),
+                data_size: p.entry.size,
+                hash_size: p.hash_bytes.len() as u64,
+            })
+            .collect();
+        if let Some(n) = node {
+            out.push(PlanLayer {
+                name: crate::boot::NODE_LAYER.into(),
+                kind: LayerKind::Node,
+                root_hash: n.root_hash.clone(),
+                data_size: n.image.len() as u64,
+                hash_size: n.hash.len() as u64,
+            });
+        }
+        out
+    }
+}
+
+/// Maps a layer's data blob from the source store.
+pub fn map_blob(path: &Path) -> Result<memmap2::Mmap, WriteError> {
+    let file = std::fs::File::open(path).map_err(|source| WriteError::Io {
+        path: path.to_path_buf(),
+        what: "opening the data blob",
+        source,
+    })?;
+    // SAFETY: the blob is a file in the source store, read-only here; every block decoded from
+    // it is checked against the tree before it is used or written.
+    #[allow(unsafe_code)]
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|source| WriteError::Io {
+        path: path.to_path_buf(),
+        what: "mapping the data blob",
+        source,
+    })
+}
+
+/// The `verify` step; see the module docs.
+pub fn run(
+    source: Box<dyn ArtifactSource>,
+    trust: &Trust,
+    machine: &Machine,
+    reporter: &Reporter,
+) -> Result<OpenedStack, WriteError> {
+    reporter.stage(
+        Stage::Verify,
+        format!("checking the signature of {}", source.describe()),
+    );
+    let (report, _manifest) = verify_metadata(source.as_ref(), trust)?;
+    let d = &report.descriptor;
+    let selected: Vec<&LayerEntry> = d.select(machine).collect();
+    if selected.first().map(|l| l.name.as_str()) != Some(d.base().name.as_str()) {
+        return Err(WriteError::NoBase);
+    }
+    let names: Vec<String> = selected.iter().map(|l| l.name.clone()).collect();
+    reporter.stage(
+        Stage::Verify,
+        format!(
+            "stack {} {}: this machine gets {}; checking hash trees",
+            d.name,
+            d.version,
+            names.join(", ")
+        ),
+    );
+    reporter.set_layers(names);
+    let layers = selected
+        .into_iter()
+        .map(|entry| prepare(source.as_ref(), entry))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(OpenedStack {
+        report,
+        layers,
+        _source: source,
+    })
+}
+
+/// Checks one layer's tree against its signed root hash and locates its data blob.
+fn prepare(source: &dyn ArtifactSource, entry: &LayerEntry) -> Result<Prepared, WriteError> {
+    let params = verity_params(entry)?;
+    let hash_bytes = source.blob(&entry.hash.digest, entry.hash.size)?;
+    let root = hex::decode(&entry.verity.root_hash).map_err(|_| WriteError::Tree {
+        layer: entry.name.clone(),
+        reason: "root hash is not hex".into(),
+    })?;
+    let verifier =
+        Verifier::from_hash_device(&params, &hash_bytes, &root).map_err(|e| WriteError::Tree {
+            layer: entry.name.clone(),
+            reason: e.to_string(),
+        })?;
+    // Not hashed whole: every decompressed block is checked against the tree before it is
+    // written, which covers exactly the bytes that reach the disk.
+    let data_path = source.blob_file_unhashed(&entry.data.digest, entry.data.size)?;
+    Ok(Prepared {
+        entry: entry.clone(),
+        verifier: Arc::new(verifier),
+        hash_bytes,
+        data_path,
+    })
+}

@@ -191,6 +191,37 @@ impl Drop for Qemu {
     }
 }
 
+/// Boots a written disk (virtio-blk) with `firmware` until the node powers off; returns the
+/// serial console.
+pub fn boot_disk(image: &Path, firmware: Firmware, what: &str) -> String {
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let log = work.path().join("serial.log");
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args([
+        "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1",
+    ])
+    .args(["-m", "1024", "-display", "none", "-monitor", "none"])
+    .args(["-nodefaults", "-no-reboot"]);
+    if firmware == Firmware::Uefi {
+        let vars = work.path().join("vars.fd");
+        fs::copy(OVMF_VARS, &vars).unwrap();
+        cmd.arg("-drive")
+            .arg(format!(
+                "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
+            ))
+            .arg("-drive")
+            .arg(format!(
+                "if=pflash,format=raw,unit=1,file={}",
+                vars.display()
+            ));
+    }
+    cmd.arg("-drive")
+        .arg(format!("file={},format=raw,if=virtio", image.display()))
+        .arg("-serial")
+        .arg(format!("file:{}", log.display()));
+    run_qemu(cmd, &log, &work.path().join("qemu.err"), what)
+}
+
 /// Runs qemu until it exits (the guest powered off); returns the cleaned serial console.
 pub fn run_qemu(mut cmd: Command, log: &Path, err: &Path, what: &str) -> String {
     let started = Instant::now();
@@ -263,6 +294,9 @@ pub struct Caph<'a> {
     /// Shell run after the command's results are saved (e.g. inspecting md arrays); its output
     /// is in [`CaphRun::after`].
     pub after: &'a str,
+    /// Arguments after CAPH's four. CAPH passes none; a test that boots the written disk adds
+    /// `--kernel-arg console=ttyS0` to read the node's console.
+    pub extra_args: &'a [&'a str],
 }
 
 /// What came back from the rescue VM.
@@ -334,7 +368,7 @@ cp $J/bootstrap.data /root/bootstrap.data
 cp $J/trust.pub /root/trust.pub
 export INGOT_TRUST_KEY=/root/trust.pub
 cd /root
-OCI_REGISTRY_AUTH_TOKEN={token} nohup /root/image-url-command {url} /root/bootstrap.data {name} {devices} > /root/image-url-command.log 2>&1 &
+OCI_REGISTRY_AUTH_TOKEN={token} nohup /root/image-url-command {url} /root/bootstrap.data {name} {devices}{extra} > /root/image-url-command.log 2>&1 &
 pid=$!
 echo "rescue: image-url-command started"
 while kill -0 $pid 2>/dev/null; do
@@ -353,6 +387,11 @@ sync
         url = shell_quote(run.url),
         name = shell_quote(run.machine_name),
         devices = shell_quote(run.devices),
+        extra = run
+            .extra_args
+            .iter()
+            .map(|a| format!(" {}", shell_quote(a)))
+            .collect::<String>(),
     );
     fs::write(j.join("job.sh"), script).unwrap();
     let console = rescue.boot(firmware, disks, j, Some(registry));

@@ -47,11 +47,17 @@ pub fn provision(
     let targets = steps::gate::run(&sysroot, &checked.facts, req, reporter)?;
     steps::guard::run(&checked.facts, &targets, req.allow_foreign_os, reporter)?;
     let opened = open_stack(&req.image, &req.trust, &checked.machine, reporter)?;
+    let bios_loader = opened.descriptor().boot.bios.is_some();
+    steps::gate::firmware(&checked.facts, bios_loader, reporter)?;
     let role = checked.role;
     let staged = steps::stage::run(&opened, checked, &sysroot, req, reporter)?;
     let node = steps::seal::run(&staged, &opened.describe(), &req.machine_name, reporter)?;
     let disk = &targets[0];
-    let need = steps::plan::min_disk_size(req.settings.esp_size, &opened.plan_layers(Some(&node)));
+    let need = steps::plan::min_disk_size(
+        req.settings.esp_size,
+        &opened.plan_layers(Some(&node)),
+        bios_loader,
+    );
     steps::gate::size(disk, need, reporter)?;
     let outcome = write_opened(&opened, Some(&node), &disk.node, &req.settings, reporter)?;
     Ok(Provisioned {
@@ -104,9 +110,10 @@ fn write_planned(
     reporter: &Reporter,
 ) -> Result<Outcome, WriteError> {
     let mut stats = steps::write::run(target, opened, node, plan, settings.options, reporter)?;
-    let (kernel_cmdline, esp) = steps::esp::run(target, opened, node, plan, settings, reporter)?;
+    let (kernel_cmdline, esp, mbr_code) =
+        steps::esp::run(target, opened, node, plan, settings, reporter)?;
     stats += esp;
-    steps::partition_table::run(target, plan, reporter)?;
+    steps::partition_table::run(target, plan, mbr_code.as_deref(), reporter)?;
 
     let mut layers: Vec<(String, String)> = opened
         .layers()

@@ -178,6 +178,7 @@ fn rescue_vm_provisions_one_disk_by_wwn() {
             trust_key: &p.stack.public,
             before: "",
             after: "ls -l /dev/disk/by-id/; cat /sys/block/sd*/device/wwid",
+            extra_args: &[],
         },
     );
     assert_succeeded(&run);
@@ -194,4 +195,169 @@ fn rescue_vm_provisions_one_disk_by_wwn() {
     assert_eq!(other.sha256(), other_before, "the other disk changed");
     let seen = p.registry.front.auth_seen.lock().unwrap().clone();
     assert!(!seen.is_empty(), "the writer authenticated to the registry");
+}
+
+/// installimage's software RAID1 as a rescue system finds it: partitions on every disk, an md
+/// array for /boot over sda1, sdb1 and (here) sdc1, one over sda2 and sdb2 carrying an LVM volume
+/// group, built with the real mdadm and lvm, stopped and assembled again the way the rescue
+/// system's boot does. CAPH targets the first two disks; the /boot array reaches the third, so
+/// the run stops with `md-spans-disks` and every disk's SHA-256 (taken in the VM, arrays
+/// assembled) is the same after the run as before.
+#[test]
+fn rescue_vm_refuses_an_installimage_array_reaching_another_disk() {
+    if !usable("rescue_vm_refuses_an_installimage_array_reaching_another_disk") {
+        return;
+    }
+    let p = publish();
+    let rescue = rescue_system();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let wwns = [
+        "0x5000c500a1b2c3d4",
+        "0x5000c500a1b2c3d5",
+        "0x5000c500a1b2c3d6",
+    ];
+    let disks: Vec<Disk> = wwns
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            Disk::create(
+                dir.path().join(format!("d{i}.img")),
+                256 << 20,
+                w,
+                &format!("ZA1ABC{i:02}"),
+            )
+        })
+        .collect();
+    let by_id = |w: &str| format!("$(readlink -f /dev/disk/by-id/wwn-{w})");
+    let before = format!(
+        r#"set -x
+A={a}; B={b}; C={c}
+for d in $A $B $C; do sgdisk -n1:0:+64M -t1:fd00 -n2:0:+128M -t2:fd00 $d >/dev/null; done
+udevadm settle
+yes | mdadm --create /dev/md0 --run --assume-clean --level=1 --metadata=1.2 --raid-devices=3 ${{A}}1 ${{B}}1 ${{C}}1
+yes | mdadm --create /dev/md1 --run --assume-clean --level=1 --metadata=1.2 --raid-devices=2 ${{A}}2 ${{B}}2
+pvcreate -y /dev/md1 && vgcreate vg0 /dev/md1 && lvcreate -y -Zn -L 32M -n root vg0
+# The server reboots into the rescue system: everything stops, then comes back as it assembles.
+vgchange -an vg0; mdadm --stop /dev/md1 /dev/md0
+mdadm --assemble --scan; vgchange -aay
+cat /proc/mdstat; lvs
+sha256sum $A $B $C >/mnt/job/sha-before
+"#,
+        a = by_id(wwns[0]),
+        b = by_id(wwns[1]),
+        c = by_id(wwns[2]),
+    );
+    let after = format!(
+        "cat /proc/mdstat; sha256sum {} {} {} >/mnt/job/sha-after; diff /mnt/job/sha-before /mnt/job/sha-after && echo SHA-UNCHANGED",
+        by_id(wwns[0]),
+        by_id(wwns[1]),
+        by_id(wwns[2])
+    );
+    let devices = format!("{} {}", wwns[0], wwns[1]);
+    let refs: Vec<&Disk> = disks.iter().collect();
+    let run = rescue::caph(
+        rescue,
+        Firmware::Uefi,
+        &refs,
+        p.registry.front.port,
+        &Caph {
+            command: Path::new(WRITER),
+            url: &p.registry.url,
+            token: TOKEN,
+            bootstrap: &worker_data(),
+            machine_name: "installimage-1",
+            devices: &devices,
+            trust_key: &p.stack.public,
+            before: &before,
+            after: &after,
+            extra_args: &[],
+        },
+    );
+    // The old installation was there, assembled, when the writer ran.
+    assert!(run.before.contains("md0 : active raid1"), "{}", run.show());
+    assert!(run.before.contains("md1 : active raid1"), "{}", run.show());
+    assert!(run.before.contains(" root vg0 "), "{}", run.show());
+    assert_eq!(run.exit, Some(1), "{}", run.show());
+    assert!(
+        run.last_line().contains("FAILED (md-spans-disks)")
+            && run.last_line().contains("no disk was changed"),
+        "{}",
+        run.show()
+    );
+    assert!(!run.log.contains("IMAGE_URL_DONE"), "{}", run.show());
+    assert_eq!(run.output_json["state"], "failed", "{}", run.show());
+    assert!(run.after.contains("SHA-UNCHANGED"), "{}", run.show());
+    assert_eq!(
+        run.after.matches("active raid1").count(),
+        2,
+        "{}",
+        run.show()
+    );
+}
+
+/// A Hetzner cloud VM: legacy BIOS (SeaBIOS, QEMU's default firmware), CAPH's `sda`. The writer
+/// sees no UEFI, boots the disk through the stack's BIOS loader, and the written disk, booted by
+/// SeaBIOS alone, reaches the same end marker as the UEFI boot test with every layer and the node
+/// layer verified by dm-verity. The same disk boots from OVMF too.
+#[test]
+fn rescue_vm_bios_machine_boots_its_disk_from_seabios() {
+    if !usable("rescue_vm_bios_machine_boots_its_disk_from_seabios") {
+        return;
+    }
+    let p = publish();
+    let rescue = rescue_system();
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let disk = Disk::create(
+        dir.path().join("sda.img"),
+        1 << 30,
+        "0x5002538e40a1b2d0",
+        "HC-VOLUME-1",
+    );
+    let run = rescue::caph(
+        rescue,
+        Firmware::Bios,
+        &[&disk],
+        p.registry.front.port,
+        &Caph {
+            command: Path::new(WRITER),
+            url: &p.registry.url,
+            token: TOKEN,
+            bootstrap: &worker_data(),
+            machine_name: "hcloud-worker-1",
+            devices: "sda",
+            trust_key: &p.stack.public,
+            before: "",
+            after: "ls /sys/firmware/efi 2>&1",
+            extra_args: &["--kernel-arg", "console=ttyS0", "--kernel-arg", "panic=-1"],
+        },
+    );
+    assert!(
+        run.after.contains("No such file"),
+        "a BIOS machine: {}",
+        run.show()
+    );
+    assert_succeeded(&run);
+    assert!(run.log.contains("BIOS firmware"), "{}", run.show());
+    let parts = partitions(&disk.image);
+    assert_eq!(parts.last().unwrap().0, "bios-boot", "{parts:?}");
+    for (firmware, what) in [(Firmware::Bios, "seabios"), (Firmware::Uefi, "ovmf")] {
+        let console = rescue::boot_disk(&disk.image, firmware, what);
+        for (name, root) in p.stack.layers.iter().filter(|(n, _)| n == "base") {
+            let line = format!("ingot: layer {name} verified root hash {root}\n");
+            assert!(
+                console.contains(&line),
+                "{what}: missing {line:?}:\n{console}"
+            );
+        }
+        assert!(
+            console.contains("ingot: layer node verified root hash "),
+            "{what}: {console}"
+        );
+        assert!(
+            console.contains("ingot-node: hostname hcloud-worker-1\n"),
+            "{what}: {console}"
+        );
+        assert!(console.contains("INGOT-BOOT-OK\n"), "{what}: {console}");
+        assert!(!console.contains("INGOT-BOOT-FAILED"), "{what}: {console}");
+    }
 }

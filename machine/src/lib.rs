@@ -1,7 +1,8 @@
 //! What machine is this, may we write to its disks, and would an old OS still boot?
 //!
 //! CAPH runs none of its own disk checks when it starts `ingot-writer` as its `imageURLCommand`
-//! (see `shared/reference/peer-systems.md`, 2.1), so the writer does them itself, with this crate:
+//! (it calls them only on its `installimage` path; see `docs/machine-checks.md`), so the writer
+//! does them itself, with this crate:
 //!
 //! * [`detect`]: UEFI, PCI devices (NVIDIA GPU), CPU virtualization flags and `/dev/kvm`, disks.
 //! * [`resolve_targets`]: CAPH's fourth argument (short names or WWNs) to [`Disk`]s.

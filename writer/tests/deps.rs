@@ -1,0 +1,64 @@
+//! Who may depend on whom (docs/architecture.md): the writer links the artifact crate, never the
+//! builder, and the test-support crate is never a normal dependency of anything.
+
+use std::process::Command;
+
+/// The ingot crates in `cargo tree -e normal` of `package`.
+fn normal_deps(package: &str) -> Vec<String> {
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "tree",
+            "--offline",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "-p",
+            package,
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("running cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree -p {package}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut crates: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name == "ingot" || name.starts_with("ingot-"))
+        .map(str::to_string)
+        .collect();
+    crates.sort();
+    crates.dedup();
+    crates
+}
+
+#[test]
+fn the_writer_links_the_artifact_crate_not_the_builder() {
+    let deps = normal_deps("ingot-writer");
+    assert!(deps.contains(&"ingot-artifact".to_string()), "{deps:?}");
+    assert!(!deps.contains(&"ingot".to_string()), "{deps:?}");
+    assert!(!deps.contains(&"ingot-testkit".to_string()), "{deps:?}");
+}
+
+#[test]
+fn the_lower_crates_use_nothing_above_them() {
+    for (package, allowed) in [
+        ("ingot-verity", &["ingot-verity"][..]),
+        ("ingot-layers", &["ingot-layers", "ingot-verity"]),
+        ("ingot-bootstrap", &["ingot-bootstrap"]),
+        ("ingot-machine", &["ingot-machine"]),
+        (
+            "ingot-artifact",
+            &["ingot-artifact", "ingot-layers", "ingot-verity"],
+        ),
+    ] {
+        let deps = normal_deps(package);
+        assert!(
+            deps.iter().all(|d| allowed.contains(&d.as_str())),
+            "{package} depends on {deps:?}; allowed: {allowed:?}"
+        );
+    }
+}

@@ -120,7 +120,8 @@ fn assert_layout(disk: &Disk, layers: &[&str]) {
     let parts = partitions(&disk.image);
     let mut names: Vec<&str> = parts.iter().map(|p| p.0.as_str()).collect();
     names.sort();
-    let mut want = vec!["ESP", "var", "ingot-node", "ingot-node-verity"];
+    // The boot fixture stack carries a BIOS loader: every disk boots from BIOS and UEFI.
+    let mut want = vec!["ESP", "var", "ingot-node", "ingot-node-verity", "bios-boot"];
     let owned: Vec<String> = layers
         .iter()
         .flat_map(|l| [format!("ingot-{l}"), format!("ingot-{l}-verity")])

@@ -153,6 +153,8 @@ struct RawBoot {
     kernel: Spanned<String>,
     initrd: Spanned<String>,
     efi: Spanned<String>,
+    #[serde(default)]
+    bios: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -280,7 +282,10 @@ impl Manifest {
             ("kernel", &raw.boot.kernel),
             ("initrd", &raw.boot.initrd),
             ("efi", &raw.boot.efi),
-        ] {
+        ]
+        .into_iter()
+        .chain(raw.boot.bios.as_ref().map(|b| ("bios", b)))
+        {
             if !value.get_ref().starts_with('/') {
                 return Err(ctx.err(
                     Some(value.span()),
@@ -512,6 +517,7 @@ impl Manifest {
                 kernel: raw.boot.kernel.into_inner(),
                 initrd: raw.boot.initrd.into_inner(),
                 efi: raw.boot.efi.into_inner(),
+                bios: raw.boot.bios.map(Spanned::into_inner),
             },
             layers,
         };

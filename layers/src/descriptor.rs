@@ -63,6 +63,10 @@ pub struct BootFiles {
     pub initrd: String,
     /// The bootloader EFI binary.
     pub efi: String,
+    /// The legacy BIOS loader: a directory holding GRUB's i386-pc `boot.img` and `core.img`
+    /// (`docs/boot-contract.md`). Absent: the stack boots from UEFI only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bios: Option<String>,
 }
 
 /// One layer of the stack.
@@ -356,6 +360,7 @@ mod tests {
                 kernel: "/boot/vmlinuz".into(),
                 initrd: "/boot/initrd.img".into(),
                 efi: "/usr/lib/systemd/boot/efi/systemd-bootx64.efi".into(),
+                bios: None,
             },
             layers: vec![
                 layer("base", "base", None),

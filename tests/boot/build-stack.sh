@@ -4,60 +4,47 @@
 #   tests/boot/build-stack.sh OUTDIR        # then: ingot build OUTDIR/stack.toml --out LAYOUT
 #
 # OUTDIR/base          kernel (/boot/vmlinuz), initramfs (/boot/initrd.img), systemd-boot
-#                      (/boot/efi/EFI/BOOT/BOOTX64.EFI), busybox, /sbin/init (tests/boot/final-init)
+#                      (/boot/efi/EFI/BOOT/BOOTX64.EFI), GRUB's BIOS boot.img and core.img
+#                      (/boot/grub/i386-pc), busybox, /sbin/init (tests/boot/final-init)
 # OUTDIR/control-plane, nvidia, kata   one marker file each (/etc/ingot/layers/NAME)
 # OUTDIR/stack.toml    tests/boot/stack.toml
 #
-# The kernel comes from Debian's linux-image-amd64 (its current linux-image-VERSION dependency),
-# fetched with `apt-get download` into INGOT_BOOT_CACHE (default /var/tmp/ingot-boot-cache) and
-# unpacked with `dpkg -x` into a temporary directory; only the kernel image and the few modules
+# The kernel comes from Debian's linux-image-amd64 (tests/boot/fetch-kernel.sh: `apt-get download`
+# into INGOT_BOOT_CACHE, unpacked with `dpkg -x` into a temporary directory); only the kernel image and the few modules
 # the initramfs loads are kept. The initramfs holds busybox-static, veritysetup, util-linux blkid
 # and mke2fs with their shared libraries, those modules, tests/boot/initramfs-init as /init and
 # boot/initramfs-tools/scripts/ingot (the boot contract itself) as /scripts/ingot.
 #
 # Needs: apt-get, dpkg, depmod/modprobe (kmod), busybox-static, cryptsetup-bin, util-linux,
-# e2fsprogs, systemd-boot-efi, gzip. Runs as any user.
+# e2fsprogs, systemd-boot-efi, grub-pc-bin, gzip. Runs as any user.
 set -euo pipefail
 
 OUT=${1:?usage: build-stack.sh OUTDIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
 FIXTURES=$(cd "$HERE/../fixtures" && pwd)
-CACHE=${INGOT_BOOT_CACHE:-/var/tmp/ingot-boot-cache}
 BUSYBOX=/bin/busybox
 SDBOOT=/usr/lib/systemd/boot/efi/systemd-bootx64.efi
+GRUB_PC=/usr/lib/grub/i386-pc
+# GRUB modules built into core.img, so BIOS boot needs nothing from the ESP but grub/grub.cfg.
+GRUB_MODULES=(biosdisk part_gpt fat normal linux echo test)
 # The modules /init loads, with their dependencies (modprobe resolves them, softdeps included).
 MODULES=(virtio_pci virtio_blk dm-verity ext4 crc32c_generic overlay)
 
 die() { echo "build-stack.sh: $*" >&2; exit 1; }
-for tool in apt-cache apt-get dpkg depmod modprobe gzip veritysetup blkid mke2fs ldd; do
+for tool in modprobe gzip veritysetup blkid mke2fs ldd grub-mkimage; do
   command -v "$tool" >/dev/null || die "missing $tool"
 done
-[ -x "$BUSYBOX" ] && "$BUSYBOX" --list | grep -qx cpio || die "missing busybox-static ($BUSYBOX)"
+[ -x "$BUSYBOX" ] && "$BUSYBOX" --list | grep -x cpio >/dev/null || die "missing busybox-static ($BUSYBOX)"
 [ -f "$SDBOOT" ] || die "missing $SDBOOT (systemd-boot-efi)"
+[ -f "$GRUB_PC/boot.img" ] || die "missing $GRUB_PC/boot.img (grub-pc-bin)"
 
 # ---- the kernel package -----------------------------------------------------------------------
-KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
-[ -n "$KPKG" ] || die "cannot resolve linux-image-amd64 (apt-get update?)"
-mkdir -p "$CACHE"
-DEB=$(ls "$CACHE/${KPKG}"_*.deb 2>/dev/null | head -1 || true)
-if [ -z "$DEB" ]; then
-  # Into a directory of its own, then renamed: a concurrent build never sees half a package.
-  DL=$(mktemp -d "$CACHE/download.XXXXXX")
-  ( cd "$DL" && { apt-get download "$KPKG" >/dev/null 2>&1 || { apt-get update -qq && apt-get download "$KPKG" >/dev/null; }; } ) \
-    || { rm -rf "$DL"; die "apt-get download $KPKG failed"; }
-  for f in "$DL"/*.deb; do mv "$f" "$CACHE/"; done
-  rm -rf "$DL"
-  DEB=$(ls "$CACHE/${KPKG}"_*.deb | head -1)
-fi
-
 rm -rf "$OUT"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/var/tmp}/ingot-boot-kpkg.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
-dpkg -x "$DEB" "$WORK/kpkg"
-KVER=$(ls "$WORK/kpkg/lib/modules" | head -1)
-depmod -b "$WORK/kpkg" "$KVER"          # the .deb ships no modules.dep (its postinst makes it)
+KVER=$("$HERE/fetch-kernel.sh" "$WORK/kpkg")
 
 # ---- the initramfs ----------------------------------------------------------------------------
 I="$WORK/initrd"
@@ -106,6 +93,11 @@ echo "base" >"$B/etc/ingot/layers/base"
 cp "$WORK/kpkg/boot/vmlinuz-$KVER" "$B/boot/vmlinuz"
 (cd "$I" && find . | LC_ALL=C sort | "$BUSYBOX" cpio -o -H newc -R 0:0 2>/dev/null) | gzip -n -6 >"$B/boot/initrd.img"
 cp "$SDBOOT" "$B/boot/efi/EFI/BOOT/BOOTX64.EFI"
+# The BIOS loader (boot-contract.md): GRUB's MBR boot code and a core image whose prefix is the
+# boot disk's first GPT partition (the ESP), where the writer puts grub/grub.cfg.
+mkdir -p "$B/boot/grub/i386-pc"
+cp "$GRUB_PC/boot.img" "$B/boot/grub/i386-pc/boot.img"
+grub-mkimage -O i386-pc -o "$B/boot/grub/i386-pc/core.img" -p '(,gpt1)/grub' "${GRUB_MODULES[@]}"
 
 # ---- the other layers: a marker file each -----------------------------------------------------
 for l in control-plane nvidia kata; do

@@ -22,6 +22,8 @@ pub mod types {
     /// The sealed per-node layer and its verity tree.
     pub const INGOT_NODE: &str = "c001e177-74c2-4996-ada8-1815adcbb065";
     pub const INGOT_NODE_VERITY: &str = "8a9faee1-3fe6-4ab2-8dc2-b98d07c07ce3";
+    /// GPT BIOS boot partition ("Hah!IdontNeedEFI"): GRUB's core image for legacy BIOS boot.
+    pub const BIOS_BOOT: &str = "21686148-6449-6e6f-744e-656564454649";
 }
 
 /// GPT attribute bit 60: read-only (DPS recommends it for verity partitions and their data).
@@ -31,6 +33,8 @@ pub const ATTR_READ_ONLY: u64 = 1 << 60;
 pub const ESP_LABEL: &str = "ESP";
 /// The writable partition's name; it is left blank for first boot to format.
 pub const VAR_LABEL: &str = "var";
+/// The BIOS boot partition's name (last on the disk, when the stack has a BIOS loader).
+pub const BIOS_BOOT_LABEL: &str = "bios-boot";
 /// The node layer's name in the plan and on the command line.
 pub const NODE_LAYER: &str = "node";
 

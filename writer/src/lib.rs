@@ -6,9 +6,11 @@
 //! and seal the per-node layer, plan the disk, wipe the partition-table areas, write each layer
 //! with both checks, write the ESP, write the partition table last and confirm it. Any failure
 //! after the wipe clears the partition-table areas again, so a half-written disk never looks
-//! bootable. [`boot`] holds the boot contract (partition names, kernel command line); [`cli`],
+//! bootable. [`boot`] holds the boot contract (partition names, kernel command line), [`bios`]
+//! the legacy BIOS loader's on-disk format; [`cli`],
 //! [`run`], [`caph`], [`watchdog`] and [`reboot`] are the binary's edges.
 
+pub mod bios;
 pub mod boot;
 pub mod caph;
 pub mod cli;

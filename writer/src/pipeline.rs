@@ -48,10 +48,16 @@ pub fn provision(
     let guard = steps::guard::run(&checked.facts, &targets, req.allow_foreign_os, reporter)?;
     let teardown = steps::teardown::plan(&sysroot, &targets, &guard, reporter)?;
     let opened = open_stack(&req.image, &req.trust, &checked.machine, reporter)?;
+    let bios_loader = opened.descriptor().boot.bios.is_some();
+    steps::gate::firmware(&checked.facts, bios_loader, reporter)?;
     let role = checked.role;
     let staged = steps::stage::run(&opened, checked, &sysroot, req, reporter)?;
     let node = steps::seal::run(&staged, &opened.describe(), &req.machine_name, reporter)?;
-    let need = steps::plan::min_disk_size(req.settings.esp_size, &opened.plan_layers(Some(&node)));
+    let need = steps::plan::min_disk_size(
+        req.settings.esp_size,
+        &opened.plan_layers(Some(&node)),
+        bios_loader,
+    );
     for disk in &targets {
         steps::gate::size(disk, need, reporter)?;
     }
@@ -155,9 +161,10 @@ fn write_planned(
     if let Some(m) = &settings.mirror {
         stats += crate::mirror::write_member(target, plan, m, settings.options, reporter)?;
     }
-    let (kernel_cmdline, esp) = steps::esp::run(target, opened, node, plan, settings, reporter)?;
+    let (kernel_cmdline, esp, mbr_code) =
+        steps::esp::run(target, opened, node, plan, settings, reporter)?;
     stats += esp;
-    steps::partition_table::run(target, plan, reporter)?;
+    steps::partition_table::run(target, plan, mbr_code.as_deref(), reporter)?;
 
     let mut layers: Vec<(String, String)> = opened
         .layers()

@@ -2,14 +2,20 @@
 //! bootloader, the kernel and initrd from the base layer, and a systemd-boot loader entry whose
 //! command line names every layer's root hash.
 //!
+//! When the stack carries a BIOS loader and the plan has a BIOS boot partition, GRUB's core image
+//! goes there (patched by [`crate::bios`]) and `grub/grub.cfg` on the ESP boots the same kernel,
+//! initrd and command line; the MBR boot code is returned for the `partition-table` step.
+//!
 //! Reads the boot files from the base layer as written on the target (every block checked
 //! against its tree), the verified stack, the node layer, the plan and the extra kernel
-//! arguments; returns the kernel command line and what writing the ESP took ([`WriteStats`]).
+//! arguments; returns the kernel command line, what writing took ([`WriteStats`]) and the MBR
+//! boot code, if any.
 
 use std::io::{Cursor, Write};
 
 use fatfs::{FatType, FileSystem, FormatVolumeOptions, FsOptions};
 
+use crate::bios::{self, BiosError};
 use crate::boot::Cmdline;
 use crate::error::WriteError;
 use crate::layerfs::LayerFs;
@@ -29,7 +35,7 @@ pub fn run(
     plan: &DiskPlan,
     settings: &WriteSettings,
     reporter: &Reporter,
-) -> Result<(String, WriteStats), WriteError> {
+) -> Result<(String, WriteStats, Option<Vec<u8>>), WriteError> {
     reporter.stage(
         Stage::Esp,
         "reading the boot files from the verified base layer and writing the ESP",
@@ -48,6 +54,14 @@ pub fn run(
         fs.read(&d.boot.initrd)?,
         fs.read(&d.boot.efi)?,
     );
+    let bios_part = plan.find(&Content::BiosBoot);
+    let bios_files = match (&d.boot.bios, bios_part) {
+        (Some(dir), Some(_)) => Some((
+            fs.read(&format!("{dir}/boot.img"))?,
+            fs.read(&format!("{dir}/core.img"))?,
+        )),
+        _ => None,
+    };
     let cmdline = Cmdline {
         stack: (&d.name, &d.version),
         layers: opened
@@ -63,6 +77,7 @@ pub fn run(
         extra: &settings.kernel_args,
     }
     .render();
+    let title = format!("ingot {} {}", d.name, d.version);
     let esp_part = plan.part(&Content::Esp);
     let volume_id = u32::from_le_bytes(plan.disk_guid.as_bytes()[..4].try_into().expect("4 bytes"));
     let image = build(
@@ -71,12 +86,15 @@ pub fn run(
             bootloader: &bootloader,
             kernel: &kernel,
             initrd: &initrd,
-            entry: loader_entry(&format!("ingot {} {}", d.name, d.version), &cmdline),
+            entry: loader_entry(&title, &cmdline),
+            grub_cfg: bios_files
+                .as_ref()
+                .map(|_| bios::grub_cfg(&title, KERNEL_PATH, INITRD_PATH, &cmdline)),
             volume_id,
         },
     )?;
     let zeroed = target.zero_range(esp_part.offset, esp_part.size)?;
-    let stats = write_bytes(
+    let mut stats = write_bytes(
         target,
         "esp",
         &image,
@@ -86,7 +104,25 @@ pub fn run(
         reporter,
     )?;
     settings.options.check_deadline("esp")?;
-    Ok((cmdline, stats))
+    let mut mbr_code = None;
+    if let (Some((boot_img, core_img)), Some(part)) = (bios_files, bios_part) {
+        reporter.stage(Stage::Esp, "writing GRUB's core image for BIOS firmware");
+        let mut core =
+            bios::core(&core_img, part.offset / 512, part.size).map_err(EspError::from)?;
+        core.resize(part.size as usize, 0);
+        let zeroed = target.zero_range(part.offset, part.size)?;
+        stats += write_bytes(
+            target,
+            "bios-boot",
+            &core,
+            part.offset,
+            zeroed,
+            settings.options,
+            reporter,
+        )?;
+        mbr_code = Some(boot_img);
+    }
+    Ok((cmdline, stats, mbr_code))
 }
 
 /// What goes on the ESP.
@@ -97,6 +133,8 @@ pub struct EspContents<'a> {
     pub initrd: &'a [u8],
     /// `loader/entries/ingot.conf`.
     pub entry: String,
+    /// `grub/grub.cfg`, for BIOS firmware.
+    pub grub_cfg: Option<String>,
     /// Seeds the FAT volume id, so the same contents give the same bytes.
     pub volume_id: u32,
 }
@@ -115,6 +153,8 @@ pub enum EspError {
     TooSmall { size: u64, need: u64 },
     #[error("the FAT32 volume is malformed after fixing directory entries: {0}")]
     Malformed(String),
+    #[error("the stack's BIOS loader: {0}")]
+    Bios(#[from] BiosError),
 }
 
 fn io(what: &str) -> impl FnOnce(std::io::Error) -> EspError + '_ {
@@ -157,13 +197,17 @@ pub fn build(size: u64, contents: &EspContents<'_>) -> Result<Vec<u8>, EspError>
             for dir in ["EFI", "EFI/BOOT", "loader", "loader/entries", "ingot"] {
                 root.create_dir(dir).map_err(io(dir))?;
             }
-            let files: [(&str, &[u8]); 5] = [
+            let mut files: Vec<(&str, &[u8])> = vec![
                 ("EFI/BOOT/BOOTX64.EFI", contents.bootloader),
                 (&KERNEL_PATH[1..], contents.kernel),
                 (&INITRD_PATH[1..], contents.initrd),
                 ("loader/loader.conf", b"default ingot.conf\ntimeout 0\n"),
                 ("loader/entries/ingot.conf", contents.entry.as_bytes()),
             ];
+            if let Some(cfg) = &contents.grub_cfg {
+                root.create_dir("grub").map_err(io("grub"))?;
+                files.push((&bios::GRUB_CFG_PATH[1..], cfg.as_bytes()));
+            }
             for (path, bytes) in files {
                 let mut f = root.create_file(path).map_err(io(path))?;
                 f.truncate().map_err(io(path))?;
@@ -288,6 +332,7 @@ mod tests {
             kernel: &[1u8; 100_000],
             initrd: &[2u8; 300_000],
             entry: loader_entry("t", "ro"),
+            grub_cfg: Some("boot\n".into()),
             volume_id: 7,
         };
         let a = build(64 << 20, &contents).unwrap();

@@ -30,7 +30,9 @@ pub fn run(
     reporter.stage(Stage::Gate, "checking tools, firmware and the target disks");
     let tools: Vec<&str> = req.required_tools.iter().map(String::as_str).collect();
     passed(reporter, &ingot_machine::gate_tools(&tools, None)?);
-    passed(reporter, &ingot_machine::gate_uefi(facts)?);
+    if facts.uefi {
+        passed(reporter, &ingot_machine::gate_uefi(facts)?);
+    } // BIOS firmware: whether the stack can boot it is known after `verify` ([`firmware`]).
     let targets = ingot_machine::resolve_targets(sysroot, facts, &req.root_devices)?;
     let smart: Box<dyn SmartSource> = if req.sysroot == Path::new("/") {
         Box::new(Smartctl::default())
@@ -62,6 +64,26 @@ pub fn run(
     }
     reporter.detail("gates", &gates);
     Ok(targets)
+}
+
+/// The firmware gate on a BIOS machine, once the stack is verified: it boots only when the stack
+/// carries a BIOS loader (`[boot] bios`); otherwise `not-uefi`, before any disk is touched.
+pub fn firmware(
+    facts: &Facts,
+    bios_loader: bool,
+    reporter: &Reporter,
+) -> Result<(), ProvisionError> {
+    if facts.uefi {
+        return Ok(());
+    }
+    if !bios_loader {
+        ingot_machine::gate_uefi(facts)?;
+    }
+    reporter.stage(
+        Stage::Gate,
+        "BIOS firmware: the disk boots through the stack's BIOS loader (GRUB i386-pc)",
+    );
+    Ok(())
 }
 
 /// The size gate: `disk` holds the `need` bytes the plan asks for.

@@ -12,17 +12,24 @@ use gpt::partition::Partition;
 use gpt::partition_types::{OperatingSystem, Type};
 
 use crate::report::{Reporter, Stage};
-use crate::steps::plan::{DiskPlan, MIB};
+use crate::steps::plan::{Content, DiskPlan, MIB};
 use crate::target::{Target, TargetError};
 
-/// The `partition-table` step: after a sync, the table written and read back.
-pub fn run(target: &Target, plan: &DiskPlan, reporter: &Reporter) -> Result<(), TableError> {
+/// The `partition-table` step: after a sync, the table written and read back. `mbr_code` is
+/// GRUB's `boot.img` when the disk also boots from BIOS firmware: it goes into the protective
+/// MBR with the table, patched to load the core image from the BIOS boot partition.
+pub fn run(
+    target: &Target,
+    plan: &DiskPlan,
+    mbr_code: Option<&[u8]>,
+    reporter: &Reporter,
+) -> Result<(), TableError> {
     reporter.stage(
         Stage::PartitionTable,
         "writing the partition table (last) and reading it back",
     );
     target.sync()?;
-    write(target, plan)?;
+    write(target, plan, mbr_code)?;
     target.reread_partitions();
     Ok(())
 }
@@ -35,6 +42,8 @@ pub enum TableError {
     Gpt(String),
     #[error("the partition table read back from the disk does not match the plan: {0}")]
     Mismatch(String),
+    #[error("the stack's BIOS loader: {0}")]
+    Bios(#[from] crate::bios::BiosError),
 }
 
 /// The byte ranges that hold partition-table signatures: the protective MBR, the primary GPT
@@ -85,9 +94,9 @@ fn entries(plan: &DiskPlan) -> BTreeMap<u32, Partition> {
         .collect()
 }
 
-/// Writes the protective MBR and the GPT (backup, then primary) for `plan`, syncs, reads the
-/// table back and checks every entry against the plan.
-pub fn write(target: &Target, plan: &DiskPlan) -> Result<(), TableError> {
+/// Writes the protective MBR (with `mbr_code` patched in, when given) and the GPT (backup, then
+/// primary) for `plan`, syncs, reads the table back and checks every entry against the plan.
+pub fn write(target: &Target, plan: &DiskPlan, mbr_code: Option<&[u8]>) -> Result<(), TableError> {
     let gpt_err = |e: &dyn std::fmt::Display| TableError::Gpt(e.to_string());
     let device = target.clone_buffered()?;
     let mut disk = gpt::GptConfig::new()
@@ -102,8 +111,28 @@ pub fn write(target: &Target, plan: &DiskPlan) -> Result<(), TableError> {
     let mbr = gpt::mbr::ProtectiveMBR::with_lb_size(u32::try_from(sectors - 1).unwrap_or(u32::MAX));
     mbr.overwrite_lba0(&mut device).map_err(|e| gpt_err(&e))?;
     drop(device);
+    let boot_sector = match (mbr_code, plan.find(&Content::BiosBoot)) {
+        (Some(code), Some(part)) => {
+            let mut protective = [0u8; 512];
+            target.read_small(&mut protective, 0)?;
+            let sector = crate::bios::mbr(code, &protective, part.offset / 512)?;
+            target.write_small(&sector, 0)?;
+            Some(sector)
+        }
+        _ => None,
+    };
     target.sync()?;
-    confirm(target, plan)
+    confirm(target, plan)?;
+    if let Some(sector) = boot_sector {
+        let mut back = [0u8; 512];
+        target.read_small(&mut back, 0)?;
+        if back != sector {
+            return Err(TableError::Mismatch(
+                "the MBR boot code read back differs".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Reads the GPT back (both headers must be valid) and compares it with the plan.

@@ -13,7 +13,8 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::boot::{data_label, hash_label, partition_uuids, ESP_LABEL, VAR_LABEL};
+use crate::bios::BIOS_BOOT_SIZE;
+use crate::boot::{data_label, hash_label, partition_uuids, BIOS_BOOT_LABEL, ESP_LABEL, VAR_LABEL};
 pub use crate::boot::{types, ATTR_READ_ONLY};
 use crate::error::WriteError;
 use crate::report::{Reporter, Stage};
@@ -43,6 +44,8 @@ pub enum Content {
         index: usize,
     },
     Var,
+    /// GRUB's core image for legacy BIOS boot (the last 1 MiB before the backup GPT).
+    BiosBoot,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,27 +130,32 @@ fn layer_bytes(layers: &[PlanLayer]) -> u64 {
         .sum()
 }
 
-/// The smallest disk [`plan`] accepts for these layers and ESP size.
-pub fn min_disk_size(esp_size: u64, layers: &[PlanLayer]) -> u64 {
-    MIB + align_up(esp_size) + layer_bytes(layers) + MIN_VAR_SIZE + TAIL
+/// The smallest disk [`plan`] accepts for these layers and ESP size (and a BIOS boot partition).
+pub fn min_disk_size(esp_size: u64, layers: &[PlanLayer], bios: bool) -> u64 {
+    let bios = if bios { BIOS_BOOT_SIZE } else { 0 };
+    MIB + align_up(esp_size) + layer_bytes(layers) + MIN_VAR_SIZE + bios + TAIL
 }
 
 /// Lays out `layers` (in stacking order, base first) on a disk of `disk_size` bytes.
 /// `identity` seeds the disk GUID (e.g. the manifest digest), so the same stack on the same
-/// disk gives the same table.
+/// disk gives the same table. With `bios` (the stack carries a BIOS loader) and 512-byte
+/// sectors (GRUB's i386-pc boot code reads 512-byte LBAs), a BIOS boot partition comes last,
+/// so every other partition keeps its number and place.
 pub fn plan(
     disk_size: u64,
     sector_size: u32,
     esp_size: u64,
     layers: &[PlanLayer],
     identity: &[u8],
+    bios: bool,
 ) -> Result<DiskPlan, PlanError> {
     if esp_size < MIN_ESP_SIZE {
         return Err(PlanError::EspTooSmall(esp_size));
     }
     let esp_size = align_up(esp_size);
     let layer_bytes = layer_bytes(layers);
-    let need = min_disk_size(esp_size, layers);
+    let bios = bios && sector_size == 512;
+    let need = min_disk_size(esp_size, layers, bios);
     if disk_size < need {
         return Err(PlanError::TooSmall {
             have: disk_size,
@@ -202,7 +210,8 @@ pub fn plan(
         });
         at += hash_size;
     }
-    let var_end = (disk_size - TAIL) / MIB * MIB;
+    let end = (disk_size - TAIL) / MIB * MIB;
+    let var_end = if bios { end - BIOS_BOOT_SIZE } else { end };
     parts.push(PlannedPartition {
         content: Content::Var,
         label: VAR_LABEL.into(),
@@ -212,6 +221,17 @@ pub fn plan(
         size: var_end - at,
         attributes: 0,
     });
+    if bios {
+        parts.push(PlannedPartition {
+            content: Content::BiosBoot,
+            label: BIOS_BOOT_LABEL.into(),
+            type_guid: guid(types::BIOS_BOOT),
+            part_guid: derived_guid(identity, b"bios-boot"),
+            offset: var_end,
+            size: BIOS_BOOT_SIZE,
+            attributes: 0,
+        });
+    }
     Ok(DiskPlan {
         disk_size,
         sector_size,
@@ -261,6 +281,7 @@ pub fn run(
         settings.esp_size,
         &opened.plan_layers(node),
         &identity,
+        opened.descriptor().boot.bios.is_some(),
     )?;
     settings.options.check_deadline("plan")?;
     Ok((target, plan))
@@ -290,7 +311,7 @@ mod tests {
             layer("base", true, 300 * MIB + 5),
             layer("nvidia", false, 10 * MIB),
         ];
-        let p = plan(2048 * MIB, 512, 256 * MIB, &layers, b"stack").unwrap();
+        let p = plan(2048 * MIB, 512, 256 * MIB, &layers, b"stack", false).unwrap();
         let kinds: Vec<_> = p.partitions.iter().map(|p| p.content.clone()).collect();
         assert_eq!(
             kinds,
@@ -324,7 +345,7 @@ mod tests {
         assert_eq!(p.partitions[3].type_guid.to_string(), types::INGOT_LAYER);
         assert_eq!(
             p,
-            plan(2048 * MIB, 512, 256 * MIB, &layers, b"stack").unwrap(),
+            plan(2048 * MIB, 512, 256 * MIB, &layers, b"stack", false).unwrap(),
             "reproducible"
         );
     }
@@ -332,8 +353,30 @@ mod tests {
     #[test]
     fn refuses_a_small_disk() {
         let layers = [layer("base", true, 900 * MIB)];
-        let err = plan(1024 * MIB, 512, 256 * MIB, &layers, b"x").unwrap_err();
+        let err = plan(1024 * MIB, 512, 256 * MIB, &layers, b"x", false).unwrap_err();
         assert!(matches!(err, PlanError::TooSmall { .. }), "{err}");
-        assert!(plan(1024 * MIB, 512, 32 * MIB, &[], b"x").is_err());
+        assert!(plan(1024 * MIB, 512, 32 * MIB, &[], b"x", false).is_err());
+    }
+
+    #[test]
+    fn a_bios_loader_gets_the_last_mib_before_the_backup_table() {
+        let layers = [layer("base", true, 300 * MIB)];
+        let uefi = plan(2048 * MIB, 512, 256 * MIB, &layers, b"s", false).unwrap();
+        let both = plan(2048 * MIB, 512, 256 * MIB, &layers, b"s", true).unwrap();
+        let n = uefi.partitions.len();
+        assert_eq!(both.partitions.len(), n + 1);
+        assert_eq!(
+            both.partitions[..n - 1],
+            uefi.partitions[..n - 1],
+            "same places"
+        );
+        let (var, bios) = (&both.partitions[n - 1], &both.partitions[n]);
+        assert_eq!(var.size + MIB, uefi.partitions[n - 1].size);
+        assert_eq!((bios.content.clone(), bios.size), (Content::BiosBoot, MIB));
+        assert_eq!(bios.offset, var.offset + var.size);
+        assert_eq!(bios.type_guid.to_string(), types::BIOS_BOOT);
+        // 4096-byte sectors: no BIOS boot partition (GRUB's boot code reads 512-byte LBAs).
+        let big = plan(2048 * MIB, 4096, 256 * MIB, &layers, b"s", true).unwrap();
+        assert!(big.find(&Content::BiosBoot).is_none());
     }
 }

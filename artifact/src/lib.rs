@@ -9,3 +9,4 @@ pub mod registry;
 pub mod sign;
 pub mod trust_key;
 pub mod verify;
+pub mod version;

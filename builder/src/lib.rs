@@ -9,4 +9,4 @@ pub mod inspect;
 pub mod manifest;
 pub mod preload;
 
-pub use ingot_artifact::{compress, oci_layout, registry, sign, trust_key, verify};
+pub use ingot_artifact::{compress, oci_layout, registry, sign, trust_key, verify, version};

@@ -23,7 +23,7 @@ use ingot_layers::select::{GpuVendor, Role};
 ///     layer from the bootstrap data, writes, keeps /root/output.json's `message` current, prints
 ///     IMAGE_URL_DONE as the last stdout line on success only, and reboots (unless --no-reboot).
 #[derive(Parser, Debug)]
-#[command(name = "ingot-writer", version, verbatim_doc_comment)]
+#[command(name = "ingot-writer", version = ingot_artifact::version::VERSION, verbatim_doc_comment)]
 pub struct Cli {
     /// The stack: `oci://REGISTRY/REPO:TAG` (or `@sha256:...`), or an OCI image layout directory
     /// (`oci:DIR` or `DIR`).

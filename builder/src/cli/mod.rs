@@ -19,7 +19,7 @@ mod verity;
 
 /// Build, seal, verify and inspect Kubernetes node-image stacks.
 #[derive(Parser, Debug)]
-#[command(name = "ingot", version, about, long_about = None)]
+#[command(name = "ingot", version = crate::version::VERSION, about, long_about = None)]
 pub struct Cli {
     /// Log verbosity (-v info, -vv debug, -vvv trace). RUST_LOG overrides it.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]

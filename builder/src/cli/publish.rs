@@ -12,15 +12,28 @@ use crate::registry::{Registry, RegistryError, RegistryOptions, RegistryRef, Ret
 use anyhow::Context;
 use clap::Args;
 
-/// How to reach a registry (shared by publish, pull and resolve).
+/// How to reach a registry (shared by every command that reaches one). HTTPS_PROXY,
+/// HTTP_PROXY and NO_PROXY are honoured.
 #[derive(Args, Debug, Clone)]
 pub struct RegistryArgs {
-    /// Speak plain HTTP to this registry (127.0.0.1, ::1 and localhost always do).
-    #[arg(long)]
+    /// Speak plain HTTP to this registry (127.0.0.1, ::1 and localhost do unless --ca-file or
+    /// --insecure asks for TLS).
+    #[arg(long, conflicts_with_all = ["insecure", "ca_file"])]
     pub plain_http: bool,
+    /// Speak TLS without verifying the registry's certificate.
+    #[arg(long)]
+    pub insecure: bool,
+    /// Trust the PEM certificate(s) in FILE as well as the system's (a registry with a
+    /// self-signed or private CA).
+    #[arg(long, value_name = "FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// Credentials from this docker config.json (auths, credHelpers, credsStore) instead of
+    /// OCI_REGISTRY_AUTH_TOKEN and DOCKER_CONFIG.
+    #[arg(long, value_name = "FILE", conflicts_with = "username")]
+    pub authfile: Option<PathBuf>,
     /// User name for the registry; the password is read from stdin (--password-stdin).
-    /// Without it: OCI_REGISTRY_AUTH_TOKEN, then docker's config.json (DOCKER_CONFIG), then
-    /// anonymous.
+    /// Without it: --authfile, OCI_REGISTRY_AUTH_TOKEN, then docker's config.json
+    /// (DOCKER_CONFIG; credential helpers run from PATH), then anonymous.
     #[arg(long, value_name = "USER", requires = "password_stdin")]
     pub username: Option<String>,
     /// Read the password (or token) for --username from stdin (one line).
@@ -58,9 +71,12 @@ impl RegistryArgs {
         };
         Ok(RegistryOptions {
             plain_http: self.plain_http,
+            insecure: self.insecure,
+            ca_file: self.ca_file.clone(),
             auth: ExplicitAuth {
                 username: self.username.clone(),
                 password,
+                authfile: self.authfile.clone(),
             },
             retry: RetryPolicy {
                 attempts: self.retries,
@@ -103,8 +119,8 @@ pub fn fail(what: &str, e: &RegistryError) -> ExitCode {
     eprintln!("ingot: {what}: {e}");
     if let RegistryError::Auth { .. } = e {
         eprintln!(
-            "ingot: hint: give --username USER --password-stdin, set OCI_REGISTRY_AUTH_TOKEN, \
-             or add the registry to docker's config.json (DOCKER_CONFIG)"
+            "ingot: hint: give --username USER --password-stdin or --authfile FILE, set \
+             OCI_REGISTRY_AUTH_TOKEN, or add the registry to docker's config.json (DOCKER_CONFIG)"
         );
     }
     ExitCode::from(e.exit_code())

@@ -4,6 +4,7 @@
 //! artifacts with it; `ingot-writer` reads and checks them with it.
 
 pub mod compress;
+pub mod layerfs;
 pub mod oci_layout;
 pub mod registry;
 pub mod sign;

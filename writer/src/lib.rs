@@ -13,7 +13,8 @@ pub mod boot;
 pub mod caph;
 pub mod cli;
 pub mod error;
-pub mod layerfs;
+// The verifying ext4 reader is in ingot-artifact, which `ingot diff` shares.
+pub use ingot_artifact::layerfs;
 pub mod pipeline;
 pub mod reboot;
 pub mod report;

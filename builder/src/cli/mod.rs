@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod build;
+mod diff;
 mod inspect;
 mod key;
 mod layer;
@@ -52,6 +53,8 @@ pub enum Command {
     Pull(pull::PullArgs),
     /// Print the manifest digest a registry reference names.
     Resolve(pull::ResolveArgs),
+    /// Compare two stacks: which layers changed, and which files in them.
+    Diff(diff::DiffArgs),
 }
 
 /// Runs a parsed command line; the exit status says how it went.
@@ -67,6 +70,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Publish(args) => publish::run(args),
         Command::Pull(args) => pull::run(args),
         Command::Resolve(args) => pull::run_resolve(args),
+        Command::Diff(args) => diff::run(args),
     };
     match result {
         Ok(code) => code,

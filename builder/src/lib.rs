@@ -4,10 +4,12 @@
 //! binary only parses it and runs it.
 
 pub mod build;
-pub mod diff;
 pub mod cli;
+pub mod diff;
 pub mod inspect;
 pub mod manifest;
 pub mod preload;
 
-pub use ingot_artifact::{compress, layerfs, oci_layout, registry, sign, trust_key, verify, version};
+pub use ingot_artifact::{
+    compress, layerfs, oci_layout, registry, sign, trust_key, verify, version,
+};

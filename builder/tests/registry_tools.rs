@@ -4,7 +4,7 @@
 //! PATH by every command, and a failing helper as a clear error.
 
 mod common;
-mod registry_support;
+use ingot_testkit::registry as registry_support;
 
 use std::fs;
 use std::net::TcpStream;

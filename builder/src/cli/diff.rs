@@ -2,10 +2,10 @@
 
 use std::process::ExitCode;
 
-use clap::Args;
 use crate::cli::publish::RegistryArgs;
 use crate::diff::{diff, render};
 use crate::verify::{open_with, StackRef, Trust};
+use clap::Args;
 
 /// Compare two stacks: per layer whether it changed (its verity root hash), its sizes and root
 /// hashes, and for a changed layer the files added, removed and changed (path, kind, size, mode,

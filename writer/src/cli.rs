@@ -99,6 +99,9 @@ pub struct Cli {
     /// Log verbosity (-v info, -vv debug).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// How to reach the registry (the same options as every `ingot` command that reaches one).
+    #[command(flatten)]
+    pub registry: ingot_artifact::registry::args::RegistryArgs,
 }
 
 /// `90s`, `20m`, `1h`, or plain seconds.

@@ -46,7 +46,13 @@ pub fn provision(
     )?;
     let targets = steps::gate::run(&sysroot, &checked.facts, req, reporter)?;
     steps::guard::run(&checked.facts, &targets, req.allow_foreign_os, reporter)?;
-    let opened = open_stack(&req.image, &req.trust, &checked.machine, reporter)?;
+    let opened = open_stack(
+        &req.image,
+        &req.trust,
+        &checked.machine,
+        &req.settings.registry,
+        reporter,
+    )?;
     let role = checked.role;
     let staged = steps::stage::run(&opened, checked, &sysroot, req, reporter)?;
     let node = steps::seal::run(&staged, &opened.describe(), &req.machine_name, reporter)?;
@@ -64,7 +70,13 @@ pub fn provision(
 
 /// Writes the stack `req` names onto `req.target`.
 pub fn write_stack(req: &WriteRequest, reporter: &Reporter) -> Result<Outcome, WriteError> {
-    let opened = open_stack(&req.source, &req.trust, &req.machine, reporter)?;
+    let opened = open_stack(
+        &req.source,
+        &req.trust,
+        &req.machine,
+        &req.settings.registry,
+        reporter,
+    )?;
     write_opened(&opened, None, &req.target, &req.settings, reporter)
 }
 
@@ -73,9 +85,10 @@ pub fn open_stack(
     stack: &StackRef,
     trust: &Trust,
     machine: &Machine,
+    registry: &ingot_artifact::registry::RegistryOptions,
     reporter: &Reporter,
 ) -> Result<OpenedStack, WriteError> {
-    let source = steps::resolve::run(stack, reporter)?;
+    let source = steps::resolve::run(stack, registry, reporter)?;
     steps::verify::run(source, trust, machine, reporter)
 }
 

@@ -28,6 +28,8 @@ pub struct WriteSettings {
     /// Appended to the kernel command line after ingot's own parameters.
     pub kernel_args: Vec<String>,
     pub options: WriteOptions,
+    /// How to reach a registry source (`--plain-http`, `--ca-file`, credentials, ...).
+    pub registry: ingot_artifact::registry::RegistryOptions,
 }
 
 /// What was written.

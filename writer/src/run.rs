@@ -43,6 +43,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             max_attempts: cli.max_attempts,
             deadline: Some(deadline),
         },
+        registry: cli.registry.options()?,
     };
     let trust = Trust {
         key: Some(key),

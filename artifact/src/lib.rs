@@ -5,8 +5,10 @@
 
 pub mod compress;
 pub mod error_text;
+pub mod layerfs;
 pub mod oci_layout;
 pub mod registry;
 pub mod sign;
 pub mod trust_key;
 pub mod verify;
+pub mod version;

@@ -117,13 +117,20 @@ impl ArtifactSource for LayoutSource {
     }
 }
 
-/// Open the store a reference names.
+/// Open the store a reference names (a registry with the default options).
 pub fn open(stack: &StackRef) -> Result<Box<dyn ArtifactSource>, VerifyError> {
+    open_with(stack, crate::registry::RegistryOptions::default())
+}
+
+/// Open the store a reference names; `options` say how to reach a registry.
+pub fn open_with(
+    stack: &StackRef,
+    options: crate::registry::RegistryOptions,
+) -> Result<Box<dyn ArtifactSource>, VerifyError> {
     match stack {
         StackRef::Layout(p) => Ok(Box::new(LayoutSource::open(p)?)),
         StackRef::Registry(r) => Ok(Box::new(crate::registry::source::RegistrySource::open(
-            r,
-            crate::registry::RegistryOptions::default(),
+            r, options,
         )?)),
     }
 }

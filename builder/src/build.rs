@@ -130,7 +130,7 @@ pub fn rfc3339(epoch: u64) -> String {
 
 /// The builder's name and version, recorded in the descriptor.
 pub fn builder_id() -> String {
-    format!("ingot {}", env!("CARGO_PKG_VERSION"))
+    crate::version::builder_id()
 }
 
 /// The identity a layer's UUIDs and hash seed derive from.

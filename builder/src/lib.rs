@@ -5,8 +5,11 @@
 
 pub mod build;
 pub mod cli;
+pub mod diff;
 pub mod inspect;
 pub mod manifest;
 pub mod preload;
 
-pub use ingot_artifact::{compress, oci_layout, registry, sign, trust_key, verify};
+pub use ingot_artifact::{
+    compress, layerfs, oci_layout, registry, sign, trust_key, verify, version,
+};

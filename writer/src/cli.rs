@@ -27,7 +27,7 @@ use ingot_layers::select::{GpuVendor, Role};
 ///   Settings CAPH cannot pass come from image-url-command.toml beside the binary (or
 ///   BINARY.toml), over the settings compiled in (ci/release); flags win over both.
 #[derive(Parser, Debug)]
-#[command(name = "ingot-writer", version, verbatim_doc_comment)]
+#[command(name = "ingot-writer", version = ingot_artifact::version::VERSION, verbatim_doc_comment)]
 pub struct Cli {
     /// The stack: `oci://REGISTRY/REPO:TAG` (or `@sha256:...`), or an OCI image layout directory
     /// (`oci:DIR` or `DIR`).
@@ -109,6 +109,9 @@ pub struct Cli {
     /// Log verbosity (-v info, -vv debug).
     #[arg(short, long, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// How to reach the registry (the same options as every `ingot` command that reaches one).
+    #[command(flatten)]
+    pub registry: ingot_artifact::registry::args::RegistryArgs,
 }
 
 /// `90s`, `20m`, `1h`, or plain seconds.

@@ -16,7 +16,8 @@ pub mod caph;
 pub mod cli;
 pub mod config;
 pub mod error;
-pub mod layerfs;
+// The verifying ext4 reader is in ingot-artifact, which `ingot diff` shares.
+pub use ingot_artifact::layerfs;
 pub mod mirror;
 pub mod pipeline;
 pub mod reboot;

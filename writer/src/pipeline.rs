@@ -47,7 +47,13 @@ pub fn provision(
     let targets = steps::gate::run(&sysroot, &checked.facts, req, reporter)?;
     let guard = steps::guard::run(&checked.facts, &targets, req.allow_foreign_os, reporter)?;
     let teardown = steps::teardown::plan(&sysroot, &targets, &guard, reporter)?;
-    let opened = open_stack(&req.image, &req.trust, &checked.machine, reporter)?;
+    let opened = open_stack(
+        &req.image,
+        &req.trust,
+        &checked.machine,
+        &req.settings.registry,
+        reporter,
+    )?;
     let bios_loader = opened.descriptor().boot.bios.is_some();
     steps::gate::firmware(&checked.facts, bios_loader, reporter)?;
     let role = checked.role;
@@ -118,7 +124,13 @@ fn write_every_target(
 
 /// Writes the stack `req` names onto `req.target`.
 pub fn write_stack(req: &WriteRequest, reporter: &Reporter) -> Result<Outcome, WriteError> {
-    let opened = open_stack(&req.source, &req.trust, &req.machine, reporter)?;
+    let opened = open_stack(
+        &req.source,
+        &req.trust,
+        &req.machine,
+        &req.settings.registry,
+        reporter,
+    )?;
     write_opened(&opened, None, &req.target, &req.settings, reporter)
 }
 
@@ -127,9 +139,10 @@ pub fn open_stack(
     stack: &StackRef,
     trust: &Trust,
     machine: &Machine,
+    registry: &ingot_artifact::registry::RegistryOptions,
     reporter: &Reporter,
 ) -> Result<OpenedStack, WriteError> {
-    let source = steps::resolve::run(stack, reporter)?;
+    let source = steps::resolve::run(stack, registry, reporter)?;
     steps::verify::run(source, trust, machine, reporter)
 }
 

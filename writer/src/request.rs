@@ -30,6 +30,8 @@ pub struct WriteSettings {
     pub options: WriteOptions,
     /// This disk's place in `var`'s mirror when the node is written to several disks.
     pub mirror: Option<crate::mirror::Mirror>,
+    /// How to reach a registry source (`--plain-http`, `--ca-file`, credentials, ...).
+    pub registry: ingot_artifact::registry::RegistryOptions,
 }
 
 /// What was written.

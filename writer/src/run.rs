@@ -108,6 +108,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             deadline: Some(deadline),
         },
         mirror: None,
+        registry: cli.registry.options()?,
     };
     let trust = Trust {
         key: Some(key),

@@ -107,6 +107,8 @@ pub struct ExplicitAuth {
     pub username: Option<String>,
     /// The password read from stdin.
     pub password: Option<Secret>,
+    /// `--authfile`: a docker `config.json` to read instead of the environment's.
+    pub authfile: Option<PathBuf>,
 }
 
 /// Parse `OCI_REGISTRY_AUTH_TOKEN` the way CAPH's download script does.
@@ -122,25 +124,30 @@ pub fn credentials_from_token_env(value: &str) -> Credentials {
     }
 }
 
+/// The part of a docker `config.json` that names credential helpers, read only to name the
+/// helper in an error (`docker_credential` does the lookup itself).
 #[derive(Deserialize, Default)]
-struct DockerConfig {
-    #[serde(default)]
-    auths: std::collections::BTreeMap<String, DockerAuth>,
+struct HelperNames {
     #[serde(default, rename = "credsStore")]
     creds_store: Option<String>,
+    #[serde(default, rename = "credHelpers")]
+    cred_helpers: std::collections::BTreeMap<String, String>,
 }
 
-#[derive(Deserialize, Default)]
-struct DockerAuth {
-    #[serde(default)]
-    auth: Option<String>,
-    #[serde(default)]
-    username: Option<String>,
-    #[serde(default)]
-    password: Option<String>,
-    #[serde(default)]
-    identitytoken: Option<String>,
+impl HelperNames {
+    fn for_registry(&self, registry: &str) -> Option<String> {
+        self.cred_helpers
+            .get(registry)
+            .or(self.creds_store.as_ref())
+            .filter(|h| !h.is_empty())
+            .map(|h| format!("docker-credential-{h}"))
+    }
 }
+
+/// What docker's credential helpers print when they hold nothing for a registry
+/// (`docker-credential-helpers`' `ErrCredentialsNotFound`). Docker, skopeo and oras then go on
+/// anonymously, and so does ingot; every other helper failure is an error.
+const HELPER_NOT_FOUND: &str = "credentials not found";
 
 /// `$DOCKER_CONFIG/config.json`, else `$HOME/.docker/config.json`.
 pub fn docker_config_path() -> Option<PathBuf> {
@@ -152,84 +159,97 @@ pub fn docker_config_path() -> Option<PathBuf> {
         .map(|h| PathBuf::from(h).join(".docker/config.json"))
 }
 
-/// The host part of an `auths` key: `https://host:port/v1/` → `host:port`.
-fn auths_key_host(key: &str) -> &str {
-    let k = key
-        .strip_prefix("https://")
-        .or_else(|| key.strip_prefix("http://"))
-        .unwrap_or(key);
-    k.split('/').next().unwrap_or(k)
-}
-
-fn same_registry(a: &str, b: &str) -> bool {
-    let norm = |h: &str| match h {
-        "docker.io" | "registry-1.docker.io" => "index.docker.io".to_owned(),
-        other => other.to_owned(),
-    };
-    norm(a) == norm(b)
-}
-
-/// Look `registry` up in a docker `config.json`.
+/// Look `registry` up in a docker `config.json` (or a containers `auth.json`, the same format):
+/// `credHelpers[registry]`, then the `auths` entry, then `credsStore`, as docker does. A missing
+/// file is `None`; a helper that cannot be run or fails is an error, never anonymous.
+///
+/// The lookup and the helper protocol (`docker-credential-NAME get`, the registry on stdin, JSON
+/// `{"Username","Secret"}` on stdout) are the `docker_credential` crate's.
 pub fn credentials_from_docker_config(
     path: &Path,
     registry: &str,
 ) -> Result<Option<Credentials>, RegistryError> {
-    let text = match std::fs::read_to_string(path) {
+    use docker_credential::{CredentialRetrievalError as E, DockerCredential};
+    let text = match std::fs::read(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(RegistryError::io(path)(e)),
     };
-    let config: DockerConfig = serde_json::from_str(&text).map_err(|e| {
+    let not_config = |e: &dyn fmt::Display| {
         RegistryError::Protocol(format!("{}: not a docker config file: {e}", path.display()))
-    })?;
-    let Some((_, entry)) = config
-        .auths
-        .iter()
-        .find(|(k, _)| same_registry(auths_key_host(k), registry))
-    else {
-        if let Some(store) = &config.creds_store {
-            tracing::warn!(
-                "{}: no `auths` entry for {registry}; credential helpers (credsStore {store}) \
-                 are not supported",
-                path.display()
-            );
-        }
-        return Ok(None);
     };
-    let bad = |why: &str| {
+    let names: HelperNames = serde_json::from_slice(&text).map_err(|e| not_config(&e))?;
+    let helper = names
+        .for_registry(registry)
+        .unwrap_or_else(|| "the credential helper".to_owned());
+    let bad = |why: String| {
         RegistryError::Protocol(format!(
             "{}: the `auths` entry for {registry} {why}",
             path.display()
         ))
     };
-    if let Some(token) = entry.identitytoken.as_deref().filter(|t| !t.is_empty()) {
+    let helper_failed = |detail: String| RegistryError::Auth {
+        registry: registry.to_owned(),
+        source_desc: format!("{helper} named by {}", path.display()),
+        detail,
+    };
+    match docker_credential::get_credential_from_reader(text.as_slice(), registry) {
+        Ok(DockerCredential::UsernamePassword(username, password)) => {
+            Ok(Some(Credentials::Basic {
+                username,
+                password: Secret::new(password),
+            }))
+        }
         // An OAuth2 refresh token; registries exchange it at their token endpoint. oci-client
         // does not implement that exchange, so say so instead of failing obscurely.
-        let _ = token;
-        return Err(bad(
+        Ok(DockerCredential::IdentityToken(_)) => Err(bad(
             "holds an identity token, which ingot does not support; use --username and \
-             --password-stdin",
-        ));
-    }
-    if let Some(auth) = entry.auth.as_deref().filter(|a| !a.is_empty()) {
-        let decoded = base64::engine::general_purpose::STANDARD
-            .decode(auth.trim())
-            .map_err(|_| bad("has an `auth` field that is not base64"))?;
-        let decoded = String::from_utf8(decoded).map_err(|_| bad("has a non-UTF-8 `auth`"))?;
-        let (user, pass) = decoded
-            .split_once(':')
-            .ok_or_else(|| bad("has an `auth` field that is not base64 of user:password"))?;
-        return Ok(Some(Credentials::Basic {
-            username: user.to_owned(),
-            password: Secret::new(pass),
-        }));
-    }
-    match (&entry.username, &entry.password) {
-        (Some(u), Some(p)) => Ok(Some(Credentials::Basic {
-            username: u.clone(),
-            password: Secret::new(p.clone()),
+             --password-stdin"
+                .to_owned(),
+        )),
+        Err(E::NoCredentialConfigured) => Ok(None),
+        Err(E::ConfigReadError) => Err(not_config(&"unexpected structure")),
+        Err(E::CredentialDecodingError) => Err(bad(
+            "has an `auth` field that is not base64 of user:password".to_owned(),
+        )),
+        Err(E::CredentialMismatchError) => Err(bad(
+            "has an `auth` field that disagrees with its username and password".to_owned(),
+        )),
+        Err(E::HelperFailure { stdout, stderr, .. }) => {
+            let said = format!("{} {}", stdout.trim(), stderr.trim());
+            if said.to_lowercase().contains(HELPER_NOT_FOUND) {
+                tracing::info!("{helper} holds no credentials for {registry}: anonymous");
+                return Ok(None);
+            }
+            Err(helper_failed(format!(
+                "{helper} failed: {}",
+                clip(said.trim())
+            )))
+        }
+        Err(E::HelperCommunicationError) => Err(helper_failed(if on_path(&helper) {
+            format!("{helper} stopped before it read the registry name, or could not be run")
+        } else {
+            format!("could not run {helper}: it is not on PATH")
         })),
-        _ => Ok(None),
+        Err(E::MalformedHelperResponse) => Err(helper_failed(format!(
+            "{helper} did not print {{\"Username\":…,\"Secret\":…}}"
+        ))),
+        Err(e @ E::ConfigNotFound) => Err(not_config(&e)),
+    }
+}
+
+/// Whether an executable `name` is in a directory of `PATH`.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join(name).is_file()))
+}
+
+/// At most 300 characters of a helper's message, on one line.
+fn clip(s: &str) -> String {
+    let one_line = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    match one_line.char_indices().nth(300) {
+        Some((i, _)) => format!("{}…", &one_line[..i]),
+        None => one_line,
     }
 }
 
@@ -251,6 +271,22 @@ pub fn resolve(registry: &str, explicit: &ExplicitAuth) -> Result<ResolvedAuth, 
             ))
         }
         (None, None) => {}
+    }
+    if let Some(path) = &explicit.authfile {
+        if !path.is_file() {
+            return Err(RegistryError::Reference(format!(
+                "--authfile {}: no such file",
+                path.display()
+            )));
+        }
+        let credentials = credentials_from_docker_config(path, registry)?;
+        return Ok(ResolvedAuth {
+            source: match credentials {
+                Some(_) => format!("--authfile {}", path.display()),
+                None => format!("anonymous (nothing for {registry} in {})", path.display()),
+            },
+            credentials: credentials.unwrap_or(Credentials::Anonymous),
+        });
     }
     if let Ok(v) = std::env::var(TOKEN_ENV) {
         let v = v.trim_end_matches(['\n', '\r']);

@@ -70,8 +70,13 @@ impl RetryPolicy {
 /// How to talk to a registry.
 #[derive(Debug, Clone)]
 pub struct RegistryOptions {
-    /// Plain HTTP even for a non-loopback host (loopback hosts always use it).
+    /// Plain HTTP even for a non-loopback host (loopback hosts use it too, unless `insecure` or
+    /// `ca_file` asks for TLS).
     pub plain_http: bool,
+    /// TLS without verifying the registry's certificate (`--insecure`, as oras spells it).
+    pub insecure: bool,
+    /// PEM certificates to trust besides the system's (`--ca-file`, a self-signed registry).
+    pub ca_file: Option<std::path::PathBuf>,
     /// Credentials from the command line (others come from the environment, see [`auth`]).
     pub auth: ExplicitAuth,
     /// Retry policy.
@@ -93,6 +98,8 @@ impl Default for RegistryOptions {
     fn default() -> Self {
         RegistryOptions {
             plain_http: false,
+            insecure: false,
+            ca_file: None,
             auth: ExplicitAuth::default(),
             retry: RetryPolicy::default(),
             concurrency: 4,
@@ -101,6 +108,21 @@ impl Default for RegistryOptions {
             progress: true,
         }
     }
+}
+
+/// A `--ca-file`: PEM, checked here so a wrong file is named rather than failing every request.
+fn read_ca_file(path: &Path) -> Result<oci_client::client::Certificate, RegistryError> {
+    let data = std::fs::read(path).map_err(RegistryError::io(path))?;
+    if !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
+        return Err(RegistryError::Reference(format!(
+            "--ca-file {}: not a PEM certificate (no BEGIN CERTIFICATE line)",
+            path.display()
+        )));
+    }
+    Ok(oci_client::client::Certificate {
+        encoding: oci_client::client::CertificateEncoding::Pem,
+        data,
+    })
 }
 
 /// What [`Registry::fetch_stack`] returns.
@@ -150,10 +172,15 @@ impl Registry {
             "registry {}: credentials from {}",
             reference.registry, auth.source
         );
-        let protocol = if options.plain_http || reference.is_loopback() {
+        let tls_asked = options.insecure || options.ca_file.is_some();
+        let protocol = if options.plain_http || (reference.is_loopback() && !tls_asked) {
             ClientProtocol::Http
         } else {
             ClientProtocol::Https
+        };
+        let extra_root_certificates = match &options.ca_file {
+            Some(path) => vec![read_ca_file(path)?],
+            None => Vec::new(),
         };
         let config = ClientConfig {
             protocol,
@@ -162,7 +189,10 @@ impl Registry {
             connect_timeout: Some(Duration::from_secs(15)),
             max_concurrent_download: options.concurrency.max(1),
             max_concurrent_upload: options.concurrency.max(1),
-            user_agent: concat!("ingot/", env!("CARGO_PKG_VERSION")),
+            user_agent: crate::version::USER_AGENT,
+            accept_invalid_certificates: options.insecure,
+            extra_root_certificates,
+            // HTTPS_PROXY, HTTP_PROXY and NO_PROXY (either case) are read by reqwest itself.
             ..Default::default()
         };
         let client = Client::try_from(config)

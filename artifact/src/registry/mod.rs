@@ -12,6 +12,7 @@
 //!
 //! See `docs/registry.md` for the user-facing contract (exit codes, auth precedence, resume).
 
+pub mod args;
 pub mod auth;
 pub mod client;
 pub mod progress;

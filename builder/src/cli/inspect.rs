@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use crate::inspect::{inspect, render_table};
-use crate::verify::{open, StackRef};
+use crate::verify::{open_with, StackRef};
 use clap::Args;
 use ingot_layers::select::{GpuVendor, Machine, Role};
 
@@ -35,6 +35,8 @@ pub struct InspectArgs {
     /// The machine boots with UEFI firmware.
     #[arg(long, requires = "role")]
     pub uefi: bool,
+    #[command(flatten)]
+    pub registry: crate::cli::publish::RegistryArgs,
 }
 
 fn parse_role(s: &str) -> Result<Role, String> {
@@ -60,7 +62,9 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         virt: args.virt,
         uefi: args.uefi,
     });
-    let report = match open(&stack).and_then(|s| inspect(s.as_ref(), key, machine.as_ref())) {
+    let options = args.registry.options()?;
+    let opened = open_with(&stack, options);
+    let report = match opened.and_then(|s| inspect(s.as_ref(), key, machine.as_ref())) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("ingot: inspect {}: {e}", args.stack);

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod build;
+mod diff;
 mod inspect;
 mod key;
 mod layer;
@@ -19,7 +20,7 @@ mod verity;
 
 /// Build, seal, verify and inspect Kubernetes node-image stacks.
 #[derive(Parser, Debug)]
-#[command(name = "ingot", version, about, long_about = None)]
+#[command(name = "ingot", version = crate::version::VERSION, about, long_about = None)]
 pub struct Cli {
     /// Log verbosity (-v info, -vv debug, -vvv trace). RUST_LOG overrides it.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -52,6 +53,8 @@ pub enum Command {
     Pull(pull::PullArgs),
     /// Print the manifest digest a registry reference names.
     Resolve(pull::ResolveArgs),
+    /// Compare two stacks: which layers changed, and which files in them.
+    Diff(diff::DiffArgs),
 }
 
 /// Runs a parsed command line; the exit status says how it went.
@@ -67,6 +70,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Publish(args) => publish::run(args),
         Command::Pull(args) => pull::run(args),
         Command::Resolve(args) => pull::run_resolve(args),
+        Command::Diff(args) => diff::run(args),
     };
     match result {
         Ok(code) => code,

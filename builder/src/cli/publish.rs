@@ -1,78 +1,16 @@
 //! `ingot publish`: CLI glue for [`crate::registry::push`], and the registry options every
 //! registry command shares.
 
-use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::registry::auth::ExplicitAuth;
 use crate::registry::progress::throughput;
 use crate::registry::push::publish;
-use crate::registry::{Registry, RegistryError, RegistryOptions, RegistryRef, RetryPolicy, Secret};
-use anyhow::Context;
+use crate::registry::{Registry, RegistryError, RegistryRef};
 use clap::Args;
 
-/// How to reach a registry (shared by publish, pull and resolve).
-#[derive(Args, Debug, Clone)]
-pub struct RegistryArgs {
-    /// Speak plain HTTP to this registry (127.0.0.1, ::1 and localhost always do).
-    #[arg(long)]
-    pub plain_http: bool,
-    /// User name for the registry; the password is read from stdin (--password-stdin).
-    /// Without it: OCI_REGISTRY_AUTH_TOKEN, then docker's config.json (DOCKER_CONFIG), then
-    /// anonymous.
-    #[arg(long, value_name = "USER", requires = "password_stdin")]
-    pub username: Option<String>,
-    /// Read the password (or token) for --username from stdin (one line).
-    #[arg(long, requires = "username")]
-    pub password_stdin: bool,
-    /// Attempts in a row without progress before a transfer gives up (backoff 0.5 s doubling
-    /// to 8 s between them).
-    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub retries: u32,
-    /// Blobs transferred at once.
-    #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=32))]
-    pub concurrency: u32,
-    /// Upload each blob as 4 MiB PATCH requests instead of one streamed PUT (for registries or
-    /// proxies that cap the size of a request body).
-    #[arg(long)]
-    pub chunked: bool,
-    /// No progress bars.
-    #[arg(long, short)]
-    pub quiet: bool,
-}
-
-impl RegistryArgs {
-    /// Resolve into library options (reads the password from stdin if asked to).
-    pub fn options(&self) -> anyhow::Result<RegistryOptions> {
-        let password = if self.password_stdin {
-            let mut s = String::new();
-            std::io::stdin()
-                .read_to_string(&mut s)
-                .context("reading the password from stdin")?;
-            let line = s.lines().next().unwrap_or("").to_owned();
-            anyhow::ensure!(!line.is_empty(), "--password-stdin: stdin is empty");
-            Some(Secret::new(line))
-        } else {
-            None
-        };
-        Ok(RegistryOptions {
-            plain_http: self.plain_http,
-            auth: ExplicitAuth {
-                username: self.username.clone(),
-                password,
-            },
-            retry: RetryPolicy {
-                attempts: self.retries,
-                ..RetryPolicy::default()
-            },
-            concurrency: self.concurrency as usize,
-            chunked: self.chunked,
-            progress: !self.quiet,
-            ..RegistryOptions::default()
-        })
-    }
-}
+/// The registry options, one struct for every command that reaches a registry (the writer's too).
+pub use crate::registry::args::RegistryArgs;
 
 /// Publish a stack's OCI image layout (from `ingot build`) to a registry: the blobs the registry
 /// lacks are streamed up (a HEAD request first, several blobs at once, retried with backoff),
@@ -103,8 +41,8 @@ pub fn fail(what: &str, e: &RegistryError) -> ExitCode {
     eprintln!("ingot: {what}: {e}");
     if let RegistryError::Auth { .. } = e {
         eprintln!(
-            "ingot: hint: give --username USER --password-stdin, set OCI_REGISTRY_AUTH_TOKEN, \
-             or add the registry to docker's config.json (DOCKER_CONFIG)"
+            "ingot: hint: give --username USER --password-stdin or --authfile FILE, set \
+             OCI_REGISTRY_AUTH_TOKEN, or add the registry to docker's config.json (DOCKER_CONFIG)"
         );
     }
     ExitCode::from(e.exit_code())

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::verify::{open, verify, SignatureStatus, StackRef, Trust};
+use crate::verify::{open_with, verify, SignatureStatus, StackRef, Trust};
 use clap::Args;
 
 /// Check a stack artifact end to end: the minisign signature over the stack descriptor first
@@ -43,6 +43,8 @@ pub struct VerifyArgs {
     /// Directory for the decompressed layer being checked (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub registry: crate::cli::publish::RegistryArgs,
 }
 
 pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
@@ -61,7 +63,9 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         allow_unsigned: args.allow_unsigned,
     };
     let work = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
-    let result = open(&stack).and_then(|source| verify(source.as_ref(), &trust, &work));
+    let options = args.registry.options()?;
+    let result =
+        open_with(&stack, options).and_then(|source| verify(source.as_ref(), &trust, &work));
     match result {
         Ok(report) => {
             match &report.signature {

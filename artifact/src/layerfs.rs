@@ -115,6 +115,41 @@ pub enum LayerFsError {
     },
 }
 
+/// One inode in a layer's tree, as `ingot diff` compares it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// Absolute path, `/` first.
+    pub path: String,
+    /// `file`, `dir`, `symlink`, `char`, `block`, `fifo` or `socket`.
+    pub kind: &'static str,
+    /// Size in bytes (a symlink: its target's length).
+    pub size: u64,
+    /// Permission bits, setuid/setgid/sticky included (no type bits).
+    pub mode: u16,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+}
+
+fn kind_name(t: ext4_view::FileType) -> &'static str {
+    if t.is_regular_file() {
+        "file"
+    } else if t.is_dir() {
+        "dir"
+    } else if t.is_symlink() {
+        "symlink"
+    } else if t.is_char_dev() {
+        "char"
+    } else if t.is_block_dev() {
+        "block"
+    } else if t.is_fifo() {
+        "fifo"
+    } else {
+        "socket"
+    }
+}
+
 /// A layer's file system, every block verified.
 pub struct LayerFs {
     layer: String,
@@ -158,7 +193,7 @@ impl LayerFs {
         verifier: Arc<Verifier>,
     ) -> Result<Self, LayerFsError> {
         let base = map.as_ptr() as usize;
-        let frames = ingot_artifact::compress::split_frames(&map)
+        let frames = crate::compress::split_frames(&map)
             .map_err(|e| LayerFsError::Load {
                 layer: layer.to_string(),
                 reason: e.to_string(),
@@ -186,6 +221,60 @@ impl LayerFs {
             },
             verifier,
         )
+    }
+
+    /// Every inode below `/` (not `/` itself, not `lost+found`), sorted by path.
+    pub fn walk(&self) -> Result<Vec<Node>, LayerFsError> {
+        let load = |reason: String| LayerFsError::Load {
+            layer: self.layer.clone(),
+            reason,
+        };
+        let mut out = Vec::new();
+        let mut dirs = vec!["/".to_string()];
+        while let Some(dir) = dirs.pop() {
+            let entries = self
+                .fs
+                .read_dir(dir.as_str())
+                .map_err(|e| load(format!("{dir}: {e}")))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| load(format!("{dir}: {e}")))?;
+                let name = entry.file_name();
+                let name = name
+                    .as_str()
+                    .map_err(|_| load(format!("{dir}: a name that is not UTF-8")))?;
+                if name == "." || name == ".." || (dir == "/" && name == "lost+found") {
+                    continue;
+                }
+                let path = format!("{}/{name}", dir.trim_end_matches('/'));
+                let meta = entry.metadata().map_err(|e| load(format!("{path}: {e}")))?;
+                let kind = kind_name(meta.file_type());
+                if kind == "dir" {
+                    dirs.push(path.clone());
+                }
+                out.push(Node {
+                    path,
+                    kind,
+                    size: meta.len(),
+                    mode: meta.mode(),
+                    uid: meta.uid(),
+                    gid: meta.gid(),
+                });
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    /// A symlink's target.
+    pub fn read_link(&self, path: &str) -> Result<String, LayerFsError> {
+        self.fs
+            .read_link(path)
+            .map(|t| t.display().to_string())
+            .map_err(|e| LayerFsError::Missing {
+                layer: self.layer.clone(),
+                path: path.to_string(),
+                reason: e.to_string(),
+            })
     }
 
     /// A whole file's bytes.

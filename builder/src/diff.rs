@@ -1,0 +1,404 @@
+//! `ingot diff`: what changed between two stacks, layer by layer and file by file.
+//!
+//! Layers are matched by name. A layer whose verity root hash is the same on both sides is
+//! unchanged (the root hash covers every byte of the image). For a layer that changed, both
+//! images are read through [`crate::layerfs`], the reader that checks every block against the
+//! layer's hash tree (so nothing compared is unverified), and their trees compared: files added,
+//! removed, and changed (kind, size, mode, owner, content or symlink target).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use ingot_layers::descriptor::{LayerEntry, StackDescriptor};
+use ingot_verity::Verifier;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::layerfs::{LayerFs, Node};
+use crate::verify::{verify_metadata, verity_params, ArtifactSource, Trust, VerifyError};
+
+/// One side of a comparison.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Side {
+    /// What the user named (a layout directory or a registry reference).
+    pub reference: String,
+    /// `sha256:…` of the image manifest.
+    pub manifest_digest: String,
+    /// The stack's name.
+    pub name: String,
+    /// The stack's version.
+    pub version: String,
+    /// The builder that made it.
+    pub builder: String,
+}
+
+/// A layer as one side has it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LayerSide {
+    /// The image's size in bytes.
+    pub size: u64,
+    /// The compressed blob's size.
+    pub compressed_size: u64,
+    /// The dm-verity root hash.
+    pub root_hash: String,
+}
+
+/// One inode as [`LayerFs::walk`] saw it, for output.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FileInfo {
+    /// Absolute path in the layer.
+    pub path: String,
+    /// `file`, `dir`, `symlink`, ...
+    pub kind: &'static str,
+    /// Size in bytes.
+    pub size: u64,
+    /// Permission bits in octal, e.g. `0644`.
+    pub mode: String,
+    /// Owner uid.
+    pub uid: u32,
+    /// Owner gid.
+    pub gid: u32,
+}
+
+impl From<&Node> for FileInfo {
+    fn from(n: &Node) -> Self {
+        FileInfo {
+            path: n.path.clone(),
+            kind: n.kind,
+            size: n.size,
+            mode: format!("{:04o}", n.mode),
+            uid: n.uid,
+            gid: n.gid,
+        }
+    }
+}
+
+/// A path both sides have, that differs.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FileChange {
+    /// The path.
+    pub path: String,
+    /// What differs: `kind`, `size`, `mode`, `owner`, `content`, `target`.
+    pub what: Vec<&'static str>,
+    /// The first stack's inode.
+    pub a: FileInfo,
+    /// The second stack's inode.
+    pub b: FileInfo,
+}
+
+/// What happened to one layer.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LayerDiff {
+    /// The layer's name.
+    pub name: String,
+    /// `unchanged`, `changed`, `added` (only in B) or `removed` (only in A).
+    pub status: &'static str,
+    /// The layer in A.
+    pub a: Option<LayerSide>,
+    /// The layer in B.
+    pub b: Option<LayerSide>,
+    /// Paths only in B (every path of an added layer).
+    pub added: Vec<FileInfo>,
+    /// Paths only in A (every path of a removed layer).
+    pub removed: Vec<FileInfo>,
+    /// Paths in both that differ.
+    pub changed: Vec<FileChange>,
+}
+
+/// The whole comparison.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StackDiff {
+    /// The first stack.
+    pub a: Side,
+    /// The second stack.
+    pub b: Side,
+    /// Whether any layer differs (the descriptors' other fields, e.g. `builder` or `created`,
+    /// are shown in `a`/`b` but do not count).
+    pub changed: bool,
+    /// Every layer of either side: A's order, then layers only B has.
+    pub layers: Vec<LayerDiff>,
+}
+
+/// One opened side: its descriptor and the source its blobs come from.
+struct Opened<'a> {
+    source: &'a dyn ArtifactSource,
+    descriptor: StackDescriptor,
+    side: Side,
+}
+
+fn open_side<'a>(
+    reference: &str,
+    source: &'a dyn ArtifactSource,
+    trust: &Trust,
+) -> Result<Opened<'a>, VerifyError> {
+    let (report, _) = verify_metadata(source, trust)?;
+    let d = report.descriptor;
+    Ok(Opened {
+        source,
+        side: Side {
+            reference: reference.to_owned(),
+            manifest_digest: report.manifest_digest,
+            name: d.name.clone(),
+            version: d.version.clone(),
+            builder: d.builder.clone(),
+        },
+        descriptor: d,
+    })
+}
+
+fn layer_side(e: &LayerEntry) -> LayerSide {
+    LayerSide {
+        size: e.size,
+        compressed_size: e.data.size,
+        root_hash: e.verity.root_hash.clone(),
+    }
+}
+
+/// A layer's file system from its blob, every block checked against its hash tree.
+fn layer_fs(source: &dyn ArtifactSource, entry: &LayerEntry) -> Result<LayerFs, VerifyError> {
+    let verity = |reason: String| VerifyError::Verity(format!("layer `{}`: {reason}", entry.name));
+    let params = verity_params(entry)?;
+    let hash = source.blob(&entry.hash.digest, entry.hash.size)?;
+    let root = hex::decode(&entry.verity.root_hash)
+        .map_err(|_| VerifyError::Input(format!("layer `{}`: bad root hash", entry.name)))?;
+    let verifier = Verifier::from_hash_device(&params, &hash, &root)
+        .map_err(|e| verity(format!("hash tree: {e}")))?;
+    let path = source.blob_file_unhashed(&entry.data.digest, entry.data.size)?;
+    let file = std::fs::File::open(&path)
+        .map_err(|e| VerifyError::Input(format!("{}: {e}", path.display())))?;
+    // SAFETY: a blob file nobody else writes while we read it; every block read from the map
+    // is checked against the hash tree before use.
+    #[allow(unsafe_code)]
+    let map = unsafe { memmap2::Mmap::map(&file) }
+        .map_err(|e| VerifyError::Input(format!("mapping {}: {e}", path.display())))?;
+    LayerFs::in_blob(
+        &entry.name,
+        Arc::new(map),
+        entry.data.compression.frame_size,
+        Arc::new(verifier),
+    )
+    .map_err(|e| verity(e.to_string()))
+}
+
+fn walk(source: &dyn ArtifactSource, entry: &LayerEntry) -> Result<Vec<FileInfo>, VerifyError> {
+    let fs = layer_fs(source, entry)?;
+    let nodes = fs.walk().map_err(|e| VerifyError::Verity(e.to_string()))?;
+    Ok(nodes.iter().map(FileInfo::from).collect())
+}
+
+/// What differs between two inodes at the same path; content only when nothing cheaper did.
+fn compare(
+    a: &Node,
+    fa: &LayerFs,
+    b: &Node,
+    fb: &LayerFs,
+) -> Result<Vec<&'static str>, VerifyError> {
+    let mut what = Vec::new();
+    if a.kind != b.kind {
+        what.push("kind");
+    }
+    if a.size != b.size {
+        what.push("size");
+    }
+    if a.mode != b.mode {
+        what.push("mode");
+    }
+    if (a.uid, a.gid) != (b.uid, b.gid) {
+        what.push("owner");
+    }
+    let e = |e: crate::layerfs::LayerFsError| VerifyError::Verity(e.to_string());
+    if a.kind == b.kind && a.size == b.size {
+        match a.kind {
+            "file" => {
+                let ha = Sha256::digest(fa.read(&a.path).map_err(e)?);
+                let hb = Sha256::digest(fb.read(&b.path).map_err(e)?);
+                if ha != hb {
+                    what.push("content");
+                }
+            }
+            "symlink"
+                if fa.read_link(&a.path).map_err(e)? != fb.read_link(&b.path).map_err(e)? =>
+            {
+                what.push("target");
+            }
+            _ => {}
+        }
+    }
+    Ok(what)
+}
+
+fn diff_trees(
+    a: (&dyn ArtifactSource, &LayerEntry),
+    b: (&dyn ArtifactSource, &LayerEntry),
+    out: &mut LayerDiff,
+) -> Result<(), VerifyError> {
+    let (fa, fb) = (layer_fs(a.0, a.1)?, layer_fs(b.0, b.1)?);
+    let err = |e: crate::layerfs::LayerFsError| VerifyError::Verity(e.to_string());
+    let na: BTreeMap<String, Node> = fa
+        .walk()
+        .map_err(err)?
+        .into_iter()
+        .map(|n| (n.path.clone(), n))
+        .collect();
+    let nb: BTreeMap<String, Node> = fb
+        .walk()
+        .map_err(err)?
+        .into_iter()
+        .map(|n| (n.path.clone(), n))
+        .collect();
+    for (path, node) in &na {
+        match nb.get(path) {
+            None => out.removed.push(node.into()),
+            Some(other) => {
+                let what = compare(node, &fa, other, &fb)?;
+                if !what.is_empty() {
+                    out.changed.push(FileChange {
+                        path: path.clone(),
+                        what,
+                        a: node.into(),
+                        b: other.into(),
+                    });
+                }
+            }
+        }
+    }
+    out.added = nb
+        .iter()
+        .filter(|(p, _)| !na.contains_key(*p))
+        .map(|(_, n)| n.into())
+        .collect();
+    Ok(())
+}
+
+/// Compare stack `a` with stack `b` (named `ref_a`, `ref_b` in the result).
+pub fn diff(
+    (ref_a, a): (&str, &dyn ArtifactSource),
+    (ref_b, b): (&str, &dyn ArtifactSource),
+    trust: &Trust,
+) -> Result<StackDiff, VerifyError> {
+    let a = open_side(ref_a, a, trust)?;
+    let b = open_side(ref_b, b, trust)?;
+    let find = |d: &StackDescriptor, name: &str| d.layers.iter().find(|l| l.name == name).cloned();
+    let mut layers = Vec::new();
+    for la in &a.descriptor.layers {
+        let lb = find(&b.descriptor, &la.name);
+        let mut out = LayerDiff {
+            name: la.name.clone(),
+            status: "unchanged",
+            a: Some(layer_side(la)),
+            b: lb.as_ref().map(layer_side),
+            added: Vec::new(),
+            removed: Vec::new(),
+            changed: Vec::new(),
+        };
+        match &lb {
+            None => {
+                out.status = "removed";
+                out.removed = walk(a.source, la)?;
+            }
+            Some(lb) if lb.verity.root_hash != la.verity.root_hash => {
+                out.status = "changed";
+                diff_trees((a.source, la), (b.source, lb), &mut out)?;
+            }
+            Some(_) => {}
+        }
+        layers.push(out);
+    }
+    for lb in &b.descriptor.layers {
+        if find(&a.descriptor, &lb.name).is_none() {
+            layers.push(LayerDiff {
+                name: lb.name.clone(),
+                status: "added",
+                a: None,
+                b: Some(layer_side(lb)),
+                added: walk(b.source, lb)?,
+                removed: Vec::new(),
+                changed: Vec::new(),
+            });
+        }
+    }
+    Ok(StackDiff {
+        changed: layers.iter().any(|l| l.status != "unchanged"),
+        a: a.side,
+        b: b.side,
+        layers,
+    })
+}
+
+/// The human-readable form: one line per layer, then one per file that differs.
+pub fn render(d: &StackDiff) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    for (tag, side) in [("a", &d.a), ("b", &d.b)] {
+        let _ = writeln!(
+            s,
+            "{tag}: {} {} {} ({}; {})",
+            side.reference, side.name, side.version, side.manifest_digest, side.builder
+        );
+    }
+    for l in &d.layers {
+        let sizes = |x: &Option<LayerSide>| {
+            x.as_ref().map_or("-".to_owned(), |x| {
+                format!(
+                    "{} B ({} B zstd) root {}",
+                    x.size,
+                    x.compressed_size,
+                    short(&x.root_hash)
+                )
+            })
+        };
+        let _ = writeln!(
+            s,
+            "layer {:<16} {:<9}  a: {}  b: {}",
+            l.name,
+            l.status,
+            sizes(&l.a),
+            sizes(&l.b)
+        );
+        for f in &l.added {
+            let _ = writeln!(s, "  + {}", file_line(f));
+        }
+        for f in &l.removed {
+            let _ = writeln!(s, "  - {}", file_line(f));
+        }
+        for c in &l.changed {
+            let _ = writeln!(
+                s,
+                "  ~ {} ({}): {} -> {}",
+                c.path,
+                c.what.join(", "),
+                file_attrs(&c.a),
+                file_attrs(&c.b)
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "{}",
+        if d.changed {
+            let n = d.layers.iter().filter(|l| l.status != "unchanged").count();
+            format!("{n} of {} layers differ", d.layers.len())
+        } else {
+            "no change".to_owned()
+        }
+    );
+    s
+}
+
+fn short(h: &str) -> &str {
+    &h[..h.len().min(16)]
+}
+
+fn file_attrs(f: &FileInfo) -> String {
+    format!("{} {} B {} {}:{}", f.kind, f.size, f.mode, f.uid, f.gid)
+}
+
+fn file_line(f: &FileInfo) -> String {
+    format!("{} ({})", f.path, file_attrs(f))
+}

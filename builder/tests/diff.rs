@@ -1,0 +1,120 @@
+//! `ingot diff` between real demo builds: two builds that differ in one file of one layer, and a
+//! build against itself.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::{build, demo_manifest, ingot, keypair, repo};
+use serde_json::Value;
+
+/// The demo manifest with its base layer read from a copy of the fixture tree, in which
+/// `/etc/os-release` has one byte changed (same size, so only the content differs).
+fn demo_with_changed_os_release(dir: &Path) -> PathBuf {
+    let fixtures = repo().join("tests/fixtures");
+    let base = dir.join("base");
+    let status = std::process::Command::new("cp")
+        .args(["-a", "--no-preserve=ownership"])
+        .arg(fixtures.join("demo/base"))
+        .arg(&base)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let os_release = base.join("etc/os-release");
+    let mut bytes = fs::read(&os_release).unwrap();
+    let i = bytes.iter().position(|b| b.is_ascii_lowercase()).unwrap();
+    bytes[i] = if bytes[i] == b'z' { b'y' } else { bytes[i] + 1 };
+    fs::write(&os_release, bytes).unwrap();
+    let demo = fs::read_to_string(demo_manifest()).unwrap();
+    let text = demo
+        .replace("../tests/fixtures/demo/base", &base.display().to_string())
+        .replace("../tests/fixtures", &fixtures.display().to_string());
+    let manifest = dir.join("demo.toml");
+    fs::write(&manifest, text).unwrap();
+    manifest
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}):\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn diff_names_the_one_changed_file_and_layer_and_nothing_for_a_build_against_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (sk, pk) = keypair(tmp.path(), "release");
+    let a = tmp.path().join("a");
+    build(&demo_manifest(), &a, Some(&sk));
+    let b = tmp.path().join("b");
+    build(&demo_with_changed_os_release(tmp.path()), &b, Some(&sk));
+    let (a, b, pk) = (
+        a.to_str().unwrap(),
+        b.to_str().unwrap(),
+        pk.to_str().unwrap(),
+    );
+
+    // A against B: exit 1, exactly the base layer, exactly /etc/os-release, by content.
+    let out = ingot(["diff", a, b, "--json", "--trust-key", pk]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let d = json(&out);
+    assert_eq!(d["changed"], true);
+    let changed: Vec<&Value> = d["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["status"] != "unchanged")
+        .collect();
+    assert_eq!(changed.len(), 1, "{d:#}");
+    let layer = changed[0];
+    assert_eq!(layer["name"], "base");
+    assert_eq!(layer["status"], "changed");
+    assert_ne!(layer["a"]["rootHash"], layer["b"]["rootHash"]);
+    assert_eq!(layer["added"].as_array().unwrap().len(), 0, "{layer:#}");
+    assert_eq!(layer["removed"].as_array().unwrap().len(), 0, "{layer:#}");
+    let files = layer["changed"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{layer:#}");
+    assert_eq!(files[0]["path"], "/etc/os-release");
+    assert_eq!(files[0]["what"], serde_json::json!(["content"]));
+    assert_eq!(files[0]["a"]["size"], files[0]["b"]["size"]);
+    assert_eq!(files[0]["a"]["mode"], "0644");
+    // Every other layer is listed as unchanged, with the same root hash on both sides.
+    for l in d["layers"].as_array().unwrap() {
+        if l["name"] != "base" {
+            assert_eq!(l["a"]["rootHash"], l["b"]["rootHash"], "{l:#}");
+        }
+    }
+
+    // The text form names the same layer and file.
+    let out = ingot(["diff", a, b]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("layer base") && text.contains("~ /etc/os-release (content)"),
+        "{text}"
+    );
+    assert!(text.contains("1 of 4 layers differ"), "{text}");
+
+    // A build against itself (and its skopeo spelling): no change, exit 0.
+    let out = ingot(["diff", a, &format!("oci:{a}"), "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let d = json(&out);
+    assert_eq!(d["changed"], false);
+    assert!(d["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|l| l["status"] == "unchanged" && l["changed"].as_array().unwrap().is_empty()));
+    let out = ingot(["diff", a, a]);
+    assert!(String::from_utf8_lossy(&out.stdout).ends_with("no change\n"));
+
+    // Not a stack: a clear error and exit 2, not "no change".
+    let out = ingot(["diff", a, tmp.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+}

@@ -171,8 +171,7 @@ fn disk_files(dir: &Path, n: usize) -> Vec<PathBuf> {
 }
 
 fn sha(p: &Path) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(std::fs::read(p).unwrap()))
+    ingot_testkit::digest::sha256_file(p).unwrap()
 }
 
 /// The guard over loop devices `targets` plus the other loops as further disks of the machine.

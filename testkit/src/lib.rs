@@ -1,6 +1,7 @@
 //! Test support shared by ingot's test suites (a dev-dependency only, never linked into a
 //! binary): real tools and real services, started and checked the same way everywhere.
 
+pub mod digest;
 pub mod layout;
 pub mod machine;
 pub mod partitions;

@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use ingot_machine::guard::{parse_md_uuid, write_md_v1, write_pv, MdV1Params};
 use ingot_machine::Sysroot;
@@ -159,17 +158,7 @@ impl Materialized {
     pub fn digests(&self) -> Result<BTreeMap<String, String>> {
         let mut out = BTreeMap::new();
         for (name, path) in &self.images {
-            let mut f = File::open(path).map_err(io(path))?;
-            let mut h = Sha256::new();
-            let mut buf = vec![0u8; 1 << 20];
-            loop {
-                let n = f.read(&mut buf).map_err(io(path))?;
-                if n == 0 {
-                    break;
-                }
-                h.update(&buf[..n]);
-            }
-            out.insert(name.clone(), hex::encode(h.finalize()));
+            out.insert(name.clone(), crate::digest::sha256_file(path).map_err(io(path))?);
         }
         Ok(out)
     }

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use ingot_machine::fixture::materialize;
+use ingot_testkit::machine::materialize;
 use sha2::{Digest, Sha256};
 
 use common::{partitions, repo_root};

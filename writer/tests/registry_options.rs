@@ -13,7 +13,6 @@ use std::process::{Command, Output};
 use common::{demo, registry_support};
 use ingot::registry::auth::ExplicitAuth;
 use ingot::registry::{push, Registry as Client, RegistryOptions, RegistryRef, Secret};
-use sha2::{Digest, Sha256};
 
 const USER: &str = "releaser";
 const PASSWORD: &str = "Writer-Helper-Pw";
@@ -46,9 +45,7 @@ fn writer(url: &str, target: &Path, key: &Path, authfile: &Path, bin: &Path) -> 
 }
 
 fn sha256(path: &Path) -> String {
-    let mut h = Sha256::new();
-    std::io::copy(&mut fs::File::open(path).unwrap(), &mut h).unwrap();
-    hex::encode(h.finalize())
+    ingot_testkit::digest::sha256_file(path).unwrap()
 }
 
 #[test]

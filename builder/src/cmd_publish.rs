@@ -10,7 +10,9 @@ use clap::Args;
 use ingot::registry::auth::ExplicitAuth;
 use ingot::registry::progress::throughput;
 use ingot::registry::push::publish;
-use ingot::registry::{Registry, RegistryError, RegistryOptions, RegistryRef, RetryPolicy, Secret};
+use ingot::registry::{
+    Registry, RegistryError, RegistryOptions, RegistryRef, RetryPolicy, Secret, SpeedLimit,
+};
 
 /// How to reach a registry (shared by publish, pull and resolve).
 #[derive(Args, Debug, Clone)]
@@ -26,10 +28,6 @@ pub struct RegistryArgs {
     /// Read the password (or token) for --username from stdin (one line).
     #[arg(long, requires = "username")]
     pub password_stdin: bool,
-    /// Attempts in a row without progress before a transfer gives up (backoff 0.5 s doubling
-    /// to 8 s between them).
-    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub retries: u32,
     /// Blobs transferred at once.
     #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=32))]
     pub concurrency: u32,
@@ -40,6 +38,44 @@ pub struct RegistryArgs {
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+}
+
+/// How patient a transfer is: retries, and the minimum throughput of a download (curl's
+/// --speed-limit/--speed-time).
+#[derive(Args, Debug, Clone)]
+pub struct TransferArgs {
+    /// Attempts in a row without progress before a transfer gives up (backoff 0.5 s doubling
+    /// to 8 s between them).
+    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub retries: u32,
+    /// A download averaging fewer bytes per second than this over --speed-time is dropped and
+    /// resumed; a slow attempt counts against --retries even if it moved some bytes, so a
+    /// stalled registry is given up on after about retries × (speed-time + 8 s).
+    #[arg(long, default_value_t = SpeedLimit::default().bytes_per_sec, value_name = "BYTES")]
+    pub speed_limit: u64,
+    /// The window --speed-limit is averaged over, in seconds.
+    #[arg(long, default_value_t = SpeedLimit::default().window.as_secs(), value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub speed_time: u64,
+}
+
+impl TransferArgs {
+    /// The retry policy.
+    pub fn retry(&self) -> RetryPolicy {
+        RetryPolicy {
+            attempts: self.retries,
+            ..RetryPolicy::default()
+        }
+    }
+
+    /// The minimum throughput.
+    pub fn speed(&self) -> SpeedLimit {
+        SpeedLimit {
+            bytes_per_sec: self.speed_limit,
+            window: std::time::Duration::from_secs(self.speed_time),
+        }
+    }
 }
 
 impl RegistryArgs {
@@ -62,13 +98,11 @@ impl RegistryArgs {
                 username: self.username.clone(),
                 password,
             },
-            retry: RetryPolicy {
-                attempts: self.retries,
-                ..RetryPolicy::default()
-            },
+            retry: self.transfer.retry(),
             concurrency: self.concurrency as usize,
             chunked: self.chunked,
             progress: !self.quiet,
+            speed: self.transfer.speed(),
             ..RegistryOptions::default()
         })
     }

@@ -5,8 +5,11 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
+use ingot::registry::RegistryOptions;
 use ingot::sign::PublicKey;
-use ingot::verify::{open, verify, SignatureStatus, StackRef, Trust};
+use ingot::verify::{open_with, verify, SignatureStatus, StackRef, Trust};
+
+use crate::cmd_publish::TransferArgs;
 
 /// Check a stack artifact end to end: the minisign signature over the stack descriptor first
 /// (nothing is trusted before it), then every blob's digest and size, then every layer:
@@ -45,6 +48,9 @@ pub struct VerifyArgs {
     /// Directory for the decompressed layer being checked (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    /// For a registry artifact: retries and minimum download speed.
+    #[command(flatten)]
+    pub transfer: TransferArgs,
 }
 
 /// Load a public key given as a file path or as the base64 key.
@@ -71,7 +77,13 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         allow_unsigned: args.allow_unsigned,
     };
     let work = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
-    let result = open(&stack).and_then(|source| verify(source.as_ref(), &trust, &work));
+    let options = RegistryOptions {
+        retry: args.transfer.retry(),
+        speed: args.transfer.speed(),
+        ..RegistryOptions::default()
+    };
+    let result =
+        open_with(&stack, options).and_then(|source| verify(source.as_ref(), &trust, &work));
     match result {
         Ok(report) => {
             match &report.signature {

@@ -145,7 +145,10 @@ impl Target {
         // One writer per target for the whole run: an exclusive lock on the open file, held
         // until the Target is dropped. O_EXCL guards a block device against mounts; the lock
         // also covers an image file, and a device opened by another ingot-writer.
-        match rustix::fs::flock(&direct, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        match rustix::fs::flock(
+            &direct,
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        ) {
             Ok(()) => {}
             Err(rustix::io::Errno::WOULDBLOCK) => {
                 return Err(TargetError::Locked {

@@ -205,6 +205,31 @@ pub fn sha256_file(path: &Path) -> io::Result<(String, u64)> {
     Ok((format!("sha256:{}", hex::encode(h.finalize())), n))
 }
 
+/// The largest manifest, index, `oci-layout` file or stack descriptor read into memory: 4 MiB,
+/// the distribution spec's limit for a manifest. Larger ones are refused before they are read.
+pub const MAX_MANIFEST_SIZE: u64 = 4 << 20;
+
+/// Reads a small JSON file whole, refusing one larger than [`MAX_MANIFEST_SIZE`] unread.
+fn read_small(path: &Path) -> Result<Vec<u8>, LayoutError> {
+    let file = fs::File::open(path).map_err(io_err(path))?;
+    let len = file.metadata().map_err(io_err(path))?.len();
+    let too_large = |len: u64| LayoutError::Format {
+        path: path.to_owned(),
+        reason: format!("{len} bytes, more than the {MAX_MANIFEST_SIZE} bytes a manifest may have"),
+    };
+    if len > MAX_MANIFEST_SIZE {
+        return Err(too_large(len));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(MAX_MANIFEST_SIZE + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io_err(path))?;
+    if bytes.len() as u64 > MAX_MANIFEST_SIZE {
+        return Err(too_large(bytes.len() as u64)); // it grew while being read
+    }
+    Ok(bytes)
+}
+
 /// An OCI image layout directory, for reading.
 #[derive(Debug, Clone)]
 pub struct Layout {
@@ -215,9 +240,9 @@ impl Layout {
     /// Open a layout: `oci-layout` must say version 1.0.0.
     pub fn open(root: &Path) -> Result<Self, LayoutError> {
         let marker = root.join("oci-layout");
-        let text = fs::read_to_string(&marker).map_err(io_err(&marker))?;
+        let text = read_small(&marker)?;
         let v: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| LayoutError::Format {
+            serde_json::from_slice(&text).map_err(|e| LayoutError::Format {
                 path: marker.clone(),
                 reason: e.to_string(),
             })?;
@@ -240,7 +265,7 @@ impl Layout {
     /// `index.json`.
     pub fn index(&self) -> Result<ImageIndex, LayoutError> {
         let path = self.root.join("index.json");
-        let bytes = fs::read(&path).map_err(io_err(&path))?;
+        let bytes = read_small(&path)?;
         serde_json::from_slice(&bytes).map_err(|e| LayoutError::Format {
             path,
             reason: e.to_string(),
@@ -290,6 +315,21 @@ impl Layout {
             });
         }
         Ok(bytes)
+    }
+
+    /// Like [`Layout::read_blob`], for a manifest or descriptor: one larger than
+    /// [`MAX_MANIFEST_SIZE`] is refused before it is read.
+    pub fn read_small_blob(&self, digest: &str, size: u64) -> Result<Vec<u8>, LayoutError> {
+        if size > MAX_MANIFEST_SIZE {
+            return Err(LayoutError::Format {
+                path: self.blob_path(digest)?,
+                reason: format!(
+                    "its descriptor gives {size} bytes, more than the {MAX_MANIFEST_SIZE} bytes \
+                     a manifest may have (not read)"
+                ),
+            });
+        }
+        self.read_blob(digest, size)
     }
 
     /// Check a blob file's digest and size by streaming it; returns its path.

@@ -23,7 +23,7 @@ use ingot_verity::{HashAlgorithm, HashType, VerityParams};
 use tracing::{info, warn};
 
 use crate::compress::{self, FrameError};
-use crate::oci_layout::{sha256_digest, ImageManifest, Layout, LayoutError};
+use crate::oci_layout::{sha256_digest, ImageManifest, Layout, LayoutError, MAX_MANIFEST_SIZE};
 use crate::sign::{signature_key_id, PublicKey, SignError};
 
 /// Where a stack artifact is.
@@ -93,7 +93,7 @@ impl ArtifactSource for LayoutSource {
             .map_err(VerifyError::from_layout)?;
         let bytes = self
             .layout
-            .read_blob(&desc.digest, desc.size)
+            .read_small_blob(&desc.digest, desc.size)
             .map_err(|e| VerifyError::from_layout(e).about("the image manifest"))?;
         Ok((bytes, desc.digest))
     }
@@ -239,6 +239,13 @@ pub fn verify_metadata(
             source.describe(),
             manifest.artifact_type,
             manifest.config.media_type
+        )));
+    }
+    if manifest.config.size > MAX_MANIFEST_SIZE {
+        return Err(VerifyError::Input(format!(
+            "the stack descriptor {} is {} bytes, more than the {MAX_MANIFEST_SIZE} bytes it may \
+             have (not read)",
+            manifest.config.digest, manifest.config.size
         )));
     }
     let descriptor_bytes = source

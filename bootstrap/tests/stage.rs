@@ -361,3 +361,102 @@ fn no_secret_in_debug_output() {
     assert!(!format!("{b:?}").contains(TOKEN));
     assert!(format!("{b:?}").contains("[REDACTED]"));
 }
+
+fn stage_text(text: &str) -> Result<Staged, ingot_bootstrap::StageError> {
+    let b = parse(text.as_bytes()).unwrap_or_else(|e| panic!("{text}: {e}"));
+    stage(&input(b, false), &mut rng(1))
+}
+
+/// Issue 15, item 8: files under /proc, /sys and /dev were staged into the node layer, where the
+/// kernel's mounts hide them at boot. They are refused, naming the path and the mount.
+#[test]
+fn paths_under_kernel_mounts_are_refused() {
+    for (key, path) in [
+        ("write_files", "/proc/sys/kernel/x"),
+        ("write_files", "/sys/kernel/mm/transparent_hugepage/enabled"),
+        ("write_files", "/dev/shm/token"),
+        ("write_files", "/dev"),
+    ] {
+        let text = format!("#cloud-config\n{key}:\n- path: {path}\n  content: x\n");
+        let err = stage_text(&text).expect_err(path).to_string();
+        let top = format!("/{}", path.split('/').nth(1).unwrap());
+        assert!(
+            err.contains(path) && err.contains(&format!("under {top}")),
+            "{path}: {err}"
+        );
+    }
+    // Ignition directories and links too.
+    let ign = r#"{"ignition":{"version":"3.4.0"},"storage":{"directories":[{"path":"/sys/fs/x"}],"links":[{"path":"/dev/disk/by-id/x","target":"/dev/sda"}]}}"#;
+    let err = stage_text(ign).expect_err("ignition").to_string();
+    assert!(
+        err.contains("/sys/fs/x") && err.contains("under /sys"),
+        "{err}"
+    );
+    // A path merely starting with the same letters is fine.
+    let ok =
+        stage_text("#cloud-config\nwrite_files:\n- path: /devices.txt\n  content: x\n").unwrap();
+    assert!(ok.get("/devices.txt").is_some());
+}
+
+/// Issue 15, item 9: in a jinja template, the host name variables in a write_files path are
+/// rendered (cloud-init renders the whole document); other jinja in a path is refused rather
+/// than staged as a directory of that literal name; jinja left in runcmd/bootcmd is reported.
+#[test]
+fn jinja_in_paths_and_commands_is_rendered_or_reported() {
+    let text = "## template: jinja\n#cloud-config\nwrite_files:\n- path: /etc/{{ ds.meta_data.hostname }}/id\n  content: x\n";
+    let s = stage_text(text).unwrap();
+    assert!(
+        s.get("/etc/hetzner-prod-cp-0/id").is_some(),
+        "{:?}",
+        s.entries
+    );
+    assert!(s
+        .entries
+        .iter()
+        .all(|e| !e.path.to_string_lossy().contains("{{")));
+
+    let text = "## template: jinja\n#cloud-config\nwrite_files:\n- path: /etc/{{ ds.meta_data.region }}/id\n  content: x\n";
+    let err = stage_text(text)
+        .expect_err("unknown jinja in a path")
+        .to_string();
+    assert!(
+        err.contains("/etc/{{ ds.meta_data.region }}/id") && err.contains("jinja"),
+        "{err}"
+    );
+
+    let text = "## template: jinja\n#cloud-config\nbootcmd:\n- echo {{ v1.hostname }}\nruncmd:\n- echo {{ ds.meta_data.hostname }}\n- echo {{ ds.meta_data.instance_id }}\n";
+    let s = stage_text(text).unwrap();
+    let (_, script) = file(&s, "/etc/ingot/bootstrap.sh");
+    assert!(script.contains("echo hetzner-prod-cp-0\n"), "{script}");
+    assert!(
+        script.contains("echo {{ ds.meta_data.instance_id }}\n"),
+        "{script}"
+    );
+    let reported: Vec<&String> = s.warnings.iter().filter(|w| w.contains("jinja")).collect();
+    assert_eq!(reported.len(), 1, "{:?}", s.warnings);
+    assert!(reported[0].starts_with("runcmd[1]:"), "{reported:?}");
+
+    // Without the template header, braces are data, in paths and commands alike.
+    let s = stage_text("#cloud-config\nwrite_files:\n- path: /etc/{{x}}\n  content: x\n").unwrap();
+    assert!(s.get("/etc/{{x}}").is_some());
+}
+
+/// Issue 15, item 10: with runcmd present, the data's own /etc/ingot/bootstrap.sh or
+/// ingot-bootstrap.service was silently replaced by ingot's. That conflict is refused, naming
+/// the path; without anything to run, the data's file is staged as given.
+#[test]
+fn the_data_cannot_also_write_the_first_boot_script() {
+    for path in [
+        "/etc/ingot/bootstrap.sh",
+        "/etc/systemd/system/ingot-bootstrap.service",
+    ] {
+        let text = format!(
+            "#cloud-config\nwrite_files:\n- path: {path}\n  content: mine\nruncmd:\n- echo hi\n"
+        );
+        let err = stage_text(&text).expect_err(path).to_string();
+        assert!(err.contains(path) && err.contains("ingot"), "{err}");
+        let text = format!("#cloud-config\nwrite_files:\n- path: {path}\n  content: mine\n");
+        let s = stage_text(&text).unwrap();
+        assert_eq!(file(&s, path).1, "mine");
+    }
+}

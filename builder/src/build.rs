@@ -73,6 +73,18 @@ pub enum BuildError {
     /// The output exists and `force` was not given.
     #[error("{} exists (use --force to replace it)", .0.display())]
     OutputExists(PathBuf),
+    /// `force` was given but the output is not a layout a build wrote.
+    #[error(
+        "{}: --force only replaces a previous OCI image layout ({reason}); remove it yourself \
+         if it is meant to go",
+        path.display()
+    )]
+    NotALayout {
+        /// The output.
+        path: PathBuf,
+        /// What makes it something else.
+        reason: String,
+    },
     /// A layer could not be built.
     #[error("layer `{layer}`: {source}")]
     Layer {
@@ -155,8 +167,11 @@ fn bar_style() -> ProgressStyle {
 pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, BuildError> {
     let started = Instant::now();
     let out = &opts.out;
-    if out.exists() && !opts.force {
-        return Err(BuildError::OutputExists(out.clone()));
+    if out.symlink_metadata().is_ok() {
+        if !opts.force {
+            return Err(BuildError::OutputExists(out.clone()));
+        }
+        check_replaceable(out, &manifest.path)?;
     }
     let parent = match out.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
@@ -277,6 +292,44 @@ pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, Bu
         descriptor,
         signed: opts.sign_key.is_some(),
     })
+}
+
+/// What a build leaves at `--out`: nothing else may be replaced by `--force`.
+const LAYOUT_ENTRIES: &[&str] = &["oci-layout", "index.json", "blobs"];
+
+/// Whether `--force` may replace `out`: a real directory holding an `oci-layout` file and
+/// nothing but a layout's entries, and not holding the manifest being built.
+fn check_replaceable(out: &Path, manifest: &Path) -> Result<(), BuildError> {
+    let refuse = |reason: &str| BuildError::NotALayout {
+        path: out.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let meta = fs::symlink_metadata(out).map_err(io_err("reading", out))?;
+    if !meta.is_dir() {
+        return Err(refuse("it is not a directory"));
+    }
+    if !out.join("oci-layout").is_file() {
+        return Err(refuse("it has no `oci-layout` file"));
+    }
+    for entry in fs::read_dir(out).map_err(io_err("reading", out))? {
+        let name = entry.map_err(io_err("reading", out))?.file_name();
+        if !LAYOUT_ENTRIES.iter().any(|e| name == *e) {
+            return Err(refuse(&format!(
+                "it holds {:?}, which a layout does not",
+                name.to_string_lossy()
+            )));
+        }
+    }
+    let inside = |p: &Path| {
+        let (Ok(p), Ok(o)) = (p.canonicalize(), out.canonicalize()) else {
+            return false;
+        };
+        p.starts_with(o)
+    };
+    if inside(manifest) {
+        return Err(refuse("it holds the manifest being built"));
+    }
+    Ok(())
 }
 
 fn to_layers_source(source: &LayerSource) -> Source {

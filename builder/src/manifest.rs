@@ -12,7 +12,9 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use ingot_layers::descriptor::{is_sha256_digest, BootFiles};
+use ingot_layers::names::{self, is_plain_name};
 use ingot_layers::select::{Rule, TextRule};
+use ingot_layers::MAX_SOURCE_DATE_EPOCH;
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -139,7 +141,7 @@ pub struct Manifest {
 struct RawManifest {
     name: Spanned<String>,
     version: Spanned<String>,
-    source_date_epoch: u64,
+    source_date_epoch: Spanned<u64>,
     #[serde(default)]
     repository: Option<String>,
     boot: RawBoot,
@@ -186,15 +188,6 @@ struct RawPreload {
     reference: Spanned<String>,
     digest: Spanned<String>,
     oci_layout: Spanned<String>,
-}
-
-/// Names of layers and preloaded images end up in file names: keep them plain.
-fn is_plain_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 64
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
-        && !s.starts_with('-')
 }
 
 /// Where a layer's source is written in the manifest.
@@ -271,11 +264,20 @@ impl Manifest {
                 "`name` must be 1-64 characters of a-z, 0-9, `-`, `_`",
             ));
         }
-        let v = raw.version.get_ref();
-        if v.is_empty() || v.len() > 128 || v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        if !names::is_version(raw.version.get_ref()) {
             return Err(ctx.err(
                 Some(raw.version.span()),
-                "`version` must be non-empty, without spaces",
+                format!("`version` must be {}", names::VERSION_RULE),
+            ));
+        }
+        if *raw.source_date_epoch.get_ref() > MAX_SOURCE_DATE_EPOCH {
+            return Err(ctx.err(
+                Some(raw.source_date_epoch.span()),
+                format!(
+                    "`source_date_epoch` {} is past ext4's last timestamp {MAX_SOURCE_DATE_EPOCH} \
+                     (2446-05-10T22:38:55Z)",
+                    raw.source_date_epoch.get_ref()
+                ),
             ));
         }
         for (key, value) in [
@@ -286,10 +288,13 @@ impl Manifest {
         .into_iter()
         .chain(raw.boot.bios.as_ref().map(|b| ("bios", b)))
         {
-            if !value.get_ref().starts_with('/') {
+            if !names::is_layer_path(value.get_ref()) {
                 return Err(ctx.err(
                     Some(value.span()),
-                    format!("boot.{key} must be an absolute path in the base layer"),
+                    format!(
+                        "boot.{key} must be an absolute path in the base layer, without spaces, \
+                         control characters, `.` or `..`"
+                    ),
                 ));
             }
         }
@@ -476,7 +481,7 @@ impl Manifest {
                     ));
                 }
                 let reference = p.reference.get_ref();
-                if reference.is_empty() || reference.contains(char::is_whitespace) {
+                if !names::is_reference(reference) {
                     return Err(ctx.err(
                         Some(p.reference.span()),
                         "`reference` must be an image reference like registry/name:tag",
@@ -511,7 +516,7 @@ impl Manifest {
             path: path.to_owned(),
             name: raw.name.into_inner(),
             version: raw.version.into_inner(),
-            source_date_epoch: raw.source_date_epoch,
+            source_date_epoch: raw.source_date_epoch.into_inner(),
             repository: raw.repository,
             boot: BootFiles {
                 kernel: raw.boot.kernel.into_inner(),
@@ -686,7 +691,7 @@ source = { oci_layout = "images/gpu", digest = "sha256:2222222222222222222222222
     /// Each case: an edit of GOOD, the line the error must point at, words it must contain.
     #[test]
     fn errors_name_file_line_and_reason() {
-        let cases: [(&str, &str, usize, &str); 9] = [
+        let cases: [(&str, &str, usize, &str); 11] = [
             ("name = \"base\"\nkind = \"base\"", "name = \"base\"\nkind = \"base\"\ncolour = \"red\"", 14, "unknown field `colour`"),
             ("digest = \"sha256:1111111111111111111111111111111111111111111111111111111111111111\"\n", "", 22, "missing field `digest`"),
             ("name = \"gpu\"", "name = \"cp\"", 29, "duplicate layer name `cp`"),
@@ -696,6 +701,9 @@ source = { oci_layout = "images/gpu", digest = "sha256:2222222222222222222222222
             ("sha256 = \"0000000000000000000000000000000000000000000000000000000000000000\"", "sha256 = \"00\"", 20, "64 hex digits"),
             ("when = \"all(gpu == nvidia, uefi)\"\n", "", 28, "needs a `when` rule"),
             ("source_date_epoch = 1700000000", "source_date_epoch = \"soon\"", 4, "invalid type"),
+            // Issue 15, item 7: inode times would wrap to 1901, `created` would say year 292277026596.
+            ("source_date_epoch = 1700000000", "source_date_epoch = 15032385536", 4, "past ext4's last timestamp 15032385535"),
+            ("source_date_epoch = 1700000000", "source_date_epoch = 9223372036854775807", 4, "past ext4's last timestamp 15032385535"),
         ];
         for (from, to, line, want) in cases {
             assert!(GOOD.contains(from), "{from}");

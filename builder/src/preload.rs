@@ -101,7 +101,7 @@ fn collect(layout: &Layout, spec: &PreloadSpec) -> Result<Collected, PreloadErro
         })?
         .len();
     let mut blobs = BTreeMap::new();
-    let root_bytes = layout.read_blob(&spec.digest, size).map_err(lerr)?;
+    let root_bytes = layout.read_small_blob(&spec.digest, size).map_err(lerr)?;
     let root_type =
         media_type_of(&root_bytes).map_err(|e| ferr(format!("manifest {}: {e}", spec.digest)))?;
     let root = Descriptor::new(&root_type, spec.digest.clone(), size);
@@ -140,7 +140,12 @@ fn collect(layout: &Layout, spec: &PreloadSpec) -> Result<Collected, PreloadErro
             if blobs.contains_key(&d.digest) {
                 continue;
             }
-            let bytes = layout.read_blob(&d.digest, d.size).map_err(lerr)?;
+            let bytes = if is_manifest {
+                layout.read_small_blob(&d.digest, d.size)
+            } else {
+                layout.read_blob(&d.digest, d.size)
+            }
+            .map_err(lerr)?;
             if is_manifest {
                 queue.push((d.media_type.clone(), d.digest.clone(), bytes, depth + 1));
             } else {

@@ -644,3 +644,58 @@ fn key_generate_protects_the_secret_key() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
     assert_eq!(fs::read(&sk).unwrap(), first);
 }
+
+/// Issue 15, item 11: `--force` deleted whatever `--out` named, even the directory holding the
+/// manifest and its sources. It now replaces only a previous layout; anything else is refused and
+/// left exactly as it was.
+#[test]
+fn force_replaces_only_a_previous_layout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let force = |out: &Path| {
+        ingot([
+            "build".as_ref(),
+            demo_manifest().as_os_str(),
+            "--out".as_ref(),
+            out.as_os_str(),
+            "--quiet".as_ref(),
+            "--force".as_ref(),
+        ])
+    };
+    // A directory of someone's files, a directory that happens to hold an `oci-layout` file
+    // beside other things, and a plain file.
+    let precious = tmp.path().join("precious");
+    fs::create_dir_all(precious.join("src")).unwrap();
+    fs::write(precious.join("stack.toml"), "name = \"mine\"\n").unwrap();
+    let mixed = tmp.path().join("mixed");
+    fs::create_dir_all(&mixed).unwrap();
+    fs::write(
+        mixed.join("oci-layout"),
+        "{\"imageLayoutVersion\":\"1.0.0\"}",
+    )
+    .unwrap();
+    fs::write(mixed.join("notes.txt"), "keep me").unwrap();
+    let file = tmp.path().join("file");
+    fs::write(&file, "keep me too").unwrap();
+    for (out, why) in [
+        (&precious, "no `oci-layout` file"),
+        (&mixed, "notes.txt"),
+        (&file, "not a directory"),
+    ] {
+        let before = files(out.parent().unwrap());
+        let o = force(out);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{}: {stderr}", out.display());
+        assert!(
+            stderr.contains("--force only replaces a previous OCI image layout")
+                && stderr.contains(why),
+            "{stderr}"
+        );
+        assert_eq!(files(out.parent().unwrap()), before, "{stderr}");
+    }
+    // A previous layout is replaced.
+    let layout = tmp.path().join("layout");
+    build(&demo_manifest(), &layout, None);
+    let o = force(&layout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ingot_ok(["inspect".as_ref(), layout.as_os_str()]);
+}

@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+use crate::names;
 use crate::select::{self, Rule};
 
 /// Media type of the descriptor (the artifact's config blob).
@@ -189,6 +190,15 @@ pub fn is_sha256_digest(s: &str) -> bool {
         .is_some_and(|hex| hex.len() == 64 && is_lower_hex(hex))
 }
 
+/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hex digits.
+fn is_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_hexdigit(),
+        })
+}
+
 fn is_lower_hex(s: &str) -> bool {
     s.bytes()
         .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
@@ -223,18 +233,13 @@ impl StackDescriptor {
                 self.schema_version
             )));
         }
-        if self.name.is_empty() || self.version.is_empty() {
-            return Err(invalid("name and version must not be empty"));
-        }
+        self.validate_strings()?;
         if self.layers.is_empty() {
             return Err(invalid("a stack has at least one layer"));
         }
         let mut names = BTreeSet::new();
         for (i, layer) in self.layers.iter().enumerate() {
             let at = format!("layer `{}`", layer.name);
-            if layer.name.is_empty() {
-                return Err(invalid(format!("layer {i} has an empty name")));
-            }
             if !names.insert(layer.name.as_str()) {
                 return Err(invalid(format!("{at} appears twice")));
             }
@@ -279,6 +284,20 @@ impl StackDescriptor {
                     )));
                 }
             }
+            if v.data_blocks == 0 {
+                return Err(invalid(format!("{at}: dataBlocks is 0")));
+            }
+            if v.hash_offset % 512 != 0 || v.hash_offset >= layer.hash.size {
+                return Err(invalid(format!(
+                    "{at}: hashOffset {} is not a multiple of 512 inside the {}-byte hash blob",
+                    v.hash_offset, layer.hash.size
+                )));
+            }
+            if let Some(uuid) = &v.uuid {
+                if !is_uuid(uuid) {
+                    return Err(invalid(format!("{at}: verity uuid `{uuid}` is malformed")));
+                }
+            }
             if v.data_blocks.checked_mul(u64::from(v.data_block_size)) != Some(layer.size) {
                 return Err(invalid(format!(
                     "{at}: size {} is not dataBlocks × dataBlockSize",
@@ -290,6 +309,82 @@ impl StackDescriptor {
                     return Err(invalid(format!(
                         "{at}: preload `{}` digest is not sha256:<64 hex>",
                         p.name
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The manifest's rules for names, versions, references and paths (see [`names`]): these
+    /// strings reach GPT labels, the boot loader's entry and file names, so a signature alone
+    /// does not make them safe.
+    fn validate_strings(&self) -> Result<(), DescriptorError> {
+        let show = |s: &str| format!("{s:?}");
+        if !names::is_plain_name(&self.name) {
+            return Err(invalid(format!(
+                "name {} must be {}",
+                show(&self.name),
+                names::PLAIN_NAME_RULE
+            )));
+        }
+        if !names::is_version(&self.version) {
+            return Err(invalid(format!(
+                "version {} must be {}",
+                show(&self.version),
+                names::VERSION_RULE
+            )));
+        }
+        for (what, text) in [("builder", &self.builder), ("created", &self.created)] {
+            if !names::is_label(text) {
+                return Err(invalid(format!(
+                    "{what} {} holds control characters or is too long",
+                    show(text)
+                )));
+            }
+        }
+        for (what, path) in [
+            ("kernel", &self.boot.kernel),
+            ("initrd", &self.boot.initrd),
+            ("efi", &self.boot.efi),
+        ] {
+            if !names::is_layer_path(path) {
+                return Err(invalid(format!(
+                    "boot.{what} {} must be {}",
+                    show(path),
+                    names::LAYER_PATH_RULE
+                )));
+            }
+        }
+        for (i, layer) in self.layers.iter().enumerate() {
+            for (what, text) in [("name", &layer.name), ("kind", &layer.kind)] {
+                if !names::is_plain_name(text) {
+                    return Err(invalid(format!(
+                        "layer {i}: {what} {} must be {}",
+                        show(text),
+                        names::PLAIN_NAME_RULE
+                    )));
+                }
+            }
+            for p in &layer.preload {
+                let at = format!("layer `{}`: preload {}", layer.name, show(&p.name));
+                if !names::is_plain_name(&p.name) {
+                    return Err(invalid(format!(
+                        "{at}: the name must be {}",
+                        names::PLAIN_NAME_RULE
+                    )));
+                }
+                if !names::is_reference(&p.reference) {
+                    return Err(invalid(format!(
+                        "{at}: reference {} is not an image reference",
+                        show(&p.reference)
+                    )));
+                }
+                if !names::is_layer_path(&p.path) {
+                    return Err(invalid(format!(
+                        "{at}: path {} must be {}",
+                        show(&p.path),
+                        names::LAYER_PATH_RULE
                     )));
                 }
             }
@@ -421,6 +516,41 @@ mod tests {
             (
                 "compression `gzip`",
                 Box::new(|v| v["layers"][0]["data"]["compression"]["algorithm"] = "gzip".into()),
+            ),
+            // Issue 15, item 5: what the trusted key signs must still follow the manifest's
+            // rules: these strings reach the boot loader's entry and GPT labels.
+            (
+                "name \"cp init=/bin/sh rd.break\"",
+                Box::new(|v| v["layers"][1]["name"] = "cp init=/bin/sh rd.break".into()),
+            ),
+            (
+                "name \"cp\\noptions",
+                Box::new(|v| v["layers"][1]["name"] = "cp\noptions init=/bin/sh".into()),
+            ),
+            (
+                "version \"1.0 ingot.x=1\"",
+                Box::new(|v| v["version"] = "1.0 ingot.x=1".into()),
+            ),
+            ("name \"Demo\"", Box::new(|v| v["name"] = "Demo".into())),
+            (
+                "kind \"x y\"",
+                Box::new(|v| v["layers"][2]["kind"] = "x y".into()),
+            ),
+            (
+                "boot.kernel \"/boot/vmlinuz init=/bin/sh\"",
+                Box::new(|v| v["boot"]["kernel"] = "/boot/vmlinuz init=/bin/sh".into()),
+            ),
+            (
+                "hashOffset 9223372036854775808",
+                Box::new(|v| v["layers"][0]["verity"]["hashOffset"] = (1u64 << 63).into()),
+            ),
+            (
+                "hashOffset 100",
+                Box::new(|v| v["layers"][0]["verity"]["hashOffset"] = 100.into()),
+            ),
+            (
+                "uuid `nope`",
+                Box::new(|v| v["layers"][0]["verity"]["uuid"] = "nope".into()),
             ),
             (
                 "missing field `root",

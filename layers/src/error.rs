@@ -48,6 +48,12 @@ pub enum LayerError {
     /// The tree does not fit the requested size, or exceeds an ext4 limit.
     #[error("{0}")]
     TooLarge(String),
+    /// A timestamp later than ext4 can store.
+    #[error(
+        "source_date_epoch {0} is past ext4's last timestamp {max} (2446-05-10T22:38:55Z)",
+        max = crate::ext4::MAX_SOURCE_DATE_EPOCH
+    )]
+    EpochTooLate(u64),
     /// Building the dm-verity hash tree failed.
     #[error("dm-verity hash tree for {}", path.display())]
     Verity {

@@ -10,13 +10,14 @@ use std::path::Path;
 pub mod descriptor;
 pub mod error;
 pub mod ext4;
+pub mod names;
 pub mod select;
 pub mod source;
 pub mod tree;
 pub mod var_rule;
 
 pub use error::LayerError;
-pub use ext4::{build_image, Ext4Options, ImageInfo};
+pub use ext4::{build_image, Ext4Options, ImageInfo, MAX_SOURCE_DATE_EPOCH};
 pub use source::Source;
 
 /// The dm-verity side of a layer: format 1, sha256, 4096-byte data and hash blocks, superblock

@@ -259,7 +259,7 @@ impl Tree {
 /// Splits a source path (bytes, `/`-separated) into checked components.
 ///
 /// `.` and empty components are dropped; `..` and absolute paths are refused, as are names longer
-/// than ext4's limit. `entry` is what the error names.
+/// than ext4's limit and names holding a NUL byte. `entry` is what the error names.
 pub fn split_path(path: &[u8], allow_absolute: bool) -> Result<Vec<Vec<u8>>, LayerError> {
     if path.first() == Some(&b'/') && !allow_absolute {
         return Err(LayerError::AbsolutePath { entry: show(path) });
@@ -270,6 +270,12 @@ pub fn split_path(path: &[u8], allow_absolute: bool) -> Result<Vec<Vec<u8>>, Lay
             b"" | b"." => {}
             b".." => return Err(LayerError::EscapesRoot { entry: show(path) }),
             _ => {
+                if c.contains(&0) {
+                    return Err(LayerError::BadEntry {
+                        entry: show(path),
+                        reason: "the name holds a NUL byte".into(),
+                    });
+                }
                 if c.len() > MAX_NAME_LEN {
                     return Err(LayerError::NameTooLong {
                         entry: show(path),

@@ -76,6 +76,11 @@ pub enum TargetError {
     },
     #[error("{path} is neither a block device nor a regular file")]
     Kind { path: PathBuf },
+    #[error(
+        "{path} is locked by another process (another ingot-writer writing it?): refusing to \
+         write it at the same time; nothing was written"
+    )]
+    Locked { path: PathBuf },
     #[error("{path} is {size} bytes: not a whole number of {sector}-byte sectors")]
     Unaligned {
         path: PathBuf,
@@ -112,7 +117,8 @@ const BLKRRPART: libc::c_ulong = 0x125f; // _IO(0x12, 95)
 
 impl Target {
     /// Opens `path` for reading and writing, O_DIRECT. A block device is opened O_EXCL, which
-    /// the kernel refuses while it (or a partition of it) is mounted or held.
+    /// the kernel refuses while it (or a partition of it) is mounted or held; any target is
+    /// locked (`flock`, exclusive) until the `Target` is dropped, so a second writer is refused.
     pub fn open(path: &Path) -> Result<Target, TargetError> {
         let io = |what: &str| {
             let what = what.to_string();
@@ -136,6 +142,21 @@ impl Target {
             .custom_flags(flags)
             .open(path)
             .map_err(io("opening for direct I/O (is it mounted or in use?)"))?;
+        // One writer per target for the whole run: an exclusive lock on the open file, held
+        // until the Target is dropped. O_EXCL guards a block device against mounts; the lock
+        // also covers an image file, and a device opened by another ingot-writer.
+        match rustix::fs::flock(
+            &direct,
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        ) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(TargetError::Locked {
+                    path: path.to_path_buf(),
+                })
+            }
+            Err(e) => return Err(io("locking")(e.into())),
+        }
         let buffered = OpenOptions::new()
             .read(true)
             .write(true)

@@ -537,3 +537,40 @@ fn collect(root: &Path, dir: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
         }
     }
 }
+
+/// Issue 15, item 2: two writers on one image file both ran (once leaving a base partition that
+/// fails `veritysetup verify`, once no partition table). The target is now locked for the whole
+/// run: while another process holds it, the writer is refused with a clear error and writes
+/// nothing; once it is free, the write succeeds and every layer passes `veritysetup verify`.
+#[test]
+fn a_second_writer_on_a_locked_target_is_refused() {
+    let stack = demo();
+    let work = stack.dir.path();
+    let img = work.join("locked.img");
+    sparse_file(&img, 1024 * MIB);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .write_all(&[0xAB; 4096])
+        .unwrap();
+    // The other writer: the same exclusive lock ingot-writer takes.
+    let holder = fs::File::open(&img).unwrap();
+    rustix::fs::flock(&holder, rustix::fs::FlockOperation::LockExclusive).unwrap();
+    let out = writer(&stack, &img, &["--role", "worker"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("locked by another process") && stderr.contains("locked.img"),
+        "{stderr}"
+    );
+    assert_eq!(
+        &fs::read(&img).unwrap()[..4096],
+        &[0xAB; 4096][..],
+        "the disk was not touched"
+    );
+    drop(holder);
+    let out = writer(&stack, &img, &["--role", "worker"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(check_disk(&img, work), ["base"]);
+}

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::auth::ExplicitAuth;
-use super::{RegistryOptions, RetryPolicy, Secret};
+use super::{RegistryOptions, RetryPolicy, Secret, SpeedLimit};
 
 /// How to reach a registry (shared by every command that reaches one). HTTPS_PROXY,
 /// HTTP_PROXY and NO_PROXY are honoured.
@@ -41,6 +41,14 @@ pub struct RegistryArgs {
     /// to 8 s between them).
     #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub retries: u32,
+    /// A download averaging fewer bytes per second than this over --speed-time is dropped and
+    /// resumed (curl's --speed-limit); a slow attempt counts against --retries even if it moved
+    /// some bytes, so a stalled registry is given up on after about retries × (speed-time + 8 s).
+    #[arg(long, default_value_t = SpeedLimit::default().bytes_per_sec, value_name = "BYTES")]
+    pub speed_limit: u64,
+    /// The window --speed-limit is averaged over, in seconds.
+    #[arg(long, default_value_t = SpeedLimit::default().window.as_secs(), value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub speed_time: u64,
     /// Blobs transferred at once.
     #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=32))]
     pub concurrency: u32,
@@ -87,6 +95,10 @@ impl RegistryArgs {
             concurrency: self.concurrency as usize,
             chunked: self.chunked,
             progress: !self.quiet,
+            speed: SpeedLimit {
+                bytes_per_sec: self.speed_limit,
+                window: std::time::Duration::from_secs(self.speed_time),
+            },
             ..RegistryOptions::default()
         })
     }

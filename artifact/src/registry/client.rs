@@ -12,6 +12,8 @@
 //! - **digests**: a blob is accepted only if its size and SHA-256 match; manifests are re-hashed;
 //! - **uploads** are streamed from the file in large items (never the whole blob in memory). An
 //!   interrupted upload restarts that blob: `oci-client` cannot resume an upload session.
+//! - **limits** ([`super::limits`]): manifests are read by this module itself, capped at 4 MiB;
+//!   every download must keep up a minimum throughput or it is dropped and retried.
 
 use std::future::Future;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -28,7 +30,8 @@ use oci_client::Client;
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
-use super::auth::{self, ExplicitAuth, ResolvedAuth};
+use super::auth::{self, Credentials, ExplicitAuth, ResolvedAuth};
+use super::limits::{self, GetError, SpeedLimit, Throughput, MAX_MANIFEST_SIZE};
 use super::reference::RegistryRef;
 use super::RegistryError;
 use crate::oci_layout::{sha256_digest, ImageManifest, INDEX_MEDIA_TYPE, MANIFEST_MEDIA_TYPE};
@@ -92,6 +95,8 @@ pub struct RegistryOptions {
     pub chunked: bool,
     /// Draw progress bars on stderr (only when it is a terminal).
     pub progress: bool,
+    /// The minimum throughput of every download.
+    pub speed: SpeedLimit,
 }
 
 impl Default for RegistryOptions {
@@ -106,6 +111,7 @@ impl Default for RegistryOptions {
             push_item: DEFAULT_PUSH_ITEM,
             chunked: false,
             progress: true,
+            speed: SpeedLimit::default(),
         }
     }
 }
@@ -140,13 +146,24 @@ pub struct FetchedStack {
 
 enum Failure {
     Transient(String),
+    /// Transient, but no progress however many bytes came: the retry budget is not renewed.
+    TooSlow(String),
     Fatal(RegistryError),
 }
+
+/// The media types a tag may resolve to (what `oci-client` asks for in a HEAD request).
+const ANY_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json, \
+     application/vnd.oci.image.index.v1+json, \
+     application/vnd.docker.distribution.manifest.v2+json, \
+     application/vnd.docker.distribution.manifest.list.v2+json";
 
 /// A connection to one registry host.
 pub struct Registry {
     rt: tokio::runtime::Runtime,
     client: Client,
+    /// For manifests, read with a cap (`oci-client` reads a body whole).
+    http: reqwest::Client,
+    scheme: &'static str,
     registry: String,
     auth: ResolvedAuth,
     pub(crate) options: RegistryOptions,
@@ -173,7 +190,9 @@ impl Registry {
             reference.registry, auth.source
         );
         let tls_asked = options.insecure || options.ca_file.is_some();
-        let protocol = if options.plain_http || (reference.is_loopback() && !tls_asked) {
+        let plain = options.plain_http || (reference.is_loopback() && !tls_asked);
+        let scheme = if plain { "http" } else { "https" };
+        let protocol = if plain {
             ClientProtocol::Http
         } else {
             ClientProtocol::Https
@@ -191,12 +210,28 @@ impl Registry {
             max_concurrent_upload: options.concurrency.max(1),
             user_agent: crate::version::USER_AGENT,
             accept_invalid_certificates: options.insecure,
-            extra_root_certificates,
+            extra_root_certificates: extra_root_certificates.clone(),
             // HTTPS_PROXY, HTTP_PROXY and NO_PROXY (either case) are read by reqwest itself.
             ..Default::default()
         };
         let client = Client::try_from(config)
             .map_err(|e| RegistryError::Protocol(format!("setting up the HTTP client: {e}")))?;
+        // The capped manifest reads go through reqwest directly: same TLS trust as oci-client.
+        let mut http = reqwest::Client::builder()
+            .read_timeout(Duration::from_secs(60))
+            .connect_timeout(Duration::from_secs(15))
+            .user_agent(crate::version::USER_AGENT)
+            .danger_accept_invalid_certs(options.insecure);
+        for cert in &extra_root_certificates {
+            let cert = reqwest::Certificate::from_pem(&cert.data).map_err(|e| {
+                RegistryError::Reference(format!("--ca-file: not a usable certificate: {e}"))
+            })?;
+            http = http.add_root_certificate(cert);
+        }
+        let http = http
+            .build()
+            .map_err(|e| RegistryError::Protocol(format!("setting up the HTTP client: {e}")))?;
+
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(options.concurrency.clamp(2, 8))
             .enable_all()
@@ -205,6 +240,8 @@ impl Registry {
         Ok(Registry {
             rt,
             client,
+            http,
+            scheme,
             registry: reference.registry.clone(),
             auth,
             options,
@@ -310,14 +347,27 @@ impl Registry {
         F: FnMut() -> Fut,
         Fut: Future<Output = Result<T, OciDistributionError>>,
     {
+        self.retry_failures(what, || {
+            let fut = op();
+            async move { fut.await.map_err(|e| self.classify(what, e)) }
+        })
+        .await
+    }
+
+    /// [`Registry::retry`] for an `op` that classifies its own failures.
+    async fn retry_failures<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T, RegistryError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, Failure>>,
+    {
         let policy = self.options.retry;
         let mut failures = 0u32;
         loop {
             match op().await {
                 Ok(v) => return Ok(v),
-                Err(e) => match self.classify(what, e) {
+                Err(e) => match e {
                     Failure::Fatal(e) => return Err(e),
-                    Failure::Transient(detail) => {
+                    Failure::Transient(detail) | Failure::TooSlow(detail) => {
                         failures += 1;
                         if failures >= policy.attempts.max(1) {
                             return Err(RegistryError::Transient {
@@ -365,19 +415,108 @@ impl Registry {
         if let Some(d) = &reference.digest {
             return Ok(d.clone());
         }
+        let (_, digest) = self.get_manifest(reference, ANY_MANIFEST).await?;
+        Ok(digest)
+    }
+
+    /// `Authorization` for a pull from `oref`'s repository: a bearer token (fetched through
+    /// `oci-client`'s token flow), else the basic credentials, else none.
+    async fn authorization(
+        &self,
+        oref: &oci_client::Reference,
+    ) -> Result<Option<http::HeaderValue>, OciDistributionError> {
+        let auth = self.auth.credentials.to_oci();
+        let token = self
+            .client
+            .auth(oref, &auth, oci_client::RegistryOperation::Pull)
+            .await?;
+        let value = match (token, &self.auth.credentials) {
+            (Some(t), _) => format!("Bearer {t}"),
+            (None, Credentials::Basic { username, password }) => {
+                use base64::Engine;
+                let pair = format!("{username}:{}", password.expose());
+                format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(pair)
+                )
+            }
+            (None, _) => return Ok(None),
+        };
+        let mut value = http::HeaderValue::from_str(&value).map_err(|_| {
+            OciDistributionError::GenericError(Some("a credential is not header-safe".into()))
+        })?;
+        value.set_sensitive(true);
+        Ok(Some(value))
+    }
+
+    /// The manifest `reference` names (by tag or digest), read by ingot itself so that neither
+    /// its size nor its pace is the registry's choice ([`limits`]). Returns the exact bytes and
+    /// their digest, checked against the reference's digest and the registry's
+    /// `Docker-Content-Digest`.
+    async fn get_manifest(
+        &self,
+        reference: &RegistryRef,
+        accept: &str,
+    ) -> Result<(Bytes, String), RegistryError> {
         self.store_auth(reference).await;
         let oref = reference.to_oci();
-        let auth = self.auth.credentials.to_oci();
         let what = format!("manifest {reference}");
-        let digest = self
-            .retry(&what, || self.client.fetch_manifest_digest(&oref, &auth))
+        let url = format!(
+            "{}://{}/v2/{}/manifests/{}",
+            self.scheme,
+            oref.resolve_registry(),
+            oref.repository(),
+            reference
+                .digest
+                .as_deref()
+                .or(reference.tag.as_deref())
+                .unwrap_or("latest")
+        );
+        let got = self
+            .retry_failures(&what, || async {
+                let authorization = self
+                    .authorization(&oref)
+                    .await
+                    .map_err(|e| self.classify(&what, e))?;
+                limits::get_capped(&self.http, &url, accept, authorization, self.options.speed)
+                    .await
+                    .map_err(|e| self.classify_get(&what, e))
+            })
             .await?;
-        if !ingot_layers::descriptor::is_sha256_digest(&digest) {
-            return Err(RegistryError::Protocol(format!(
-                "{reference}: the registry gave the digest `{digest}`, not a sha256 digest"
-            )));
+        let actual = sha256_digest(&got.body);
+        for (whose, claimed) in [
+            ("the reference", reference.digest.as_ref()),
+            (
+                "the registry's Docker-Content-Digest",
+                got.digest_header.as_ref(),
+            ),
+        ] {
+            if let Some(claimed) = claimed.filter(|c| **c != actual) {
+                return Err(RegistryError::Integrity {
+                    blob: claimed.clone(),
+                    detail: format!("{what}: the bytes hash to {actual}, not {whose}'s digest"),
+                });
+            }
         }
-        Ok(digest)
+        Ok((got.body, actual))
+    }
+
+    fn classify_get(&self, what: &str, e: GetError) -> Failure {
+        match e {
+            GetError::Status(code, body) => self.classify(
+                what,
+                OciDistributionError::ServerError {
+                    code,
+                    url: what.to_owned(),
+                    message: body,
+                },
+            ),
+            GetError::TooLarge(detail) => {
+                Failure::Fatal(RegistryError::Protocol(format!("{what}: {detail}")))
+            }
+            GetError::TooSlow(detail) => Failure::TooSlow(detail),
+            GetError::Http(e) => self.classify(what, OciDistributionError::RequestError(e)),
+        }
     }
 
     /// The manifest a reference names: its exact bytes and their digest (checked).
@@ -392,27 +531,8 @@ impl Registry {
         &self,
         reference: &RegistryRef,
     ) -> Result<(Vec<u8>, String), RegistryError> {
-        let digest = self.resolve_async(reference).await?;
-        let by_digest = reference.with_digest(&digest);
-        let oref = by_digest.to_oci();
-        let auth = self.auth.credentials.to_oci();
-        let what = format!("manifest {by_digest}");
-        let (bytes, _) = self
-            .retry(&what, || {
-                self.client.pull_manifest_raw(
-                    &oref,
-                    &auth,
-                    &[MANIFEST_MEDIA_TYPE, INDEX_MEDIA_TYPE],
-                )
-            })
-            .await?;
-        let actual = sha256_digest(&bytes);
-        if actual != digest {
-            return Err(RegistryError::Integrity {
-                blob: digest,
-                detail: format!("the manifest's bytes hash to {actual}"),
-            });
-        }
+        let accept = format!("{MANIFEST_MEDIA_TYPE}, {INDEX_MEDIA_TYPE}");
+        let (bytes, digest) = self.get_manifest(reference, &accept).await?;
         Ok((bytes.to_vec(), digest))
     }
 
@@ -426,6 +546,13 @@ impl Registry {
                 "{reference}: manifest {manifest_digest} is not an OCI image manifest: {e}"
             ))
         })?;
+        if manifest.config.size > MAX_MANIFEST_SIZE {
+            return Err(RegistryError::Protocol(format!(
+                "{reference}: the stack descriptor (config {}) is {} bytes; it may have at most \
+                 {MAX_MANIFEST_SIZE}",
+                manifest.config.digest, manifest.config.size
+            )));
+        }
         let descriptor_bytes = self.fetch_blob(
             &reference.with_digest(&manifest_digest),
             &manifest.config.digest,
@@ -535,8 +662,20 @@ impl Registry {
                         }
                     };
                     let mut failure = None;
+                    let mut pace = Throughput::start(self.options.speed);
                     while offset < size {
-                        match stream.next().await {
+                        let next =
+                            match tokio::time::timeout_at(pace.window_end(), stream.next()).await {
+                                Ok(next) => next,
+                                Err(_) => match pace.check() {
+                                    Ok(()) => continue,
+                                    Err(slow) => {
+                                        failure = Some(Failure::TooSlow(slow.0));
+                                        break;
+                                    }
+                                },
+                            };
+                        match next {
                             None => {
                                 failure = Some(Failure::Transient(format!(
                                     "the response ended at byte {offset} of {size}"
@@ -563,36 +702,42 @@ impl Registry {
                                 if let Some(p) = progress {
                                     p.inc(chunk.len() as u64);
                                 }
+                                pace.add(chunk.len() as u64);
+                                if let Err(slow) = pace.check() {
+                                    failure = Some(Failure::TooSlow(slow.0));
+                                    break;
+                                }
                             }
                         }
                     }
                     failure
                 }
             };
-            match failure {
-                None => {}
+            let (detail, slow) = match failure {
+                None => continue,
                 Some(Failure::Fatal(e)) => return Err(e),
-                Some(Failure::Transient(detail)) => {
-                    if offset > start {
-                        failures = 0; // progress was made: the budget starts again
-                    }
-                    failures += 1;
-                    if failures >= policy.attempts.max(1) {
-                        return Err(RegistryError::Transient {
-                            op: format!("{what} (at byte {offset} of {size})"),
-                            attempts: failures,
-                            detail,
-                        });
-                    }
-                    let wait = policy.backoff(failures);
-                    warn!(
-                        "{what}: {detail} at byte {offset} of {size}; resuming in {wait:?} \
-                         ({failures}/{})",
-                        policy.attempts
-                    );
-                    tokio::time::sleep(wait).await;
-                }
+                Some(Failure::Transient(d)) => (d, false),
+                Some(Failure::TooSlow(d)) => (d, true),
+            };
+            // Progress renews the retry budget, unless it came too slowly to count.
+            if offset > start && !slow {
+                failures = 0;
             }
+            failures += 1;
+            if failures >= policy.attempts.max(1) {
+                return Err(RegistryError::Transient {
+                    op: format!("{what} (at byte {offset} of {size})"),
+                    attempts: failures,
+                    detail,
+                });
+            }
+            let wait = policy.backoff(failures);
+            warn!(
+                "{what}: {detail} at byte {offset} of {size}; resuming in {wait:?} \
+                 ({failures}/{})",
+                policy.attempts
+            );
+            tokio::time::sleep(wait).await;
         }
         sink.flush().map_err(sink_err)?;
         let actual = format!("sha256:{}", hex::encode(hasher.finalize()));

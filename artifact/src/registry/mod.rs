@@ -7,6 +7,8 @@
 //! - [`client`]: the transport (`oci-client` over rustls), retries with backoff, and
 //!   [`client::Registry::stream_blob`]: one blob to a sink, its digest checked, an interrupted
 //!   transfer resumed with an HTTP `Range` request from the last good byte.
+//! - [`limits`]: the most a registry can make ingot spend: 4 MiB per manifest, a minimum
+//!   throughput per download.
 //! - [`push`] / [`pull`]: whole artifacts, with progress bars.
 //! - [`source`]: [`source::RegistrySource`], the [`crate::verify::ArtifactSource`] of a registry.
 //!
@@ -15,6 +17,7 @@
 pub mod args;
 pub mod auth;
 pub mod client;
+pub mod limits;
 pub mod progress;
 pub mod pull;
 pub mod push;
@@ -23,6 +26,7 @@ pub mod source;
 
 pub use auth::{Credentials, Secret};
 pub use client::{FetchedStack, Registry, RegistryOptions, RetryPolicy};
+pub use limits::{SpeedLimit, MAX_MANIFEST_SIZE};
 pub use reference::RegistryRef;
 
 /// Why a registry operation failed. Callers branch on the variant (see [`RegistryError::exit_code`]).

@@ -44,7 +44,7 @@ pub fn layout_manifest(
 ) -> Result<(Layout, Vec<u8>, String, ImageManifest), RegistryError> {
     let layout = Layout::open(layout_dir)?;
     let desc = layout.find_manifest(None)?;
-    let bytes = layout.read_blob(&desc.digest, desc.size)?;
+    let bytes = layout.read_small_blob(&desc.digest, desc.size)?;
     let manifest: ImageManifest = serde_json::from_slice(&bytes).map_err(|e| {
         RegistryError::Protocol(format!(
             "{}: manifest {} is not an OCI image manifest: {e}",

@@ -38,7 +38,8 @@ pub struct BuildArgs {
     /// (default: `git rev-parse HEAD` in the manifest's directory, if that works).
     #[arg(long)]
     pub revision: Option<String>,
-    /// Replace OUT if it exists.
+    /// Replace OUT if it is a previous layout (a directory holding only `oci-layout`,
+    /// `index.json` and `blobs/`); anything else is refused, never deleted.
     #[arg(long)]
     pub force: bool,
     /// No progress bars.

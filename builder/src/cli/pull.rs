@@ -52,7 +52,8 @@ pub fn run(args: PullArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// Print the manifest digest a registry reference names (a HEAD request).
+/// Print the manifest digest a registry reference names (the manifest is fetched, at most
+/// 4 MiB, and hashed).
 ///
 /// Exit codes: 0 found; 2 bad reference; 6 authentication failed; 7 no such tag or manifest;
 /// 8 the registry kept failing.

@@ -31,6 +31,10 @@ mod xattr;
 /// The only block size ingot writes.
 pub const BLOCK_SIZE: usize = 4096;
 
+/// The last second an ext4 inode time can hold (2446-05-10T22:38:55Z): 32 signed bits plus the
+/// two epoch bits of `*_extra`. A later `source_date_epoch` would wrap to 1901.
+pub const MAX_SOURCE_DATE_EPOCH: u64 = 0x7fff_ffff + (3 << 32);
+
 /// Called with (bytes written, bytes to write) as the image is written.
 pub type ProgressFn = Arc<dyn Fn(u64, u64) + Send + Sync>;
 
@@ -165,6 +169,9 @@ pub(crate) fn write_unpersisted(
     opts: &Ext4Options,
     digest: bool,
 ) -> Result<Unpersisted, LayerError> {
+    if opts.source_date_epoch > MAX_SOURCE_DATE_EPOCH {
+        return Err(LayerError::EpochTooLate(opts.source_date_epoch));
+    }
     let uuid = derive_uuid("ingot ext4 uuid", &opts.seed);
     let mut hash_seed = [0u8; 16];
     hash_seed.copy_from_slice(

@@ -48,6 +48,9 @@ pub fn to_disk(name: &[u8], value: &[u8]) -> Result<Attr, String> {
     if suffix.is_empty() && index != 2 && index != 3 {
         return Err("empty attribute name".into());
     }
+    if suffix.contains(&0) {
+        return Err("name holds a NUL byte".into());
+    }
     if suffix.len() > 255 {
         return Err("name longer than 255 bytes".into());
     }

@@ -3,7 +3,8 @@
 //! A compressed archive is first decompressed into an unlinked temporary file beside the output;
 //! then every regular file's bytes are referenced in place (offset into the plain archive), so a
 //! file's data is read once, when the image is written. Member names are checked: absolute paths,
-//! `..` and hard links leaving the root are refused with the member's name.
+//! `..`, hard links leaving the root and NUL bytes in PAX names, link targets or attribute names
+//! are refused with the member's name.
 
 use std::fs::File;
 use std::io::{self, BufReader, Read, Seek, SeekFrom, Write};
@@ -195,6 +196,43 @@ fn pax_records(data: &[u8]) -> Result<Vec<PaxRecord>, String> {
     Ok(out)
 }
 
+/// PAX values may hold any byte, but a NUL inside a name cannot be stored: ext4 would keep a
+/// directory entry `e2fsck` calls illegal, a symlink the kernel reads short, or two attributes
+/// with one name. Such members are refused, named up to the NUL.
+fn check_no_nul(
+    raw: &[u8],
+    link: &[u8],
+    xattrs: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+) -> Result<(), LayerError> {
+    let shown = cstr(raw);
+    if raw.contains(&0) {
+        return Err(LayerError::bad(
+            shown,
+            format!(
+                "the member's path {:?} holds a NUL byte",
+                String::from_utf8_lossy(raw)
+            ),
+        ));
+    }
+    if link.contains(&0) {
+        return Err(LayerError::bad(
+            shown,
+            format!(
+                "the link target {:?} holds a NUL byte",
+                String::from_utf8_lossy(link)
+            ),
+        ));
+    }
+    if let Some(name) = xattrs.keys().find(|k| k.contains(&0)) {
+        return Err(LayerError::Xattr {
+            entry: show(shown),
+            name: String::from_utf8_lossy(name).into_owned(),
+            reason: "the attribute name holds a NUL byte".into(),
+        });
+    }
+    Ok(())
+}
+
 fn read_exact_at(
     f: &File,
     buf: &mut [u8],
@@ -330,6 +368,7 @@ pub(super) fn apply(
                 _ => {}
             }
         }
+        check_no_nul(&raw, &link, &xattrs)?;
         if size != stored && !matches!(h.kind, b'1' | b'2' | b'5') {
             return Err(LayerError::bad(
                 &raw,

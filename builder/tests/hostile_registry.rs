@@ -1,0 +1,519 @@
+//! Hostile registries and layouts (issue 15): what a server or a file can make `ingot pull` and
+//! `ingot verify` spend. The server here is a small HTTP/1.1 responder on 127.0.0.1 serving a real
+//! built layout, and misbehaving on purpose: a 4 GiB manifest (declared and chunked), blobs at
+//! one byte a second, a descriptor signed by the trusted key but breaking the manifest's rules.
+//! Every server thread stops by itself: when the client goes, when its byte budget is spent, or
+//! when the test drops the server.
+//!
+//! Memory is measured as the child's peak RSS (`wait4`'s `ru_maxrss`), not guessed.
+
+// wait4 through libc is the one way to read a finished child's peak RSS; std and rustix do not
+// return the rusage.
+#![allow(unsafe_code)]
+
+mod common;
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use ingot::oci_layout::{sha256_digest, ImageIndex, ImageManifest, MANIFEST_MEDIA_TYPE};
+use ingot::sign::SecretKey;
+use serde_json::Value;
+
+/// How the server misbehaves.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Mode {
+    /// A well-behaved registry.
+    Honest,
+    /// Every manifest is 4 GiB of spaces with a `Content-Length`.
+    HugeManifest,
+    /// Every manifest is 4 GiB of spaces, chunked (no length given).
+    HugeChunkedManifest,
+    /// Manifests are fine; every blob comes at one byte a second.
+    OneBytePerSecond,
+}
+
+const FOUR_GIB: u64 = 4 << 30;
+
+/// A registry on 127.0.0.1 serving the layout at `root` under any repository name.
+struct Server {
+    port: u16,
+    stop: Arc<AtomicBool>,
+}
+
+impl Server {
+    fn start(root: &Path, mode: Mode) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (stop2, root) = (stop.clone(), root.to_owned());
+        std::thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((conn, _)) => {
+                        let (root, stop) = (root.clone(), stop2.clone());
+                        std::thread::spawn(move || {
+                            let _ = serve(conn, &root, mode, &stop);
+                        });
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Server { port, stop }
+    }
+
+    fn url(&self, rest: &str) -> String {
+        format!("oci://127.0.0.1:{}/{rest}", self.port)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn serve(conn: TcpStream, root: &Path, mode: Mode, stop: &AtomicBool) -> std::io::Result<()> {
+    conn.set_nonblocking(false)?;
+    conn.set_write_timeout(Some(Duration::from_secs(30)))?;
+    let mut reader = BufReader::new(conn.try_clone()?);
+    let mut out = conn;
+    let mut head = Vec::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line)? == 0 {
+            return Ok(());
+        }
+        if line == "\r\n" {
+            break;
+        }
+        head.push(line);
+    }
+    let mut request = head[0].split_whitespace();
+    let (method, path) = (request.next().unwrap_or(""), request.next().unwrap_or(""));
+    let range_start: u64 = head
+        .iter()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("range").then(|| v.trim().to_owned())
+        })
+        .and_then(|v| v.strip_prefix("bytes=")?.split('-').next()?.parse().ok())
+        .unwrap_or(0);
+    let body_of_head = method == "HEAD";
+    if path == "/v2/" {
+        return respond(
+            &mut out,
+            "200 OK",
+            "application/json",
+            b"{}",
+            None,
+            body_of_head,
+        );
+    }
+    if path.contains("/manifests/") {
+        if matches!(mode, Mode::HugeManifest | Mode::HugeChunkedManifest) {
+            return huge_manifest(&mut out, mode == Mode::HugeChunkedManifest, stop);
+        }
+        // Every tag and digest names the layout's one manifest.
+        let index: ImageIndex =
+            serde_json::from_slice(&fs::read(root.join("index.json"))?).unwrap();
+        let digest = index.manifests[0].digest.clone();
+        let bytes = fs::read(blob_path(root, &digest))?;
+        return respond(
+            &mut out,
+            "200 OK",
+            MANIFEST_MEDIA_TYPE,
+            &bytes,
+            Some(&digest),
+            body_of_head,
+        );
+    }
+    if let Some((_, digest)) = path.rsplit_once("/blobs/") {
+        let Ok(bytes) = fs::read(blob_path(root, digest)) else {
+            return respond(
+                &mut out,
+                "404 Not Found",
+                "application/json",
+                b"{}",
+                None,
+                false,
+            );
+        };
+        let rest = &bytes[(range_start as usize).min(bytes.len())..];
+        let status = if range_start > 0 {
+            "206 Partial Content"
+        } else {
+            "200 OK"
+        };
+        if mode != Mode::OneBytePerSecond || body_of_head {
+            return respond(
+                &mut out,
+                status,
+                "application/octet-stream",
+                rest,
+                Some(digest),
+                body_of_head,
+            );
+        }
+        write!(
+            out,
+            "HTTP/1.1 {status}\r\nContent-Type: application/octet-stream\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            rest.len()
+        )?;
+        for b in rest {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            out.write_all(&[*b])?;
+            out.flush()?;
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        return Ok(());
+    }
+    respond(
+        &mut out,
+        "404 Not Found",
+        "application/json",
+        b"{}",
+        None,
+        false,
+    )
+}
+
+fn respond(
+    out: &mut TcpStream,
+    status: &str,
+    content_type: &str,
+    body: &[u8],
+    digest: Option<&str>,
+    head_only: bool,
+) -> std::io::Result<()> {
+    let digest = digest
+        .map(|d| format!("Docker-Content-Digest: {d}\r\n"))
+        .unwrap_or_default();
+    write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{digest}\
+         Connection: close\r\n\r\n",
+        body.len()
+    )?;
+    if !head_only {
+        out.write_all(body)?;
+    }
+    out.flush()
+}
+
+/// 4 GiB of spaces (valid JSON whitespace) as a manifest; stops when the client hangs up.
+fn huge_manifest(out: &mut TcpStream, chunked: bool, stop: &AtomicBool) -> std::io::Result<()> {
+    let length = if chunked {
+        "Transfer-Encoding: chunked\r\n".to_owned()
+    } else {
+        format!("Content-Length: {FOUR_GIB}\r\n")
+    };
+    write!(
+        out,
+        "HTTP/1.1 200 OK\r\nContent-Type: {MANIFEST_MEDIA_TYPE}\r\n{length}Connection: close\r\n\r\n"
+    )?;
+    let piece = vec![b' '; 1 << 20];
+    let mut sent = 0u64;
+    while sent < FOUR_GIB && !stop.load(Ordering::Relaxed) {
+        if chunked {
+            write!(out, "{:x}\r\n", piece.len())?;
+        }
+        out.write_all(&piece)?;
+        if chunked {
+            out.write_all(b"\r\n")?;
+        }
+        sent += piece.len() as u64;
+    }
+    if chunked {
+        out.write_all(b"0\r\n\r\n")?;
+    }
+    Ok(())
+}
+
+/// What a run of `ingot` did, with its peak RSS.
+struct Run {
+    status: ExitStatus,
+    stderr: String,
+    max_rss_kib: i64,
+    elapsed: Duration,
+}
+
+/// Runs `ingot` with `args` and returns its exit status, stderr, peak RSS and wall time.
+fn ingot_measured(args: &[&str]) -> Run {
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ingot"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("running ingot");
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let mut status = 0i32;
+    // SAFETY: an all-zero rusage is a valid value; wait4 fills it in for this child only.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child by pid; std's Child is not waited on afterwards.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
+    std::mem::forget(child);
+    Run {
+        status: ExitStatus::from_raw(status),
+        stderr: reader.join().unwrap(),
+        max_rss_kib: usage.ru_maxrss,
+        elapsed: started.elapsed(),
+    }
+}
+
+/// The demo stack, built (signed with a fresh key) into `dir/layout`. Returns (layout, secret
+/// key, public key).
+fn demo(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let (sk, pk) = keypair(dir, "k");
+    let layout = dir.join("layout");
+    build(&demo_manifest(), &layout, Some(&sk));
+    (layout, sk, pk)
+}
+
+/// The most a refused manifest may cost: the issue's bound.
+const RSS_LIMIT_KIB: i64 = 64 << 10;
+
+/// Issue 15, item 1: a manifest answered with `Content-Length: 4294967296` (or chunked, without
+/// a length) was read whole: 4.2 GB RSS (5.4 GB chunked), the rescue system's RAM gone. Now
+/// `pull` and `verify oci://` refuse it at the 4 MiB cap, naming it, with a peak RSS under
+/// 64 MiB.
+#[test]
+fn a_four_gib_manifest_is_refused_with_bounded_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, _, pk) = demo(tmp.path());
+    for mode in [Mode::HugeManifest, Mode::HugeChunkedManifest] {
+        let server = Server::start(&layout, mode);
+        let url = server.url("demo:1.0.0");
+        let out = tmp.path().join(format!("pulled-{mode:?}"));
+        let pk = pk.to_str().unwrap();
+        let runs = [
+            (
+                "pull",
+                ingot_measured(&[
+                    "pull",
+                    &url,
+                    out.to_str().unwrap(),
+                    "--quiet",
+                    "--retries",
+                    "2",
+                ]),
+            ),
+            (
+                "verify",
+                ingot_measured(&["verify", &url, "--trust-key", pk]),
+            ),
+        ];
+        for (what, run) in runs {
+            eprintln!(
+                "{mode:?} {what}: exit {:?}, peak RSS {} KiB, {:.2?}",
+                run.status.code(),
+                run.max_rss_kib,
+                run.elapsed
+            );
+            assert!(!run.status.success(), "{mode:?} {what}: {}", run.stderr);
+            assert!(
+                run.stderr.contains("4194304") && run.stderr.contains("manifest"),
+                "{mode:?} {what}: the error does not name the cap: {}",
+                run.stderr
+            );
+            assert!(
+                run.max_rss_kib < RSS_LIMIT_KIB,
+                "{mode:?} {what}: peak RSS {} KiB",
+                run.max_rss_kib
+            );
+        }
+        assert!(!out.join("index.json").exists());
+    }
+}
+
+/// Issue 15, item 4: a registry sending one byte a second never tripped the 60 s read timeout;
+/// `pull` and `verify oci://` downloaded for ever. Now a download that averages less than
+/// --speed-limit over --speed-time is dropped and resumed, slow attempts use up --retries, and
+/// the command ends with exit 8 and an error saying why, after about
+/// retries × (speed-time + backoff): here 2 × (2 s + 0.5 s).
+#[test]
+fn a_one_byte_a_second_registry_is_given_up_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, _, pk) = demo(tmp.path());
+    let server = Server::start(&layout, Mode::OneBytePerSecond);
+    let url = server.url("demo:1.0.0");
+    let out = tmp.path().join("pulled");
+    let limits = [
+        "--speed-limit",
+        "100",
+        "--speed-time",
+        "2",
+        "--retries",
+        "2",
+    ];
+    let mut pull = vec!["pull", &url, out.to_str().unwrap(), "--quiet"];
+    pull.extend(limits);
+    let mut verify = vec!["verify", &url, "--trust-key", pk.to_str().unwrap()];
+    verify.extend(limits);
+    for (what, args) in [("pull", pull), ("verify", verify)] {
+        let run = ingot_measured(&args);
+        eprintln!(
+            "{what}: exit {:?} after {:.2?}, peak RSS {} KiB",
+            run.status.code(),
+            run.elapsed,
+            run.max_rss_kib
+        );
+        assert!(!run.status.success(), "{what}: {}", run.stderr);
+        assert!(
+            run.stderr.contains("below the minimum of 100 bytes/s"),
+            "{what}: {}",
+            run.stderr
+        );
+        if what == "pull" {
+            assert_eq!(run.status.code(), Some(8), "{}", run.stderr);
+        }
+    }
+}
+
+/// The demo layout with its descriptor edited by `edit` and signed again by `sk`: what a
+/// compromised build or a careless release script could publish under the trusted key.
+fn resigned(layout: &Path, sk: &Path, dir: &Path, edit: impl Fn(&mut Value)) -> PathBuf {
+    let out = dir.join("resigned");
+    copy_tree(layout, &out);
+    let built = read_layout(&out);
+    let mut descriptor = built.descriptor.clone();
+    edit(&mut descriptor);
+    let bytes = serde_json::to_vec(&descriptor).unwrap();
+    let digest = sha256_digest(&bytes);
+    fs::write(blob_path(&out, &digest), &bytes).unwrap();
+    let key = SecretKey::from_minisign(&fs::read_to_string(sk).unwrap()).unwrap();
+    let mut manifest: ImageManifest = serde_json::from_value(built.manifest.clone()).unwrap();
+    manifest.config.digest = digest;
+    manifest.config.size = bytes.len() as u64;
+    manifest
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert("dev.ingot.signature".into(), key.sign(&bytes, "resigned"));
+    let manifest_bytes = serde_json::to_vec(&manifest).unwrap();
+    let manifest_digest = sha256_digest(&manifest_bytes);
+    fs::write(blob_path(&out, &manifest_digest), &manifest_bytes).unwrap();
+    let mut index: Value =
+        serde_json::from_slice(&fs::read(out.join("index.json")).unwrap()).unwrap();
+    index["manifests"][0]["digest"] = manifest_digest.into();
+    index["manifests"][0]["size"] = manifest_bytes.len().into();
+    fs::write(out.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
+    out
+}
+
+/// Issue 15, item 5, from a registry and from a layout: a descriptor the trusted key signed,
+/// with a layer name that would add kernel options (`cp init=/bin/sh rd.break`), a version with
+/// a space, or a hash offset of 2^63, passed `ingot verify`. Now each is refused, naming it.
+#[test]
+fn a_signed_descriptor_breaking_the_manifest_rules_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, sk, pk) = demo(tmp.path());
+    let pk = pk.to_str().unwrap();
+    type Edit = fn(&mut Value);
+    let cases: [(&str, Edit); 4] = [
+        ("cp init=/bin/sh rd.break", |d| {
+            d["layers"][1]["name"] = "cp init=/bin/sh rd.break".into()
+        }),
+        ("cp\\noptions", |d| {
+            d["layers"][1]["name"] = "cp\noptions init=/bin/sh".into()
+        }),
+        ("1.0 ingot.x=1", |d| d["version"] = "1.0 ingot.x=1".into()),
+        ("hashOffset 9223372036854775808", |d| {
+            d["layers"][0]["verity"]["hashOffset"] = (1u64 << 63).into()
+        }),
+    ];
+    for (want, edit) in cases {
+        let dir = tempfile::tempdir_in(tmp.path()).unwrap();
+        let bad = resigned(&layout, Path::new(&sk), dir.path(), edit);
+        let server = Server::start(&bad, Mode::Honest);
+        for stack in [bad.to_str().unwrap().to_owned(), server.url("demo:1.0.0")] {
+            let out = ingot(["verify", &stack, "--trust-key", pk]);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{want} via {stack}: accepted");
+            assert!(
+                stderr.contains("stack descriptor is not valid") && stderr.contains(want),
+                "{want} via {stack}: {stderr}"
+            );
+        }
+    }
+    // The same edit-and-resign path with no edit verifies, so the refusals are about the edits.
+    let dir = tempfile::tempdir_in(tmp.path()).unwrap();
+    let same = resigned(&layout, Path::new(&sk), dir.path(), |_| {});
+    let server = Server::start(&same, Mode::Honest);
+    ingot_ok(["verify", &server.url("demo:1.0.0"), "--trust-key", pk]);
+}
+
+/// Issue 15, item 6: a local layout's `index.json`, manifest and descriptor were read whole: a
+/// 2 GiB sparse manifest named in `index.json` cost 2.1 GB RSS before the digest error. Each is
+/// now refused unread when larger than 4 MiB.
+#[test]
+fn a_local_layout_with_a_huge_manifest_or_index_is_refused_unread() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, _, pk) = demo(tmp.path());
+    let pk = pk.to_str().unwrap();
+    let two_gib = 2u64 << 30;
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let sparse = |path: &Path| {
+        let f = fs::File::create(path).unwrap();
+        f.set_len(two_gib).unwrap();
+    };
+
+    // index.json naming a 2 GiB manifest blob (the size in index.json is the blob's).
+    let named = tmp.path().join("named");
+    copy_tree(&layout, &named);
+    sparse(&blob_path(&named, &digest));
+    let mut index: Value =
+        serde_json::from_slice(&fs::read(named.join("index.json")).unwrap()).unwrap();
+    index["manifests"][0]["digest"] = digest.clone().into();
+    index["manifests"][0]["size"] = two_gib.into();
+    fs::write(
+        named.join("index.json"),
+        serde_json::to_vec(&index).unwrap(),
+    )
+    .unwrap();
+
+    // index.json itself 2 GiB of holes.
+    let big_index = tmp.path().join("big-index");
+    copy_tree(&layout, &big_index);
+    sparse(&big_index.join("index.json"));
+
+    for dir in [&named, &big_index] {
+        let run = ingot_measured(&["verify", dir.to_str().unwrap(), "--trust-key", pk]);
+        eprintln!(
+            "{}: exit {:?} after {:.2?}, peak RSS {} KiB",
+            dir.display(),
+            run.status.code(),
+            run.elapsed,
+            run.max_rss_kib
+        );
+        assert!(!run.status.success(), "{}", run.stderr);
+        assert!(run.stderr.contains("4194304"), "{}", run.stderr);
+        assert!(
+            run.max_rss_kib < RSS_LIMIT_KIB,
+            "peak RSS {} KiB",
+            run.max_rss_kib
+        );
+    }
+}

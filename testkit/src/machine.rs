@@ -158,7 +158,10 @@ impl Materialized {
     pub fn digests(&self) -> Result<BTreeMap<String, String>> {
         let mut out = BTreeMap::new();
         for (name, path) in &self.images {
-            out.insert(name.clone(), crate::digest::sha256_file(path).map_err(io(path))?);
+            out.insert(
+                name.clone(),
+                crate::digest::sha256_file(path).map_err(io(path))?,
+            );
         }
         Ok(out)
     }

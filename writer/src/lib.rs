@@ -13,11 +13,12 @@ pub mod layerfs;
 pub mod plan;
 pub mod provision;
 pub mod report;
+pub mod stream;
 pub mod table;
 pub mod target;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use ingot::verify::{verify_metadata, verity_params, StackRef, Trust, VerifyError};
 use ingot_layers::descriptor::LayerEntry;
@@ -91,7 +92,25 @@ struct Prepared {
     entry: LayerEntry,
     verifier: Arc<Verifier>,
     hash_bytes: Vec<u8>,
-    data_path: PathBuf,
+    /// The data blob as a local file: in an image layout, or fetched from a registry for
+    /// staging. Unset, it is streamed from the registry while it is written.
+    data_path: OnceLock<PathBuf>,
+}
+
+/// Where the stack comes from.
+enum Source {
+    Local(Box<dyn ingot::verify::ArtifactSource>),
+    /// Kept open: data blobs stream from it while they are written.
+    Registry(ingot::registry::source::RegistrySource),
+}
+
+impl Source {
+    fn get(&self) -> &dyn ingot::verify::ArtifactSource {
+        match self {
+            Source::Local(s) => s.as_ref(),
+            Source::Registry(r) => r,
+        }
+    }
 }
 
 /// The sealed per-node layer, built on this machine: an ext4 image and its verity hash device.
@@ -106,8 +125,7 @@ pub struct NodeLayer {
 pub struct OpenedStack {
     report: ingot::verify::VerifyReport,
     layers: Vec<Prepared>,
-    /// Kept open: a registry source's downloaded blobs live as long as it does.
-    _source: Box<dyn ingot::verify::ArtifactSource>,
+    source: Source,
 }
 
 impl OpenedStack {
@@ -123,10 +141,22 @@ impl OpenedStack {
     }
 
     /// The base layer's file system, read from its blob with every block checked against the
-    /// signed tree (for staging, before anything is written).
+    /// signed tree (for staging, before anything is written). From a registry, the base
+    /// layer's blob is fetched whole for this (and then written from that copy): staging needs
+    /// files from it before the disk plan exists, and a blob has no index of its frames.
     pub fn base_fs(&self) -> Result<LayerFs, WriteError> {
         let base = &self.layers[0];
-        let map = map_blob(&base.data_path)?;
+        let path = match base.data_path.get() {
+            Some(p) => p.clone(),
+            None => {
+                let p = self
+                    .source
+                    .get()
+                    .blob_file_unhashed(&base.entry.data.digest, base.entry.data.size)?;
+                base.data_path.get_or_init(|| p).clone()
+            }
+        };
+        let map = map_blob(&path)?;
         Ok(LayerFs::in_blob(
             &base.entry.name,
             Arc::new(map),
@@ -194,8 +224,17 @@ pub fn open_stack(
         StackRef::Registry(r) => r.to_string(),
     };
     reporter.stage(Stage::Resolve, format!("opening {what}"));
-    let opened_source = ingot::verify::open(stack)?;
-    let source = opened_source.as_ref();
+    let opened_source = match stack {
+        StackRef::Registry(r) => Source::Registry(
+            ingot::registry::source::RegistrySource::open(
+                r,
+                ingot::registry::RegistryOptions::default(),
+            )
+            .map_err(VerifyError::from)?,
+        ),
+        StackRef::Layout(_) => Source::Local(ingot::verify::open(stack)?),
+    };
+    let source = opened_source.get();
     reporter.stage(
         Stage::Verify,
         format!("checking the signature of {}", source.describe()),
@@ -231,9 +270,13 @@ pub fn open_stack(
                 reason: e.to_string(),
             }
         })?;
-        // Not hashed whole: every decompressed block is checked against the tree before it is
-        // written, which covers exactly the bytes that reach the disk.
-        let data_path = source.blob_file_unhashed(&entry.data.digest, entry.data.size)?;
+        // Not hashed whole: every block is checked against the tree after it is written and read
+        // back, which covers exactly the bytes on the disk. From a registry it is not fetched
+        // here at all, but streamed while it is written.
+        let data_path = OnceLock::new();
+        if let Source::Local(local) = &opened_source {
+            let _ = data_path.set(local.blob_file_unhashed(&entry.data.digest, entry.data.size)?);
+        }
         layers.push(Prepared {
             entry: entry.clone(),
             verifier: Arc::new(verifier),
@@ -244,7 +287,7 @@ pub fn open_stack(
     Ok(OpenedStack {
         report,
         layers,
-        _source: opened_source,
+        source: opened_source,
     })
 }
 
@@ -328,53 +371,33 @@ fn write_all(
         total.skipped += s.skipped;
         total.rewrites += s.rewrites;
     };
-    for (index, p) in layers.iter().enumerate() {
-        let data = plan.find(&Content::LayerData { index }).expect("planned");
-        let hash = plan.find(&Content::LayerHash { index }).expect("planned");
-        reporter.stage(
-            Stage::Write,
-            format!(
-                "writing layer {} ({} bytes, root hash {})",
-                p.entry.name, p.entry.size, p.entry.verity.root_hash
-            ),
-        );
-        let map = map_blob(&p.data_path)?;
-        // Zeroing first pays only when many blocks are zeros (the tree says which): on a thin
-        // or file-backed disk it frees space that dense data must then allocate again.
-        let zero_blocks = p.verifier.zero_blocks();
-        let blocks = p.verifier.params().data_blocks;
-        let zeroed = zero_blocks * 8 >= blocks && target.zero_range(data.offset, data.size)?;
-        tracing::debug!(
-            "layer {}: {zero_blocks} of {blocks} blocks are zeros; zeroing first: {zeroed}",
-            p.entry.name
-        );
-        add(engine::write_layer(
-            target,
-            &LayerData {
-                name: &p.entry.name,
-                verifier: &p.verifier,
-                blob: &map,
-                frame_size: p.entry.data.compression.frame_size,
-                image_size: p.entry.size,
-                offset: data.offset,
-                partition_size: data.size,
-            },
-            zeroed,
-            opts,
-            reporter,
-        )?);
-        reporter.finish_bar();
-        let zeroed = target.zero_range(hash.offset, hash.size)?;
-        add(engine::write_bytes(
-            target,
-            &format!("{}-verity", p.entry.name),
-            &p.hash_bytes,
-            hash.offset,
-            zeroed,
-            opts,
-            reporter,
-        )?);
-    }
+    // Blobs not on this machine stream from the registry, the next one downloading while
+    // this one is written.
+    let jobs: Vec<stream::Job> = layers
+        .iter()
+        .filter(|p| p.data_path.get().is_none())
+        .map(|p| stream::Job {
+            layer: p.entry.name.clone(),
+            digest: p.entry.data.digest.clone(),
+            size: p.entry.data.size,
+            frame_size: p.entry.data.compression.frame_size,
+        })
+        .collect();
+    std::thread::scope(|s| -> Result<(), WriteError> {
+        // Owned by this closure: dropped (so the download stops) before the scope ends.
+        let mut streams = match &opened.source {
+            Source::Registry(r) if !jobs.is_empty() => {
+                stream::start(s, r.registry(), r.reference(), jobs)
+            }
+            _ => Vec::new(),
+        }
+        .into_iter();
+        for (index, p) in layers.iter().enumerate() {
+            let stats = write_layer_and_tree(target, opts, plan, reporter, index, p, &mut streams)?;
+            add(stats);
+        }
+        Ok(())
+    })?;
     if let Some(n) = node {
         let index = layers.len();
         let root = hex::encode(&n.root_hash);
@@ -479,6 +502,73 @@ fn write_all(
         bytes_skipped: total.skipped,
         rewrites: total.rewrites,
     })
+}
+
+/// Writes one layer's data (from its local blob, or the next registry stream) and its hash
+/// device, each read back and checked.
+fn write_layer_and_tree(
+    target: &Target,
+    opts: WriteOptions,
+    plan: &DiskPlan,
+    reporter: &Reporter,
+    index: usize,
+    p: &Prepared,
+    streams: &mut impl Iterator<Item = stream::Stream>,
+) -> Result<engine::WriteStats, WriteError> {
+    let data = plan.find(&Content::LayerData { index }).expect("planned");
+    let hash = plan.find(&Content::LayerHash { index }).expect("planned");
+    reporter.stage(
+        Stage::Write,
+        format!(
+            "writing layer {} ({} bytes, root hash {})",
+            p.entry.name, p.entry.size, p.entry.verity.root_hash
+        ),
+    );
+    // Zeroing first pays only when many blocks are zeros (the tree says which): on a thin
+    // or file-backed disk it frees space that dense data must then allocate again.
+    let zero_blocks = p.verifier.zero_blocks();
+    let blocks = p.verifier.params().data_blocks;
+    let zeroed = zero_blocks * 8 >= blocks && target.zero_range(data.offset, data.size)?;
+    tracing::debug!(
+        "layer {}: {zero_blocks} of {blocks} blocks are zeros; zeroing first: {zeroed}",
+        p.entry.name
+    );
+    let layer = LayerData {
+        name: &p.entry.name,
+        blob: &p.entry.data.digest,
+        verifier: &p.verifier,
+        frame_size: p.entry.data.compression.frame_size,
+        image_size: p.entry.size,
+        offset: data.offset,
+        partition_size: data.size,
+    };
+    let map;
+    let frames = match p.data_path.get() {
+        Some(path) => {
+            map = map_blob(path)?;
+            engine::mapped_frames(&layer, &map)?
+        }
+        None => streams
+            .next()
+            .expect("one stream per layer not on this machine")
+            .frames(),
+    };
+    let mut stats = engine::write_layer(target, &layer, frames, zeroed, opts, reporter)?;
+    reporter.finish_bar();
+    let zeroed = target.zero_range(hash.offset, hash.size)?;
+    let tree = engine::write_bytes(
+        target,
+        &format!("{}-verity", p.entry.name),
+        &p.hash_bytes,
+        hash.offset,
+        zeroed,
+        opts,
+        reporter,
+    )?;
+    stats.written += tree.written;
+    stats.skipped += tree.skipped;
+    stats.rewrites += tree.rewrites;
+    Ok(stats)
 }
 
 /// The boot contract's kernel command line: the stack, its selected layers with their root

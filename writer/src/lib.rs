@@ -3,8 +3,8 @@
 //! One straight line, each step a named stage ([`report::Stage`]): resolve the source, verify
 //! the signature and read the descriptor, select this machine's layers, check every selected
 //! layer's hash tree against its signed root hash, plan the disk, clear the partition-table
-//! areas, write each layer with both checks, write the ESP, write the partition table last and
-//! confirm it. Any failure after the disk was touched clears the partition-table areas again,
+//! areas, write each layer (streamed from a registry source) and check every block after it is
+//! read back, write the ESP, write the partition table last and confirm it. Any failure after the disk was touched clears the partition-table areas again,
 //! so a half-written disk never looks bootable.
 
 pub mod engine;

@@ -1,4 +1,4 @@
-//! `ingot-writer`: write a signed ingot stack to a disk, every block verified before and after.
+//! `ingot-writer`: write a signed ingot stack to a disk, every block read back and verified.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -17,9 +17,9 @@ use ingot_writer::{WriteRequest, WriteSettings};
 /// The public key compiled in at build time (INGOT_TRUST_KEY_BUILTIN=path to a minisign .pub).
 const BUILTIN_KEY: Option<&str> = option_env!("INGOT_TRUST_KEY_BUILTIN");
 
-/// Write a signed ingot stack to a disk: only the layers this machine gets, every block checked
-/// against the signed hash tree before it is written and after it is read back, the partition
-/// table written last. A failed run leaves the disk without a partition table.
+/// Write a signed ingot stack to a disk: only the layers this machine gets (streamed straight
+/// from a registry), every block read back and checked against the signed hash tree, the
+/// partition table written last. A failed run leaves the disk without a partition table.
 ///
 /// Two ways to run it:
 ///

@@ -305,3 +305,21 @@ fn send(mut client: &TcpStream, bytes: &[u8], shared: &Shared) -> std::io::Resul
         .fetch_add(bytes.len() as u64, Ordering::Relaxed);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_and_rules_parse() {
+        assert_eq!(parse_size("40M"), Ok(40_000_000));
+        assert_eq!(parse_size("4Mi"), Ok(4 << 20));
+        assert_eq!(parse_size("117"), Ok(117));
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("M").is_err());
+        let r: Rule = "sha256:abcd:1Mi".parse().unwrap();
+        assert_eq!(r.path_contains, "sha256:abcd");
+        assert_eq!(r.offset, 1 << 20);
+        assert!("nooffset".parse::<Rule>().is_err());
+    }
+}

@@ -101,14 +101,14 @@ struct Prepared {
 enum Source {
     Local(Box<dyn ingot::verify::ArtifactSource>),
     /// Kept open: data blobs stream from it while they are written.
-    Registry(ingot::registry::source::RegistrySource),
+    Registry(Box<ingot::registry::source::RegistrySource>),
 }
 
 impl Source {
     fn get(&self) -> &dyn ingot::verify::ArtifactSource {
         match self {
             Source::Local(s) => s.as_ref(),
-            Source::Registry(r) => r,
+            Source::Registry(r) => r.as_ref(),
         }
     }
 }
@@ -225,13 +225,13 @@ pub fn open_stack(
     };
     reporter.stage(Stage::Resolve, format!("opening {what}"));
     let opened_source = match stack {
-        StackRef::Registry(r) => Source::Registry(
+        StackRef::Registry(r) => Source::Registry(Box::new(
             ingot::registry::source::RegistrySource::open(
                 r,
                 ingot::registry::RegistryOptions::default(),
             )
             .map_err(VerifyError::from)?,
-        ),
+        )),
         StackRef::Layout(_) => Source::Local(ingot::verify::open(stack)?),
     };
     let source = opened_source.get();

@@ -25,7 +25,10 @@ fn reference() -> String {
          Generated from the clap definitions (`builder/src/cli/`, `writer/src/cli.rs`) by\n\
          `writer/tests/cli_reference.rs`; run it with `INGOT_BLESS=1` to rewrite this file.\n\n",
     );
-    for mut cmd in [ingot::cli::Cli::command(), ingot_writer::cli::Cli::command()] {
+    for mut cmd in [
+        ingot::cli::Cli::command(),
+        ingot_writer::cli::Cli::command(),
+    ] {
         // A fixed width, so the text does not depend on the terminal that generates it.
         cmd = cmd.term_width(100);
         cmd.build();

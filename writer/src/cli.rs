@@ -7,9 +7,9 @@ use std::time::Duration;
 use clap::Parser;
 use ingot_layers::select::{GpuVendor, Role};
 
-/// Write a signed ingot stack to a disk: only the layers this machine gets, every block checked
-/// against the signed hash tree before it is written and after it is read back, the partition
-/// table written last. A failed run leaves the disk without a partition table.
+/// Write a signed ingot stack to a disk: only the layers this machine gets (streamed straight
+/// from a registry), every block read back and checked against the signed hash tree, the
+/// partition table written last. A failed run leaves the disk without a partition table.
 ///
 /// Two ways to run it:
 ///

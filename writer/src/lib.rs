@@ -4,11 +4,12 @@
 //! reported ([`report::Stage`]): check the machine, gate the disks, guard other systems, resolve
 //! the source, verify the signature, the descriptor and every selected layer's hash tree, stage
 //! and seal the per-node layer, plan the disk, wipe the partition-table areas, write each layer
-//! with both checks, write the ESP, write the partition table last and confirm it. Any failure
-//! after the wipe clears the partition-table areas again, so a half-written disk never looks
-//! bootable. [`boot`] holds the boot contract (partition names, kernel command line), [`bios`]
-//! the legacy BIOS loader's on-disk format; [`cli`],
-//! [`run`], [`caph`], [`watchdog`] and [`reboot`] are the binary's edges.
+//! (streamed from a registry source, [`stream`]) and check every block after it is read back,
+//! write the ESP, write the partition table last and confirm it. Any failure after the wipe
+//! clears the partition-table areas again, so a half-written disk never looks bootable.
+//! [`boot`] holds the boot contract (partition names, kernel command line), [`bios`] the legacy
+//! BIOS loader's on-disk format; [`cli`], [`run`], [`caph`], [`watchdog`] and [`reboot`] are the
+//! binary's edges.
 
 pub mod bios;
 pub mod boot;
@@ -25,6 +26,7 @@ pub mod report;
 pub mod request;
 pub mod run;
 pub mod steps;
+pub mod stream;
 pub mod target;
 pub mod watchdog;
 

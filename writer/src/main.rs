@@ -1,4 +1,4 @@
-//! `ingot-writer`: write a signed ingot stack to a disk, every block verified before and after.
+//! `ingot-writer`: write a signed ingot stack to a disk, every block read back and verified.
 //! Parses the command line ([`ingot_writer::cli`]) and runs it ([`ingot_writer::run`]).
 
 use std::process::ExitCode;

@@ -574,3 +574,130 @@ fn a_second_writer_on_a_locked_target_is_refused() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(check_disk(&img, work), ["base"]);
 }
+
+/// `layout` in a fresh docker-registry as `stacks/s:1`, served through a test proxy with
+/// `faults`; returns the registry, the proxy and the base layer's data blob (digest, size), or
+/// None (a skip, see `ingot_testkit::skip`) when docker-registry is not installed.
+fn serve_through_proxy(
+    test: &str,
+    layout: &Path,
+    dir: &Path,
+    faults: impl FnOnce(&str, u64) -> ingot_testproxy::Faults,
+) -> Option<(
+    common::registry_support::Registry,
+    ingot_testproxy::Proxy,
+    String,
+    u64,
+)> {
+    use ingot::registry::{push, Registry as Client, RegistryOptions, RegistryRef};
+    if !have_tool(test, "docker-registry") {
+        return None;
+    }
+    let registry = common::registry_support::Registry::start(dir, None);
+    let direct: RegistryRef = registry.url("stacks/s:1").parse().unwrap();
+    let client = Client::connect(&direct, RegistryOptions::default()).unwrap();
+    push::publish(&client, layout, &direct, false).unwrap();
+    let data = ingot_testkit::layout::read(layout).layer("base")["data"].clone();
+    let (digest, size) = (
+        data["digest"].as_str().unwrap().to_string(),
+        data["size"].as_u64().unwrap(),
+    );
+    let proxy = ingot_testproxy::Proxy::start(
+        "127.0.0.1:0".parse().unwrap(),
+        registry.host().parse().unwrap(),
+        faults(&digest, size),
+    )
+    .unwrap();
+    Some((registry, proxy, digest, size))
+}
+
+/// The writer streams a layer from the registry; the proxy drops the connection in the middle
+/// of the base layer's blob (frames already written). The writer resumes with a Range request
+/// from the last byte it received, and the disk verifies.
+#[test]
+fn a_connection_cut_mid_layer_resumes() {
+    let work = tempfile::tempdir().unwrap();
+    let stack = big_stack(work.path());
+    let Some((_registry, proxy, _digest, size)) = serve_through_proxy(
+        "a_connection_cut_mid_layer_resumes",
+        &stack.layout,
+        &work.path().join("reg"),
+        |digest, size| ingot_testproxy::Faults {
+            cut: Some(ingot_testproxy::Rule {
+                path_contains: digest.to_string(),
+                offset: size * 2 / 5,
+            }),
+            ..Default::default()
+        },
+    ) else {
+        return;
+    };
+    assert!(size > 16 * MIB, "a blob of many frames ({size} bytes)");
+    let img = work.path().join("disk.img");
+    sparse_file(&img, 1024 * MIB);
+    let out = run(Command::new(env!("CARGO_BIN_EXE_ingot-writer"))
+        .arg(format!("oci://{}/stacks/s:1", proxy.host()))
+        .arg("--target")
+        .arg(&img)
+        .arg("--trust-key")
+        .arg(&stack.public));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    use std::sync::atomic::Ordering::Relaxed;
+    assert_eq!(
+        proxy.stats.cuts.load(Relaxed),
+        1,
+        "the proxy cut one transfer"
+    );
+    assert!(
+        proxy.stats.ranged.load(Relaxed) >= 1,
+        "the writer resumed with a Range request"
+    );
+    assert_eq!(check_disk(&img, work.path()), ["base"]);
+}
+
+/// A registry that serves a flipped byte in a data blob: the run fails in `write`, naming the
+/// layer and the blob, and the disk has no partition table.
+#[test]
+fn a_flipped_byte_from_the_registry_fails_in_write() {
+    let stack = demo();
+    let work = tempfile::tempdir().unwrap();
+    let Some((_registry, proxy, digest, _size)) = serve_through_proxy(
+        "a_flipped_byte_from_the_registry_fails_in_write",
+        &stack.layout,
+        &work.path().join("reg"),
+        |digest, size| ingot_testproxy::Faults {
+            flip: Some(ingot_testproxy::Rule {
+                path_contains: digest.to_string(),
+                offset: size / 2,
+            }),
+            ..Default::default()
+        },
+    ) else {
+        return;
+    };
+    let img = work.path().join("disk.img");
+    sparse_file(&img, 1024 * MIB);
+    let report = work.path().join("report.json");
+    let out = run(Command::new(env!("CARGO_BIN_EXE_ingot-writer"))
+        .arg(format!("oci://{}/stacks/s:1", proxy.host()))
+        .arg("--target")
+        .arg(&img)
+        .arg("--trust-key")
+        .arg(&stack.public)
+        .arg("--report")
+        .arg(&report));
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        proxy.stats.flips.load(std::sync::atomic::Ordering::Relaxed) >= 1,
+        "the proxy flipped a byte"
+    );
+    assert!(
+        err.contains("layer `base`") && err.contains(&digest),
+        "{err}"
+    );
+    let status: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    assert_eq!(status["state"], "failed", "{status}");
+    assert_eq!(status["stage"], "write", "{status}");
+    assert!(!has_partition_table(&img), "no partition table");
+}

@@ -16,7 +16,7 @@
 //!   every download must keep up a minimum throughput or it is dropped and retried.
 
 use std::future::Future;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -584,10 +584,13 @@ impl Registry {
     }
 
     /// Stream one blob into `sink`, resuming with `Range` requests after transient failures,
-    /// and check its size and SHA-256. The sink must be empty at position 0; bytes reach it
-    /// before the digest is known, so a caller that must not keep bad bytes writes to a
-    /// temporary place (as [`Registry::pull_blob_to_file`] does).
-    pub fn stream_blob<W: Write + Seek>(
+    /// and check its size and SHA-256. Every byte reaches the sink once, in order (a registry
+    /// that ignores a `Range` request sends the blob again from the start; the bytes the sink
+    /// already has are dropped). Bytes reach it before the digest is known, so a caller that
+    /// must not keep bad bytes writes to a temporary place (as [`Registry::pull_blob_to_file`]
+    /// does) or checks them finer-grained itself (the writer checks every block against the
+    /// layer's signed verity tree).
+    pub fn stream_blob<W: Write + ?Sized>(
         &self,
         reference: &RegistryRef,
         digest: &str,
@@ -598,7 +601,7 @@ impl Registry {
         self.block_on(self.stream_blob_async(reference, digest, size, sink, progress))
     }
 
-    pub(crate) async fn stream_blob_async<W: Write + Seek>(
+    pub(crate) async fn stream_blob_async<W: Write + ?Sized>(
         &self,
         reference: &RegistryRef,
         digest: &str,
@@ -644,19 +647,17 @@ impl Registry {
             let failure = match response {
                 Err(e) => Some(self.classify(&what, e)),
                 Ok(resp) => {
+                    // After a Range request the registry ignored: bytes to drop from the front.
+                    let mut skip = 0u64;
                     let mut stream = match resp {
                         BlobResponse::Partial(s) => s,
                         BlobResponse::Full(s) => {
                             if offset != 0 {
                                 warn!(
-                                    "{what}: the registry ignored the Range request; starting over"
+                                    "{what}: the registry ignored the Range request; skipping \
+                                     the {offset} bytes it sends again"
                                 );
-                                hasher = Sha256::new();
-                                offset = 0;
-                                sink.seek(SeekFrom::Start(0)).map_err(sink_err)?;
-                                if let Some(p) = progress {
-                                    p.set_position(0);
-                                }
+                                skip = offset;
                             }
                             s
                         }
@@ -686,7 +687,16 @@ impl Registry {
                                 failure = Some(Failure::Transient(e.to_string()));
                                 break;
                             }
-                            Some(Ok(chunk)) => {
+                            Some(Ok(mut chunk)) => {
+                                if skip > 0 {
+                                    // Bytes already handed to the sink, sent again.
+                                    let n = skip.min(chunk.len() as u64);
+                                    skip -= n;
+                                    chunk = chunk.slice(n as usize..);
+                                    if chunk.is_empty() {
+                                        continue;
+                                    }
+                                }
                                 if chunk.len() as u64 > size - offset {
                                     return Err(RegistryError::Integrity {
                                         blob: digest.to_owned(),

@@ -62,6 +62,11 @@ impl RegistrySource {
         &self.digest
     }
 
+    /// The reference, pinned to the manifest digest it resolved to.
+    pub fn reference(&self) -> &RegistryRef {
+        &self.reference
+    }
+
     /// The connection (for callers that want more than the trait offers).
     pub fn registry(&self) -> &Registry {
         &self.registry

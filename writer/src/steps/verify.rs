@@ -2,13 +2,14 @@
 //! hash tree against its signed root hash.
 //!
 //! Reads the opened source, the trusted key and the machine; returns an [`OpenedStack`]: the
-//! verified descriptor and, per selected layer, its checked tree and the path of its data blob
-//! (whose blocks are checked against the tree as they are decoded, by whoever reads them).
+//! verified descriptor and, per selected layer, its checked tree and, from an image layout, the
+//! path of its data blob (whose blocks are checked against the tree by whoever reads them). From
+//! a registry the data blobs are not fetched here: the `write` step streams them.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use ingot_artifact::verify::{verify_metadata, verity_params, ArtifactSource, Trust, VerifyReport};
+use ingot_artifact::verify::{verify_metadata, verity_params, Trust, VerifyReport};
 use ingot_layers::descriptor::{LayerEntry, StackDescriptor};
 use ingot_layers::select::Machine;
 use ingot_verity::Verifier;
@@ -17,6 +18,7 @@ use crate::error::WriteError;
 use crate::layerfs::LayerFs;
 use crate::report::{Reporter, Stage};
 use crate::steps::plan::{LayerKind, PlanLayer};
+use crate::steps::resolve::Source;
 use crate::steps::seal::NodeLayer;
 
 /// A selected layer, its tree checked, its data blob located.
@@ -24,15 +26,17 @@ pub struct Prepared {
     pub entry: LayerEntry,
     pub verifier: Arc<Verifier>,
     pub hash_bytes: Vec<u8>,
-    pub data_path: PathBuf,
+    /// The data blob as a local file: in an image layout, or fetched from a registry for
+    /// staging. Unset, it is streamed from the registry while it is written.
+    pub data_path: OnceLock<PathBuf>,
 }
 
 /// A stack whose signature, descriptor and selected layers' trees are checked; nothing written.
 pub struct OpenedStack {
     report: VerifyReport,
     layers: Vec<Prepared>,
-    /// Kept open: a registry source's downloaded blobs live as long as it does.
-    _source: Box<dyn ArtifactSource>,
+    /// Kept open: data blobs stream from a registry source while they are written.
+    source: Source,
 }
 
 impl OpenedStack {
@@ -55,16 +59,33 @@ impl OpenedStack {
         &self.layers
     }
 
+    /// Where the stack comes from (the `write` step streams from a registry source).
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
     /// The selected layers' names, in stacking order.
     pub fn layer_names(&self) -> Vec<String> {
         self.layers.iter().map(|p| p.entry.name.clone()).collect()
     }
 
     /// The base layer's file system, read from its blob with every block checked against the
-    /// signed tree (for staging, before anything is written).
+    /// signed tree (for staging, before anything is written). From a registry, the base
+    /// layer's blob is fetched whole for this (and then written from that copy): staging needs
+    /// files from it before the disk plan exists, and a blob has no index of its frames.
     pub fn base_fs(&self) -> Result<LayerFs, WriteError> {
         let base = &self.layers[0];
-        let map = map_blob(&base.data_path)?;
+        let path = match base.data_path.get() {
+            Some(p) => p.clone(),
+            None => {
+                let p = self
+                    .source
+                    .get()
+                    .blob_file_unhashed(&base.entry.data.digest, base.entry.data.size)?;
+                base.data_path.get_or_init(|| p).clone()
+            }
+        };
+        let map = map_blob(&path)?;
         Ok(LayerFs::in_blob(
             &base.entry.name,
             Arc::new(map),
@@ -112,7 +133,7 @@ pub fn map_blob(path: &Path) -> Result<memmap2::Mmap, WriteError> {
         source,
     })?;
     // SAFETY: the blob is a file in the source store, read-only here; every block decoded from
-    // it is checked against the tree before it is used or written.
+    // it is checked against the tree before it is used, or after it is written and read back.
     #[allow(unsafe_code)]
     unsafe { memmap2::Mmap::map(&file) }.map_err(|source| WriteError::Io {
         path: path.to_path_buf(),
@@ -123,16 +144,16 @@ pub fn map_blob(path: &Path) -> Result<memmap2::Mmap, WriteError> {
 
 /// The `verify` step; see the module docs.
 pub fn run(
-    source: Box<dyn ArtifactSource>,
+    source: Source,
     trust: &Trust,
     machine: &Machine,
     reporter: &Reporter,
 ) -> Result<OpenedStack, WriteError> {
     reporter.stage(
         Stage::Verify,
-        format!("checking the signature of {}", source.describe()),
+        format!("checking the signature of {}", source.get().describe()),
     );
-    let (report, _manifest) = verify_metadata(source.as_ref(), trust)?;
+    let (report, _manifest) = verify_metadata(source.get(), trust)?;
     let d = &report.descriptor;
     let selected: Vec<&LayerEntry> = d.select(machine).collect();
     if selected.first().map(|l| l.name.as_str()) != Some(d.base().name.as_str()) {
@@ -151,17 +172,18 @@ pub fn run(
     reporter.set_layers(names);
     let layers = selected
         .into_iter()
-        .map(|entry| prepare(source.as_ref(), entry))
+        .map(|entry| prepare(&source, entry))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(OpenedStack {
         report,
         layers,
-        _source: source,
+        source,
     })
 }
 
 /// Checks one layer's tree against its signed root hash and locates its data blob.
-fn prepare(source: &dyn ArtifactSource, entry: &LayerEntry) -> Result<Prepared, WriteError> {
+fn prepare(opened: &Source, entry: &LayerEntry) -> Result<Prepared, WriteError> {
+    let source = opened.get();
     let params = verity_params(entry)?;
     let hash_bytes = source.blob(&entry.hash.digest, entry.hash.size)?;
     let root = hex::decode(&entry.verity.root_hash).map_err(|_| WriteError::Tree {
@@ -173,9 +195,13 @@ fn prepare(source: &dyn ArtifactSource, entry: &LayerEntry) -> Result<Prepared, 
             layer: entry.name.clone(),
             reason: e.to_string(),
         })?;
-    // Not hashed whole: every decompressed block is checked against the tree before it is
-    // written, which covers exactly the bytes that reach the disk.
-    let data_path = source.blob_file_unhashed(&entry.data.digest, entry.data.size)?;
+    // Not hashed whole: every block is checked against the tree after it is written and read
+    // back, which covers exactly the bytes on the disk. From a registry it is not fetched here
+    // at all, but streamed while it is written.
+    let data_path = OnceLock::new();
+    if let Source::Layout(local) = opened {
+        let _ = data_path.set(local.blob_file_unhashed(&entry.data.digest, entry.data.size)?);
+    }
     Ok(Prepared {
         entry: entry.clone(),
         verifier: Arc::new(verifier),

@@ -1,38 +1,61 @@
 //! `write`: every selected layer's image and tree, and the sealed node layer, into their
-//! partitions, so that no byte that fails its hash reaches the disk unnoticed; `var` left blank.
+//! partitions, so that no byte that fails its hash can boot; `var` left blank.
 //!
 //! Reads the opened target, the verified stack, the node layer and the plan; returns the bytes
 //! written and skipped and the rewrites ([`WriteStats`]).
 //!
-//! For each batch of zstd frames (decompressed in parallel): every data block is checked against
-//! its leaf in the signed hash tree BEFORE it is written; the batch is written with large aligned
-//! O_DIRECT writes; then it is read back with O_DIRECT, bypassing the page cache, and checked
-//! again, while the next batch is being written. A frame that reads back wrong is written again
-//! a bounded number of times, then the run fails naming the layer, offset and attempts.
+//! A layer's zstd frames arrive in order (from a mapped blob, or straight from a registry
+//! download, see [`crate::stream`]); batches of them are decompressed in parallel, written with
+//! large aligned O_DIRECT writes, then read back with O_DIRECT, bypassing the page cache, and
+//! checked against the layer's signed hash tree, all three stages overlapping. Each block is
+//! hashed once, after the read-back: the partition table is written last, so a block that
+//! reaches the disk unchecked cannot boot. Only when a read-back fails is the in-memory copy
+//! hashed too, to tell a bad source (the run fails, naming the frame and the blob) from a bad
+//! write (the frame is written again, a bounded number of times, and counted).
 //! All-zero blocks are skipped when the partition was first made to read zeros (a hole punched
 //! in an image file, BLKZEROOUT on a device that offloads it), and still read back and checked.
 
 use ingot_verity::{is_zero, Verifier};
 use std::sync::{mpsc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
 use crate::error::WriteError;
 use crate::report::{Reporter, Rewrite, Stage};
 use crate::steps::plan::{Content, DiskPlan, MIB};
+use crate::steps::resolve::Source;
 use crate::steps::seal::NodeLayer;
 use crate::steps::verify::{map_blob, OpenedStack, Prepared};
+use crate::stream;
 use crate::target::{AlignedBuf, Target, TargetError, ALIGN};
 
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     #[error(transparent)]
     Target(#[from] TargetError),
-    #[error("layer `{layer}`: the data blob is not the signed image: {reason}")]
-    Blob { layer: String, reason: String },
-    #[error("layer `{layer}`: data block {block} does not match the signed hash tree; nothing of it was written")]
-    BadSource { layer: String, block: u64 },
+    #[error("layer `{layer}`: the data blob {blob} is not the signed image: {reason}")]
+    Blob {
+        layer: String,
+        blob: String,
+        reason: String,
+    },
+    #[error(
+        "layer `{layer}`: data block {block} (zstd frame {frame} of the data blob {blob}) does not \
+         match the signed hash tree: the blob is corrupt"
+    )]
+    BadSource {
+        layer: String,
+        blob: String,
+        frame: u64,
+        block: u64,
+    },
+    #[error("layer `{layer}`: downloading the data blob {blob}: {reason}")]
+    Download {
+        layer: String,
+        blob: String,
+        reason: String,
+    },
     #[error(
         "layer `{layer}`: {length} bytes at target offset {offset} still read back wrong after {attempts} \
          attempts ({reason})"
@@ -96,13 +119,31 @@ impl std::ops::AddAssign for WriteStats {
     }
 }
 
+/// Where one layer's time went, per pipeline stage (each stage's busy time; they overlap).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct StageTimes {
+    /// Waiting for compressed frames (the download, on a registry source).
+    pub input_wait_s: f64,
+    /// Decompressing frames (wall time of the parallel batches).
+    pub decode_s: f64,
+    /// O_DIRECT writes.
+    pub write_s: f64,
+    /// O_DIRECT reads of what was written.
+    pub read_back_s: f64,
+    /// Checking what was read against the tree (and any rewrites).
+    pub verify_s: f64,
+    /// The whole layer.
+    pub total_s: f64,
+}
+
 /// One layer's data to put on the disk.
 pub struct LayerData<'a> {
     pub name: &'a str,
+    /// The data blob's digest, for messages.
+    pub blob: &'a str,
     /// The tree, already checked against the signed root hash.
     pub verifier: &'a Verifier,
-    /// The compressed blob (not hashed whole; each decoded block is checked): zstd frames of `frame_size` bytes each.
-    pub blob: &'a [u8],
+    /// Uncompressed bytes per zstd frame of the blob.
     pub frame_size: u64,
     pub image_size: u64,
     /// Partition on the target.
@@ -110,8 +151,47 @@ pub struct LayerData<'a> {
     pub partition_size: u64,
 }
 
-/// A decompressed, source-verified frame waiting to be written and read back.
+impl LayerData<'_> {
+    fn blob_err(&self, reason: String) -> EngineError {
+        EngineError::Blob {
+            layer: self.name.to_string(),
+            blob: self.blob.to_string(),
+            reason,
+        }
+    }
+}
+
+/// One compressed zstd frame: borrowed from a mapped blob, or received from a download.
+pub enum Compressed<'a> {
+    Mapped(&'a [u8]),
+    Owned(Vec<u8>),
+}
+
+impl std::ops::Deref for Compressed<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Compressed::Mapped(s) => s,
+            Compressed::Owned(v) => v,
+        }
+    }
+}
+
+/// A layer's compressed frames, in order; an error ends the layer.
+pub type Frames<'a> = Box<dyn Iterator<Item = Result<Compressed<'a>, EngineError>> + Send + 'a>;
+
+/// The frames of a blob that is in memory (a mapped file).
+pub fn mapped_frames<'a>(layer: &LayerData<'_>, blob: &'a [u8]) -> Result<Frames<'a>, EngineError> {
+    let frames =
+        ingot_artifact::compress::split_frames(blob).map_err(|e| layer.blob_err(e.to_string()))?;
+    Ok(Box::new(
+        frames.into_iter().map(|f| Ok(Compressed::Mapped(f))),
+    ))
+}
+
+/// A decompressed frame waiting to be written and read back.
 struct Frame {
+    index: u64,
     /// Byte offset inside the image.
     at: u64,
     len: usize,
@@ -128,9 +208,33 @@ pub fn run(
     reporter: &Reporter,
 ) -> Result<WriteStats, WriteError> {
     let mut total = WriteStats::default();
-    for (index, p) in opened.layers().iter().enumerate() {
-        total += stack_layer(target, index, p, plan, opts, reporter)?;
-    }
+    // Blobs not on this machine stream from the registry, the next one downloading while
+    // this one is written.
+    let jobs: Vec<stream::Job> = opened
+        .layers()
+        .iter()
+        .filter(|p| p.data_path.get().is_none())
+        .map(|p| stream::Job {
+            layer: p.entry.name.clone(),
+            digest: p.entry.data.digest.clone(),
+            size: p.entry.data.size,
+            frame_size: p.entry.data.compression.frame_size,
+        })
+        .collect();
+    std::thread::scope(|s| -> Result<(), WriteError> {
+        // Owned by this closure: dropped (so the download stops) before the scope ends.
+        let mut streams = match opened.source() {
+            Source::Registry(r) if !jobs.is_empty() => {
+                stream::start(s, r.registry(), r.reference(), jobs)
+            }
+            _ => Vec::new(),
+        }
+        .into_iter();
+        for (index, p) in opened.layers().iter().enumerate() {
+            total += stack_layer(target, index, p, plan, &mut streams, opts, reporter)?;
+        }
+        Ok(())
+    })?;
     if let Some(n) = node {
         let index = opened.layers().len();
         reporter.stage(
@@ -160,12 +264,14 @@ pub fn run(
     Ok(total)
 }
 
-/// One layer of the stack: its image from the blob, then its hash device.
+/// One layer of the stack: its image (from its local blob, or the next registry stream), then
+/// its hash device, each read back and checked.
 fn stack_layer(
     target: &Target,
     index: usize,
     p: &Prepared,
     plan: &DiskPlan,
+    streams: &mut impl Iterator<Item = stream::Stream>,
     opts: WriteOptions,
     reporter: &Reporter,
 ) -> Result<WriteStats, WriteError> {
@@ -180,7 +286,6 @@ fn stack_layer(
             hex::encode(p.verifier.root_hash())
         ),
     );
-    let map = map_blob(&p.data_path)?;
     // Zeroing first pays only when many blocks are zeros (the tree says which): on a thin
     // or file-backed disk it frees space that dense data must then allocate again.
     let zero_blocks = p.verifier.zero_blocks();
@@ -190,21 +295,27 @@ fn stack_layer(
         "layer {}: {zero_blocks} of {blocks} blocks are zeros; zeroing first: {zeroed}",
         p.entry.name
     );
-    let mut total = write_layer(
-        target,
-        &LayerData {
-            name: &p.entry.name,
-            verifier: &p.verifier,
-            blob: &map,
-            frame_size: p.entry.data.compression.frame_size,
-            image_size: p.entry.size,
-            offset: data.offset,
-            partition_size: data.size,
-        },
-        zeroed,
-        opts,
-        reporter,
-    )?;
+    let layer = LayerData {
+        name: &p.entry.name,
+        blob: &p.entry.data.digest,
+        verifier: &p.verifier,
+        frame_size: p.entry.data.compression.frame_size,
+        image_size: p.entry.size,
+        offset: data.offset,
+        partition_size: data.size,
+    };
+    let map;
+    let frames = match p.data_path.get() {
+        Some(path) => {
+            map = map_blob(path)?;
+            mapped_frames(&layer, &map)?
+        }
+        None => streams
+            .next()
+            .expect("one stream per layer not on this machine")
+            .frames(),
+    };
+    let mut total = write_layer(target, &layer, frames, zeroed, opts, reporter)?;
     reporter.finish_bar();
     let zeroed = target.zero_range(hash.offset, hash.size)?;
     total += write_bytes(
@@ -219,23 +330,64 @@ fn stack_layer(
     Ok(total)
 }
 
-/// Writes one layer's image into its partition with both checks. `zeroed`: the partition reads
-/// zeros already, so zero blocks need not be sent.
+/// Writes one layer's image into its partition, each block checked after it is read back.
+/// `zeroed`: the partition reads zeros already, so zero blocks need not be sent.
 pub fn write_layer(
     target: &Target,
     layer: &LayerData<'_>,
+    frames: Frames<'_>,
     zeroed: bool,
     opts: WriteOptions,
     reporter: &Reporter,
 ) -> Result<WriteStats, EngineError> {
-    let name = layer.name.to_string();
-    let blob_err = |reason: String| EngineError::Blob {
-        layer: name.clone(),
-        reason,
+    check_geometry(layer)?;
+    let started = Instant::now();
+    // Three stages joined by short bounded queues, so that the disk always has work:
+    //   decode (rayon) → write (O_DIRECT) → read back (O_DIRECT) and check against the tree.
+    // The queues hold a few frames each: memory stays bounded whatever the layer's size.
+    // Buffers go back to a pool, so the run does not fault in fresh pages for every frame.
+    let batch = (rayon::current_num_threads() * 2).max(2);
+    let depth = batch * 2;
+    let pool: Mutex<Vec<AlignedBuf>> = Mutex::new(Vec::new());
+    let (write_tx, write_rx) = mpsc::sync_channel::<Frame>(depth);
+    let (check_tx, check_rx) = mpsc::sync_channel::<Frame>(depth);
+    let (decoded, written, checked) = std::thread::scope(|s| {
+        let writer = s.spawn(|| write_stage(target, layer, zeroed, write_rx, check_tx));
+        let checker = s.spawn(|| check_stage(target, layer, check_rx, &pool, opts, reporter));
+        let decoded = decode_stage(layer, frames, batch, &pool, &write_tx, opts);
+        drop(write_tx);
+        let written = writer.join().expect("write stage panicked");
+        let checked = checker.join().expect("read-back stage panicked");
+        (decoded, written, checked)
+    });
+    // A later stage's error explains an earlier stage's stop; a decode error stands on its own.
+    let (written, checked) = (written?, checked?);
+    let (input_wait, decode) = decoded?;
+    let (w, skipped, write_time) = written;
+    let (rw, rewrites, read_time, verify_time) = checked;
+    let stats = WriteStats {
+        written: w + rw,
+        skipped,
+        rewrites,
     };
+    let times = StageTimes {
+        input_wait_s: input_wait.as_secs_f64(),
+        decode_s: decode.as_secs_f64(),
+        write_s: write_time.as_secs_f64(),
+        read_back_s: read_time.as_secs_f64(),
+        verify_s: verify_time.as_secs_f64(),
+        total_s: started.elapsed().as_secs_f64(),
+    };
+    tracing::info!("layer {}: pipeline {times:?}", layer.name);
+    reporter.detail(&format!("pipeline-{}", layer.name), times);
+    reporter.add_written(stats.written);
+    Ok(stats)
+}
+
+fn check_geometry(layer: &LayerData<'_>) -> Result<(), EngineError> {
     if layer.image_size > layer.partition_size {
         return Err(EngineError::TooLarge {
-            layer: name,
+            layer: layer.name.to_string(),
             need: layer.image_size,
             have: layer.partition_size,
         });
@@ -243,7 +395,7 @@ pub fn write_layer(
     let dbs = layer.verifier.params().data_block_size as u64;
     if layer.frame_size == 0 || layer.frame_size % ALIGN as u64 != 0 || layer.frame_size % dbs != 0
     {
-        return Err(blob_err(format!(
+        return Err(layer.blob_err(format!(
             "frame size {} is not a multiple of {ALIGN}",
             layer.frame_size
         )));
@@ -251,143 +403,172 @@ pub fn write_layer(
     if layer.image_size % ALIGN as u64 != 0
         || layer.image_size != layer.verifier.params().data_blocks * dbs
     {
-        return Err(blob_err(format!(
+        return Err(layer.blob_err(format!(
             "image size {} does not match the hash tree",
             layer.image_size
         )));
     }
-    let frames =
-        ingot_artifact::compress::split_frames(layer.blob).map_err(|e| blob_err(e.to_string()))?;
-    let want = layer.image_size.div_ceil(layer.frame_size) as usize;
-    if frames.len() != want {
-        return Err(blob_err(format!(
-            "{} zstd frames, {want} expected",
-            frames.len()
-        )));
-    }
-
-    // Three stages joined by short bounded queues, so that the disk always has work:
-    //   decode (rayon: decompress and check against the tree) → write (O_DIRECT)
-    //   → read back (O_DIRECT) and check again.
-    // The queues hold a few frames each: memory stays bounded and every frame is checked before
-    // it is written. Buffers go back to a pool, so the run does not fault in fresh pages for
-    // every frame.
-    let batch = (rayon::current_num_threads() * 2).max(2);
-    let depth = batch * 2;
-    let pool: Mutex<Vec<AlignedBuf>> = Mutex::new(Vec::new());
-    let (write_tx, write_rx) = mpsc::sync_channel::<Frame>(depth);
-    let (check_tx, check_rx) = mpsc::sync_channel::<Frame>(depth);
-    let (decoded, written, checked) = std::thread::scope(|s| {
-        let writer = s.spawn(|| -> Result<(u64, u64), EngineError> {
-            let (mut written, mut skipped) = (0, 0);
-            for f in write_rx {
-                let (w, sk) = write_runs(target, &f.data[..f.len], layer.offset + f.at, zeroed)?;
-                written += w;
-                skipped += sk;
-                if check_tx.send(f).is_err() {
-                    break; // the read-back stage failed; its error is the one to report
-                }
-            }
-            drop(check_tx);
-            Ok((written, skipped))
-        });
-        let checker = s.spawn(|| -> Result<(u64, u32), EngineError> {
-            let (mut rewritten, mut rewrites) = (0, 0);
-            // Frames already written are read back together in one large request: a few
-            // large reads cost far less than many 4 MiB ones.
-            const GROUP: usize = 4;
-            let mut back = AlignedBuf::new(GROUP * layer.frame_size as usize);
-            let mut done = 0u64;
-            let mut group: Vec<Frame> = Vec::with_capacity(GROUP);
-            let check_rx = check_rx; // owned here: the writer sees when this stage stops
-            while let Ok(first) = check_rx.recv() {
-                group.push(first);
-                while group.len() < GROUP {
-                    match check_rx.try_recv() {
-                        Ok(f) => group.push(f),
-                        Err(_) => break,
-                    }
-                }
-                let (rw, n) = read_back_group(target, layer, &group, &mut back, opts, reporter)?;
-                rewritten += rw;
-                rewrites += n;
-                for f in group.drain(..) {
-                    done += f.len as u64;
-                    pool.lock().expect("buffer pool").push(f.data);
-                }
-                reporter.progress(Stage::Write, layer.name, done, layer.image_size);
-            }
-            Ok((rewritten, rewrites))
-        });
-        let decoded = (|| -> Result<(), EngineError> {
-            for (batch_no, chunk) in frames.chunks(batch).enumerate() {
-                opts.check_deadline(&format!("writing layer {}", layer.name))?;
-                let frames: Vec<Result<Frame, EngineError>> = chunk
-                    .par_iter()
-                    .enumerate()
-                    .map(|(i, frame)| {
-                        let index = (batch_no * batch + i) as u64;
-                        let buf = pool.lock().expect("buffer pool").pop();
-                        decode_frame(layer, index, frame, buf, &blob_err)
-                    })
-                    .collect();
-                for f in frames {
-                    if write_tx.send(f?).is_err() {
-                        return Ok(()); // a later stage failed; its error is the one to report
-                    }
-                }
-            }
-            Ok(())
-        })();
-        drop(write_tx);
-        let written = writer.join().expect("write stage panicked");
-        let checked = checker.join().expect("read-back stage panicked");
-        (decoded, written, checked)
-    });
-    decoded?;
-    let (w, skipped) = written?;
-    let (rw, rewrites) = checked?;
-    let stats = WriteStats {
-        written: w + rw,
-        skipped,
-        rewrites,
-    };
-    reporter.add_written(stats.written);
-    Ok(stats)
+    Ok(())
 }
 
-/// Decompresses frame `index` into `buf` (or a new buffer) and checks every block against the
-/// tree: nothing that fails leaves this function.
+/// Takes frames in batches and decompresses each batch on all cores. Returns (time waiting
+/// for input, time decoding).
+fn decode_stage(
+    layer: &LayerData<'_>,
+    mut frames: Frames<'_>,
+    batch: usize,
+    pool: &Mutex<Vec<AlignedBuf>>,
+    write_tx: &mpsc::SyncSender<Frame>,
+    opts: WriteOptions,
+) -> Result<(Duration, Duration), EngineError> {
+    let want = layer.image_size.div_ceil(layer.frame_size);
+    let (mut wait, mut decode) = (Duration::ZERO, Duration::ZERO);
+    let mut next = 0u64;
+    loop {
+        opts.check_deadline(&format!("writing layer {}", layer.name))?;
+        let t = Instant::now();
+        let mut chunk = Vec::with_capacity(batch);
+        for f in frames.by_ref().take(batch) {
+            chunk.push(f?);
+        }
+        wait += t.elapsed();
+        if chunk.is_empty() {
+            break;
+        }
+        if next + chunk.len() as u64 > want {
+            return Err(layer.blob_err(format!("more than the {want} zstd frames expected")));
+        }
+        let t = Instant::now();
+        let decoded: Vec<Result<Frame, EngineError>> = chunk
+            .par_iter()
+            .enumerate()
+            .map(|(i, frame)| {
+                let buf = pool.lock().expect("buffer pool").pop();
+                decode_frame(layer, next + i as u64, frame, buf)
+            })
+            .collect();
+        decode += t.elapsed();
+        next += chunk.len() as u64;
+        for f in decoded {
+            if write_tx.send(f?).is_err() {
+                return Ok((wait, decode)); // a later stage failed; its error is the one to report
+            }
+        }
+    }
+    if next != want {
+        return Err(layer.blob_err(format!("{next} zstd frames, {want} expected")));
+    }
+    Ok((wait, decode))
+}
+
+/// Writes each frame, then hands it on to be read back. Returns (written, skipped, time).
+fn write_stage(
+    target: &Target,
+    layer: &LayerData<'_>,
+    zeroed: bool,
+    write_rx: mpsc::Receiver<Frame>,
+    check_tx: mpsc::SyncSender<Frame>,
+) -> Result<(u64, u64, Duration), EngineError> {
+    let (mut written, mut skipped, mut time) = (0, 0, Duration::ZERO);
+    for f in write_rx {
+        let t = Instant::now();
+        let (w, sk) = write_runs(target, &f.data[..f.len], layer.offset + f.at, zeroed)?;
+        time += t.elapsed();
+        written += w;
+        skipped += sk;
+        if check_tx.send(f).is_err() {
+            break; // the read-back stage failed; its error is the one to report
+        }
+    }
+    Ok((written, skipped, time))
+}
+
+/// Reads written frames back, a few at a time in one request (a few large reads cost far less
+/// than many 4 MiB ones), and checks them against the tree. Returns (bytes rewritten,
+/// rewrites, read time, check time).
+fn check_stage(
+    target: &Target,
+    layer: &LayerData<'_>,
+    check_rx: mpsc::Receiver<Frame>,
+    pool: &Mutex<Vec<AlignedBuf>>,
+    opts: WriteOptions,
+    reporter: &Reporter,
+) -> Result<(u64, u32, Duration, Duration), EngineError> {
+    const GROUP: usize = 4;
+    let (mut rewritten, mut rewrites) = (0, 0);
+    let (mut read_time, mut verify_time) = (Duration::ZERO, Duration::ZERO);
+    let mut back = AlignedBuf::new(GROUP * layer.frame_size as usize);
+    let mut done = 0u64;
+    let mut group: Vec<Frame> = Vec::with_capacity(GROUP);
+    while let Ok(first) = check_rx.recv() {
+        group.push(first);
+        while group.len() < GROUP {
+            match check_rx.try_recv() {
+                Ok(f) => group.push(f),
+                Err(_) => break,
+            }
+        }
+        let t = Instant::now();
+        let len: usize = group.iter().map(|f| f.len).sum();
+        let contiguous = group
+            .windows(2)
+            .all(|w| w[0].at + w[0].len as u64 == w[1].at);
+        let read = if contiguous {
+            target.read_direct(&mut back[..len], layer.offset + group[0].at)?;
+            true
+        } else {
+            false
+        };
+        let t2 = Instant::now();
+        read_time += t2 - t;
+        let dbs = layer.verifier.params().data_block_size as u64;
+        let good = read
+            && layer
+                .verifier
+                .verify_blocks(group[0].at / dbs, &back[..len])
+                .is_ok();
+        if !good {
+            for f in &group {
+                let (rw, n) = read_back(target, layer, f, &mut back, opts, reporter)?;
+                rewritten += rw;
+                rewrites += n;
+            }
+        }
+        verify_time += t2.elapsed();
+        for f in group.drain(..) {
+            done += f.len as u64;
+            pool.lock().expect("buffer pool").push(f.data);
+        }
+        reporter.progress(Stage::Write, layer.name, done, layer.image_size);
+    }
+    Ok((rewritten, rewrites, read_time, verify_time))
+}
+
+/// Decompresses frame `index` into `buf` (or a new buffer). Not hashed here: every block is
+/// checked after it is read back from the disk.
 fn decode_frame(
     layer: &LayerData<'_>,
     index: u64,
     frame: &[u8],
     buf: Option<AlignedBuf>,
-    blob_err: &(dyn Fn(String) -> EngineError + Sync),
 ) -> Result<Frame, EngineError> {
-    let dbs = layer.verifier.params().data_block_size as u64;
     let at = index * layer.frame_size;
     let len = layer.frame_size.min(layer.image_size - at) as usize;
     let mut data = buf.unwrap_or_else(|| AlignedBuf::new(layer.frame_size as usize));
     let n = zstd::bulk::Decompressor::new()
         .and_then(|mut d| d.decompress_to_buffer(frame, &mut data[..]))
-        .map_err(|e| blob_err(format!("frame {index}: {e}")))?;
+        .map_err(|e| layer.blob_err(format!("zstd frame {index}: {e}")))?;
     if n != len {
-        return Err(blob_err(format!(
-            "frame {index} holds {n} bytes, {len} expected"
+        return Err(layer.blob_err(format!(
+            "zstd frame {index} holds {n} bytes, {len} expected"
         )));
     }
-    layer
-        .verifier
-        .verify_blocks(at / dbs, &data[..len])
-        .map_err(|e| match e {
-            ingot_verity::VerifyError::DataBlock { block, .. } => EngineError::BadSource {
-                layer: layer.name.to_string(),
-                block,
-            },
-            other => blob_err(other.to_string()),
-        })?;
-    Ok(Frame { at, len, data })
+    Ok(Frame {
+        index,
+        at,
+        len,
+        data,
+    })
 }
 
 /// Writes `data` (a multiple of ALIGN) at `offset`, skipping all-zero ALIGN blocks when the
@@ -423,44 +604,10 @@ fn write_runs(
     Ok((written, skipped))
 }
 
-/// Reads consecutive frames back in one request and checks them; when that fails, each frame
-/// is read back and handled on its own (see [`read_back`]).
-fn read_back_group(
-    target: &Target,
-    layer: &LayerData<'_>,
-    group: &[Frame],
-    buf: &mut AlignedBuf,
-    opts: WriteOptions,
-    reporter: &Reporter,
-) -> Result<(u64, u32), EngineError> {
-    let dbs = layer.verifier.params().data_block_size as u64;
-    let first = &group[0];
-    let contiguous = group
-        .windows(2)
-        .all(|w| w[0].at + w[0].len as u64 == w[1].at);
-    if contiguous {
-        let len: usize = group.iter().map(|f| f.len).sum();
-        target.read_direct(&mut buf[..len], layer.offset + first.at)?;
-        if layer
-            .verifier
-            .verify_blocks(first.at / dbs, &buf[..len])
-            .is_ok()
-        {
-            return Ok((0, 0));
-        }
-    }
-    let (mut rewritten, mut rewrites) = (0, 0);
-    for f in group {
-        let (rw, n) = read_back(target, layer, f, buf, opts, reporter)?;
-        rewritten += rw;
-        rewrites += n;
-    }
-    Ok((rewritten, rewrites))
-}
-
-/// Reads a frame back with O_DIRECT into `buf` and checks it against the tree; a frame that
-/// fails is written again (whole, zeros included) up to the attempt limit. Returns (bytes
-/// rewritten, number of rewrites).
+/// Reads a frame back with O_DIRECT into `buf` and checks it against the tree. When that fails,
+/// the in-memory copy is checked too: if it is wrong the source is (the run fails, naming the
+/// frame); if it is right the write was, and the frame is written again (whole, zeros included)
+/// up to the attempt limit. Returns (bytes rewritten, number of rewrites).
 fn read_back(
     target: &Target,
     layer: &LayerData<'_>,
@@ -478,6 +625,19 @@ fn read_back(
         target.read_direct(&mut buf[..f.len], offset)?;
         let check = layer.verifier.verify_blocks(f.at / dbs, &buf[..f.len]);
         let Err(e) = check else { break };
+        if attempt == 1 {
+            if let Err(bad) = layer.verifier.verify_blocks(f.at / dbs, &f.data[..f.len]) {
+                return Err(match bad {
+                    ingot_verity::VerifyError::DataBlock { block, .. } => EngineError::BadSource {
+                        layer: layer.name.to_string(),
+                        blob: layer.blob.to_string(),
+                        frame: f.index,
+                        block,
+                    },
+                    other => layer.blob_err(format!("zstd frame {}: {other}", f.index)),
+                });
+            }
+        }
         if attempt >= opts.max_attempts {
             return Err(EngineError::ReadBack {
                 layer: layer.name.to_string(),

@@ -270,7 +270,7 @@ fn boot(w: &Written, what: &str) -> String {
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    let console = clean(&fs::read(&log).unwrap_or_default());
+    let console = ingot_testkit::console::clean(&fs::read(&log).unwrap_or_default());
     let Some(status) = status else {
         panic!("{what}: no poweroff within {BOOT_TIMEOUT:?}; console:\n{console}");
     };
@@ -287,31 +287,6 @@ fn boot(w: &Written, what: &str) -> String {
     }
     console
 }
-
-/// The serial log as text: without CRs and ANSI escape sequences (OVMF draws with them).
-fn clean(raw: &[u8]) -> String {
-    let text = String::from_utf8_lossy(raw);
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\r' => {}
-            '\u{1b}' => {
-                if chars.peek() == Some(&'[') {
-                    chars.next();
-                    for c in chars.by_ref() {
-                        if c.is_ascii_alphabetic() {
-                            break;
-                        }
-                    }
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// The file system block that holds byte 0 of `path` in an ext4 image (debugfs `bmap`).
 fn block_of(fs_image: &Path, path: &str) -> u64 {
     let out = run_ok(

@@ -451,7 +451,7 @@ fn boot(w: &Written, what: &str) -> String {
         }
         std::thread::sleep(Duration::from_millis(500));
     };
-    let console = clean(&fs::read(&log).unwrap_or_default());
+    let console = ingot_testkit::console::clean(&fs::read(&log).unwrap_or_default());
     assert!(
         exited,
         "{what}: qemu still running after {BOOT_TIMEOUT:?}; console:\n{console}"
@@ -464,31 +464,6 @@ fn boot(w: &Written, what: &str) -> String {
     }
     console
 }
-
-/// The serial log as text: without CRs and ANSI escape sequences.
-fn clean(raw: &[u8]) -> String {
-    let text = String::from_utf8_lossy(raw);
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\r' => {}
-            '\u{1b}' => {
-                if chars.peek() == Some(&'[') {
-                    chars.next();
-                    for c in chars.by_ref() {
-                        if c.is_ascii_alphabetic() {
-                            break;
-                        }
-                    }
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// The check unit's lines, keyed by their first word (repeated keys keep every value, in order).
 fn checks(console: &str) -> BTreeMap<String, Vec<String>> {
     let mut m: BTreeMap<String, Vec<String>> = BTreeMap::new();

@@ -12,22 +12,16 @@
 
 mod common;
 
-#[path = "../../tests/rescue/vm.rs"]
-mod rescue;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
 use common::{partitions, repo_root};
-use rescue::{Caph, Disk, Firmware, Rescue};
+use ingot_testkit::rescue::{self, Caph, Disk, Firmware, Rescue};
+use ingot_testkit::skip::in_ci;
 
 const TOKEN: &str = "ghp_ingotRescueVmToken0123456789abcdef";
 const WRITER: &str = env!("CARGO_BIN_EXE_ingot-writer");
-
-fn in_ci() -> bool {
-    std::env::var_os("CI").is_some()
-}
 
 fn have(tool: &str) -> bool {
     Command::new("sh")
@@ -87,7 +81,7 @@ fn publish() -> Published {
 }
 
 fn rescue_system() -> &'static Rescue {
-    Rescue::get(&[Path::new(WRITER)])
+    Rescue::get(Path::new(env!("CARGO_TARGET_TMPDIR")), &[Path::new(WRITER)])
 }
 
 fn worker_data() -> std::path::PathBuf {

@@ -8,13 +8,8 @@
 //! forward: the VM's `127.0.0.1:PORT` reaches the host's `127.0.0.1:PORT` (a registry), nothing
 //! else. [`caph`] runs a command there exactly as cluster-api-provider-hetzner runs its
 //! imageURLCommand. See `tests/rescue/README.md`.
-//!
-//! Included by the writer's tests with `#[path]`; needs tempfile, serde_json and sha2.
-
-#![allow(dead_code)] // not every test file uses every helper
 
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -56,18 +51,7 @@ impl Disk {
 
     /// SHA-256 of the whole image, hex.
     pub fn sha256(&self) -> String {
-        use sha2::{Digest, Sha256};
-        let mut f = fs::File::open(&self.image).unwrap();
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; 4 << 20];
-        loop {
-            let n = f.read(&mut buf).unwrap();
-            if n == 0 {
-                break;
-            }
-            h.update(&buf[..n]);
-        }
-        format!("{:x}", h.finalize())
+        crate::digest::sha256_file(&self.image).unwrap()
     }
 }
 
@@ -82,13 +66,12 @@ fn repo_root() -> PathBuf {
 }
 
 impl Rescue {
-    /// Built once per test process (into the target's temporary directory), with the shared
-    /// libraries `binaries` need.
-    pub fn get(binaries: &[&Path]) -> &'static Rescue {
+    /// Built once per test process (below `tmp`, the test's `CARGO_TARGET_TMPDIR`), with the
+    /// shared libraries `binaries` need.
+    pub fn get(tmp: &Path, binaries: &[&Path]) -> &'static Rescue {
         static BUILT: OnceLock<Rescue> = OnceLock::new();
         BUILT.get_or_init(|| {
-            let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
-                .join(format!("rescue-vm-{}", std::process::id()));
+            let out = tmp.join(format!("rescue-vm-{}", std::process::id()));
             let started = Instant::now();
             let status = Command::new(repo_root().join("tests/rescue/build-rescue.sh"))
                 .arg(&out)
@@ -241,7 +224,7 @@ pub fn run_qemu(mut cmd: Command, log: &Path, err: &Path, what: &str) -> String 
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    let console = clean(&fs::read(log).unwrap_or_default());
+    let console = crate::console::clean(&fs::read(log).unwrap_or_default());
     let Some(status) = status else {
         panic!("{what}: no poweroff within {TIMEOUT:?}; console:\n{console}");
     };
@@ -250,31 +233,6 @@ pub fn run_qemu(mut cmd: Command, log: &Path, err: &Path, what: &str) -> String 
     eprintln!("{what}: qemu ran {:.1?}", started.elapsed());
     console
 }
-
-/// The serial log as text: without CRs and ANSI escape sequences (OVMF draws with them).
-pub fn clean(raw: &[u8]) -> String {
-    let text = String::from_utf8_lossy(raw);
-    let mut out = String::with_capacity(text.len());
-    let mut chars = text.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\r' => {}
-            '\u{1b}' => {
-                if chars.peek() == Some(&'[') {
-                    chars.next();
-                    for c in chars.by_ref() {
-                        if c.is_ascii_alphabetic() {
-                            break;
-                        }
-                    }
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// One imageURLCommand run as CAPH starts it: the binary copied to `/root/image-url-command`,
 /// the bootstrap data to `/root/bootstrap.data`, then
 /// `OCI_REGISTRY_AUTH_TOKEN='TOKEN' nohup /root/image-url-command URL /root/bootstrap.data NAME 'DEVICES' > LOG`

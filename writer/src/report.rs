@@ -144,7 +144,7 @@ impl Reporter {
                 state: "running",
                 status: "Running",
                 stage: Stage::Resolve,
-                message: "starting".into(),
+                message: "resolve: starting".into(),
                 error: None,
                 layers: Vec::new(),
                 rewrites: Vec::new(),
@@ -158,6 +158,17 @@ impl Reporter {
             last_progress_save: Mutex::new(0.0),
             stdout_log: false,
         })
+    }
+
+    /// The stage the run begins with, so the status file never shows a stage that has not
+    /// started (a provisioning run begins at `check`, a plain write at `resolve`).
+    pub fn starting_at(self, stage: Stage) -> Self {
+        {
+            let mut s = self.status.lock().expect("status lock");
+            s.stage = stage;
+            s.message = format!("{}: starting", stage.name());
+        }
+        self
     }
 
     /// Also print every stage start and warning as a line on stdout.

@@ -14,7 +14,7 @@ use crate::caph::{self, Reboot, OUTPUT_JSON};
 use crate::cli::Cli;
 use crate::config::{self, Settings};
 use crate::pipeline;
-use crate::report::Reporter;
+use crate::report::{Reporter, Stage};
 use crate::request::{ProvisionRequest, WriteRequest, WriteSettings};
 use crate::steps;
 use crate::steps::write::WriteOptions;
@@ -206,6 +206,7 @@ fn provision(
         .unwrap_or_else(|| PathBuf::from(OUTPUT_JSON));
     let reporter = Reporter::new(cli.events.as_deref(), Some(report.clone()))
         .with_context(|| format!("opening {}", report.display()))?
+        .starting_at(Stage::Check)
         .with_stdout_log();
     reporter.detail(
         "settings",

@@ -18,7 +18,7 @@ use ingot_layers::descriptor::{
     ARTIFACT_TYPE, DESCRIPTOR_MEDIA_TYPE, LAYER_MEDIA_TYPE, SCHEMA_VERSION, SIGNATURE_ANNOTATION,
     VERITY_MEDIA_TYPE, ZSTD,
 };
-use ingot_layers::ext4::{self, Ext4Options};
+use ingot_layers::ext4::Ext4Options;
 use ingot_layers::tree::{split_path, DataSource, FileData, Meta, Node, NodeKind};
 use ingot_layers::{LayerError, Source};
 use rayon::prelude::*;
@@ -453,8 +453,7 @@ fn build_layer(
 }
 
 /// A layer with preloaded images: its source tree plus one archive per image under
-/// [`preload::PRELOAD_DIR`], then sealed like [`ingot_layers::build_layer`] seals (salt = SHA-256
-/// of the image, verity UUID derived from the layer seed).
+/// [`preload::PRELOAD_DIR`], sealed by [`ingot_layers::seal_tree`] like every layer.
 #[allow(clippy::too_many_arguments)]
 fn build_with_preload(
     manifest: &Manifest,
@@ -498,36 +497,10 @@ fn build_with_preload(
         tree.insert(&components, node, e.path.as_bytes())
             .map_err(lerr)?;
     }
-    let info = ext4::write_tree(&tree, img, ext4_opts, true).map_err(lerr)?;
-    drop(tree);
-    bar.set_message("verity");
-    let salt = info.sha256.expect("digest requested").to_vec();
-    let uuid = ext4::derive_uuid("ingot verity uuid", &ext4_opts.seed);
-    let params = ingot_verity::VerityParams {
-        data_blocks: info.blocks,
-        salt: salt.clone(),
-        uuid: Some(uuid),
-        ..ingot_verity::VerityParams::default()
-    };
-    let r = ingot_verity::format_file(img, hash, &params).map_err(|source| BuildError::Layer {
-        layer: name.clone(),
-        source: LayerError::Verity {
-            path: hash.to_owned(),
-            source,
-        },
-    })?;
-    let hash_size = fs::metadata(hash).map_err(io_err("reading", hash))?.len();
-    Ok((
-        info.size,
-        info.blocks,
-        ingot_layers::VerityInfo {
-            root_hash: r.root_hash,
-            salt,
-            uuid,
-            hash_size,
-        },
-        entries,
-    ))
+    bar.set_message("ext4+verity");
+    let built = ingot_layers::seal_tree(&tree, img, hash, ext4_opts).map_err(lerr)?;
+    let verity = built.verity.expect("seal_tree always builds the hash tree");
+    Ok((built.image_size, built.data_blocks, verity, entries))
 }
 
 #[cfg(test)]

@@ -66,30 +66,48 @@ pub fn build_layer_checked(
 ) -> Result<LayerBuild, LayerError> {
     let tree = ext4::load(source, out_img)?;
     check(&tree)?;
-    let image = ext4::write_unpersisted(&tree, out_img, opts, out_hash.is_some())?;
-    drop(tree);
-    let Some(hash) = out_hash else {
-        let image = image.persist(out_img)?;
-        return Ok(LayerBuild {
-            image_size: image.size,
-            data_blocks: image.blocks,
-            image,
-            verity: None,
-        });
-    };
+    match out_hash {
+        Some(hash) => seal_tree(&tree, out_img, hash, opts),
+        None => {
+            let image = ext4::write_tree(&tree, out_img, opts, false)?;
+            Ok(LayerBuild {
+                image_size: image.size,
+                data_blocks: image.blocks,
+                image,
+                verity: None,
+            })
+        }
+    }
+}
+
+/// The one sealing step every layer goes through (the stack's layers in `ingot build`, the
+/// per-node layer in the writer): a file tree in, a deterministic ext4 image at `out_img`, its
+/// dm-verity tree at `out_hash` (salt = SHA-256 of the image, UUID derived from `opts.seed`) and
+/// the root hash out. Both files appear only when complete.
+pub fn seal_tree(
+    tree: &tree::Tree,
+    out_img: &Path,
+    out_hash: &Path,
+    opts: &Ext4Options,
+) -> Result<LayerBuild, LayerError> {
+    let image = ext4::write_unpersisted(tree, out_img, opts, true)?;
     // The image's writeback (fsync) runs while the hash tree is computed from the page cache.
     let (synced, sealed) = std::thread::scope(|s| {
         let syncer = s.spawn(|| image.tmp.as_file().sync_all());
-        let sealed = seal(image.tmp.path(), hash, &image.info, opts);
+        let sealed = seal(image.tmp.path(), out_hash, &image.info, opts);
         (syncer.join().expect("sync thread panicked"), sealed)
     });
     synced.map_err(|e| LayerError::io("syncing", image.tmp.path(), e))?;
     let (verity, hash_tmp) = sealed?;
     // Image first, then its tree; if the second rename fails, take the image back out.
     let info = image.persist_synced(out_img)?;
-    if let Err(e) = hash_tmp.persist(hash) {
+    if let Err(e) = hash_tmp.persist(out_hash) {
         let _ = std::fs::remove_file(out_img);
-        return Err(LayerError::io("renaming the hash tree to", hash, e.error));
+        return Err(LayerError::io(
+            "renaming the hash tree to",
+            out_hash,
+            e.error,
+        ));
     }
     Ok(LayerBuild {
         image_size: info.size,

@@ -77,6 +77,25 @@ pub struct FileData {
     pub data: Vec<Range<u64>>,
 }
 
+impl FileData {
+    /// A file whose bytes are all in memory, stored without holes.
+    pub fn from_bytes(bytes: Arc<[u8]>) -> FileData {
+        let size = bytes.len() as u64;
+        if size == 0 {
+            return FileData {
+                size,
+                source: DataSource::None,
+                data: Vec::new(),
+            };
+        }
+        FileData {
+            size,
+            source: DataSource::Bytes(bytes),
+            data: vec![0..size],
+        }
+    }
+}
+
 /// The bytes of a regular file.
 #[derive(Debug, Clone)]
 pub enum DataSource {
@@ -87,6 +106,8 @@ pub enum DataSource {
     /// A region of an open file (a plain tar archive or a decompressed copy of one): the file's
     /// byte `i` is at `offset + i`.
     Region { file: Arc<SourceFile>, offset: u64 },
+    /// Bytes already in memory (files made on the machine, such as the per-node layer's).
+    Bytes(Arc<[u8]>),
 }
 
 /// An open archive (or spill file) that file data is read from, with a name for messages.

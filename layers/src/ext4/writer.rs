@@ -189,6 +189,11 @@ fn emit(sink: &mut Sink<'_>, plan: &Plan<'_>, total: u64) -> Result<(), LayerErr
                     DataSource::Region { file, offset: base } => {
                         sink.copy(&file.file, &file.name, base + offset, *len)?;
                     }
+                    DataSource::Bytes(bytes) => {
+                        // The plan's ranges come from the same bytes, so they are in bounds.
+                        let start = *offset as usize;
+                        sink.put(&bytes[start..start + *len as usize])?;
+                    }
                 }
             }
         }

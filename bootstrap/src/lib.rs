@@ -11,11 +11,12 @@
 //! 2. [`stage()`] turns a [`Bootstrap`] plus the machine's facts ([`StageInput`]: machine name, the
 //!    base OS's `/etc/passwd` and `/etc/group`, network, node labels) into a [`Staged`] tree:
 //!    an ordered, deterministic list of directories, files and symlinks with numeric owners, and
-//!    the list of secret paths. [`Staged::write_tar`] writes it as a deterministic POSIX tar.
+//!    the list of secret paths. [`Staged::to_tree`] hands it to the layer builder as a file tree,
+//!    which the writer seals into the per-node layer.
 //!
 //! Nothing here touches the running system: all input comes in as bytes and text, all output is
 //! returned, and randomness (machine-id, SSH host keys) comes from the caller's RNG, so the same
-//! input and seed give a byte-identical tar.
+//! input and seed give the same tree and, sealed, a byte-identical layer.
 //!
 //! File contents never appear in `Debug` output, in error messages or in warnings; see
 //! [`secrets`] for what counts as a secret and [`redact`] for scrubbing free text.
@@ -23,12 +24,12 @@
 //! `docs/bootstrap.md` describes what is accepted, where each file is staged and the secret rules.
 
 mod kubelet;
+mod layer;
 mod model;
 mod parse;
 mod rescue_net;
 pub mod secrets;
 mod stage;
-mod tar;
 
 pub use kubelet::serving_cert_warnings;
 pub use model::{

@@ -159,28 +159,8 @@ pub enum KubeadmAction {
     Join { control_plane: bool },
 }
 
-/// The node's role, as `ingot_layers::select::Role` names it (`control-plane`, `worker`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Role {
-    ControlPlane,
-    Worker,
-}
-
-impl Role {
-    /// The name used in ingot's layer rules and on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::ControlPlane => "control-plane",
-            Role::Worker => "worker",
-        }
-    }
-}
-
-impl fmt::Display for Role {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// The node's role: the one type the layer rules select by (`control-plane`, `worker`).
+pub use ingot_layers::select::Role;
 
 /// Parsed bootstrap data: everything the node should get, in the order the data gives it.
 #[derive(Clone, PartialEq, Eq)]

@@ -52,6 +52,5 @@ pub fn run(header: &[u8], data: &[u8]) {
     for p in &s.secrets {
         assert_eq!(s.get(p).unwrap().mode & 0o077, 0, "{}", p.display());
     }
-    let mut tar = Vec::new();
-    s.write_tar(&mut tar).unwrap();
+    s.to_tree().unwrap();
 }

@@ -47,10 +47,7 @@ pub fn run(
         source,
     })?;
     drop(raw);
-    let role = role.unwrap_or(match bootstrap.role() {
-        ingot_bootstrap::Role::ControlPlane => Role::ControlPlane,
-        ingot_bootstrap::Role::Worker => Role::Worker,
-    });
+    let role = role.unwrap_or(bootstrap.role());
     let machine = machine_of(&facts, role);
     reporter.detail("selection", &machine);
     reporter.stage(

@@ -39,19 +39,12 @@ pub fn run(
     Ok(node)
 }
 
-/// Builds the node layer: the staged files as a tar, then a deterministic ext4 image and its
-/// verity tree (ingot's layer builder, the same one the stack's layers come from).
+/// Builds the node layer: the staged files as a tree, sealed by the layer builder every stack
+/// layer comes from ([`ingot_layers::seal_tree`]), in a scratch directory read back into memory.
 fn seal(staged: &Staged, stack: &str, machine_name: &str) -> Result<NodeLayer, ProvisionError> {
     let err = |what: &str, e: &dyn std::fmt::Display| ProvisionError::Seal(format!("{what}: {e}"));
+    let tree = staged.to_tree().map_err(|e| err("the staged files", &e))?;
     let dir = tempfile::tempdir().map_err(|e| err("making a scratch directory", &e))?;
-    let tar = dir.path().join("node.tar");
-    let file = std::fs::File::create(&tar).map_err(|e| err("creating the tar", &e))?;
-    let mut w = std::io::BufWriter::new(file);
-    staged
-        .write_tar(&mut w)
-        .and_then(|_| std::io::Write::flush(&mut w))
-        .map_err(|e| err("writing the tar", &e))?;
-    drop(w);
     let img = dir.path().join("node.img");
     let hash = dir.path().join("node.hash");
     let opts = ingot_layers::Ext4Options {
@@ -60,13 +53,8 @@ fn seal(staged: &Staged, stack: &str, machine_name: &str) -> Result<NodeLayer, P
         size: None,
         progress: None,
     };
-    let built = ingot_layers::build_layer(
-        &ingot_layers::Source::Tar(tar.clone()),
-        &img,
-        Some(&hash),
-        &opts,
-    )
-    .map_err(|e| err("building the image", &e))?;
+    let built = ingot_layers::seal_tree(&tree, &img, &hash, &opts)
+        .map_err(|e| err("building the image", &e))?;
     let verity = built
         .verity
         .ok_or_else(|| ProvisionError::Seal("the layer builder made no hash tree".into()))?;

@@ -437,7 +437,7 @@ fn verify_layer(
     let result = ingot_verity::format_file(&img, &tree, &params).map_err(|e| {
         VerifyError::Input(format!("layer `{name}`: computing the verity tree: {e}"))
     })?;
-    let root = hex::encode(&result.root_hash);
+    let root = result.root_hash;
     if root != layer.verity.root_hash {
         return Err(VerifyError::Verity(format!(
             "layer `{name}`: verity root hash mismatch: the signed descriptor says {}, the \

@@ -432,7 +432,7 @@ fn build_layer(
             size: hash_size,
         },
         verity: VerityInfo {
-            root_hash: hex::encode(&verity.root_hash),
+            root_hash: verity.root_hash,
             salt: hex::encode(&verity.salt),
             uuid: Some(ingot_verity::uuid_to_string(&verity.uuid)),
             algorithm: params.algorithm.name().to_owned(),

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use ingot_layers::descriptor::{LayerEntry, StackDescriptor};
-use ingot_verity::Verifier;
+use ingot_verity::{RootHash, Verifier};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -42,7 +42,7 @@ pub struct LayerSide {
     /// The compressed blob's size.
     pub compressed_size: u64,
     /// The dm-verity root hash.
-    pub root_hash: String,
+    pub root_hash: RootHash,
 }
 
 /// One inode as [`LayerFs::walk`] saw it, for output.
@@ -165,9 +165,7 @@ fn layer_fs(source: &dyn ArtifactSource, entry: &LayerEntry) -> Result<LayerFs, 
     let verity = |reason: String| VerifyError::Verity(format!("layer `{}`: {reason}", entry.name));
     let params = verity_params(entry)?;
     let hash = source.blob(&entry.hash.digest, entry.hash.size)?;
-    let root = hex::decode(&entry.verity.root_hash)
-        .map_err(|_| VerifyError::Input(format!("layer `{}`: bad root hash", entry.name)))?;
-    let verifier = Verifier::from_hash_device(&params, &hash, &root)
+    let verifier = Verifier::from_hash_device(&params, &hash, &entry.verity.root_hash)
         .map_err(|e| verity(format!("hash tree: {e}")))?;
     let path = source.blob_file_unhashed(&entry.data.digest, entry.data.size)?;
     let file = std::fs::File::open(&path)
@@ -349,7 +347,7 @@ pub fn render(d: &StackDiff) -> String {
                     "{} B ({} B zstd) root {}",
                     x.size,
                     x.compressed_size,
-                    short(&x.root_hash)
+                    short(&x.root_hash.to_string())
                 )
             })
         };

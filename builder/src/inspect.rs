@@ -5,6 +5,7 @@
 
 use ingot_layers::descriptor::StackDescriptor;
 use ingot_layers::select::{self, Machine};
+use ingot_verity::RootHash;
 use serde::Serialize;
 
 use crate::sign::PublicKey;
@@ -27,7 +28,7 @@ pub struct LayerRow {
     /// Verity hash blob size in bytes.
     pub hash_size: u64,
     /// Verity root hash.
-    pub root_hash: String,
+    pub root_hash: RootHash,
     /// Preloaded image references.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub preload: Vec<String>,
@@ -172,7 +173,7 @@ pub fn render_table(r: &InspectReport) -> String {
                 l.rule.clone(),
                 human_size(l.size),
                 human_size(l.compressed_size),
-                l.root_hash.clone(),
+                l.root_hash.to_string(),
             ]
         })
         .collect();

@@ -12,6 +12,7 @@
 
 use std::collections::BTreeSet;
 
+use ingot_verity::RootHash;
 use serde::{Deserialize, Serialize};
 
 use crate::names;
@@ -131,8 +132,8 @@ pub struct Compression {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct VerityInfo {
-    /// Root hash, lowercase hex.
-    pub root_hash: String,
+    /// Root hash; lowercase hex in the JSON, checked when the descriptor is read.
+    pub root_hash: RootHash,
     /// Salt, lowercase hex (may be empty).
     pub salt: String,
     /// Superblock UUID, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
@@ -268,9 +269,6 @@ impl StackDescriptor {
                 return Err(invalid(format!("{at}: frameSize is 0")));
             }
             let v = &layer.verity;
-            if v.root_hash.is_empty() || !is_lower_hex(&v.root_hash) || v.root_hash.len() % 2 != 0 {
-                return Err(invalid(format!("{at}: rootHash is not lowercase hex")));
-            }
             if !is_lower_hex(&v.salt) || v.salt.len() % 2 != 0 {
                 return Err(invalid(format!("{at}: salt is not lowercase hex")));
             }
@@ -431,7 +429,7 @@ mod tests {
                 size: 8192,
             },
             verity: VerityInfo {
-                root_hash: "c".repeat(64),
+                root_hash: "c".repeat(64).parse().unwrap(),
                 salt: "d".repeat(64),
                 uuid: Some("01234567-89ab-cdef-0123-456789abcdef".into()),
                 algorithm: "sha256".into(),
@@ -506,7 +504,7 @@ mod tests {
                 Box::new(|v| v["layers"][1]["data"]["digest"] = "sha256:xyz".into()),
             ),
             (
-                "rootHash is not lowercase hex",
+                "root hash \"ABCD\": not lower-case hex",
                 Box::new(|v| v["layers"][2]["verity"]["rootHash"] = "ABCD".into()),
             ),
             (

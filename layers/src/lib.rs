@@ -24,7 +24,7 @@ pub use source::Source;
 /// at offset 0 of the hash file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VerityInfo {
-    pub root_hash: Vec<u8>,
+    pub root_hash: ingot_verity::RootHash,
     /// SHA-256 of the image bytes.
     pub salt: Vec<u8>,
     /// The verity superblock's UUID, derived from the layer seed.

@@ -399,7 +399,7 @@ fn verity_tree_matches_veritysetup() {
         sha2::Sha256::digest(fs::read(&img).unwrap()).to_vec(),
         "salt is the image digest"
     );
-    let root = hex::encode(&v.root_hash);
+    let root = v.root_hash.to_string();
     let st = Command::new(tool("veritysetup"))
         .arg("verify")
         .arg(&img)

@@ -11,6 +11,7 @@ use memmap2::{Advice, Mmap, MmapOptions};
 
 use crate::error::{ParamError, VerityError};
 use crate::params::{Geometry, VerityParams};
+use crate::root_hash::RootHash;
 use crate::superblock::{Superblock, SUPERBLOCK_SIZE};
 use crate::tree::{build_tree_sparse, ZeroRanges};
 use crate::verify::Verifier;
@@ -21,7 +22,7 @@ pub struct FormatResult {
     /// The parameters used, with `data_blocks` resolved.
     pub params: VerityParams,
     pub geometry: Geometry,
-    pub root_hash: Vec<u8>,
+    pub root_hash: RootHash,
 }
 
 fn io<'a>(path: &'a Path, what: &'static str) -> impl FnOnce(std::io::Error) -> VerityError + 'a {
@@ -181,7 +182,7 @@ fn write_tree(
     map: &Mmap,
     hash_file: &File,
     hash: &Path,
-) -> Result<Vec<u8>, VerityError> {
+) -> Result<RootHash, VerityError> {
     let data_end = params.data_blocks * params.data_block_size as u64;
     if same_file(data_file, hash_file) && data_end > params.hash_offset {
         return Err(VerityError::Overlap {
@@ -248,7 +249,7 @@ pub fn read_superblock(hash: &Path, hash_offset: u64) -> Result<Superblock, Veri
 pub fn verify_files(
     data: &Path,
     hash: &Path,
-    root_hash: &[u8],
+    root_hash: &RootHash,
     params: &VerityParams,
 ) -> Result<VerityParams, VerityError> {
     let mut params = if params.superblock {

@@ -9,12 +9,14 @@
 //! - [`Superblock`]: the 512-byte header veritysetup writes, with every check it makes on read.
 //! - [`Verifier`]: checks a tree against a trusted root hash once, then checks any data block or
 //!   range against its leaf without rehashing the device.
+//! - [`RootHash`]: the root hash, one type from the tree builder to the kernel command line.
 //! - [`format_file`], [`verify_files`], [`read_superblock`]: the same on files and block devices.
 
 mod error;
 mod file;
 mod hash;
 mod params;
+mod root_hash;
 #[cfg(target_arch = "x86_64")]
 mod sha256x2;
 mod superblock;
@@ -25,6 +27,7 @@ pub use error::{ParamError, SuperblockError, VerifyError, VerityError};
 pub use file::{format_file, read_superblock, verify_files, FormatResult};
 pub use hash::{is_zero, HashAlgorithm};
 pub use params::{Geometry, HashType, VerityParams, MAX_BLOCK_SIZE, MAX_SALT_SIZE, MIN_BLOCK_SIZE};
+pub use root_hash::{RootHash, RootHashError, MAX_ROOT_HASH_SIZE};
 pub use superblock::{Superblock, SUPERBLOCK_SIZE};
 pub use tree::{build_tree, build_tree_sparse, Tree, ZeroRanges};
 pub use verify::Verifier;

@@ -9,13 +9,14 @@ use rayon::prelude::*;
 use crate::error::{ParamError, VerityError};
 use crate::hash::{is_zero, with_digest, SaltedHasher};
 use crate::params::{Geometry, VerityParams};
+use crate::root_hash::RootHash;
 
 /// A complete hash tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tree {
     pub params: VerityParams,
     pub geometry: Geometry,
-    pub root_hash: Vec<u8>,
+    pub root_hash: RootHash,
     /// The tree as stored on the hash device from `hash_start_block` on: top level first.
     pub blocks: Vec<u8>,
 }
@@ -69,7 +70,7 @@ pub fn build_tree_sparse(
     Ok(Tree {
         params: params.clone(),
         geometry,
-        root_hash,
+        root_hash: RootHash::from_bytes(root_hash),
         blocks,
     })
 }
@@ -204,7 +205,7 @@ mod tests {
 
     fn check(p: VerityParams, data: &[u8], image_sha: &str, root: &str) {
         let t = build_tree(&p, data).unwrap();
-        assert_eq!(hex::encode(&t.root_hash), root, "root hash");
+        assert_eq!(t.root_hash.to_string(), root, "root hash");
         assert_eq!(
             hex::encode(Sha256::digest(image(&t))),
             image_sha,

@@ -10,13 +10,14 @@ use rayon::prelude::*;
 use crate::error::VerifyError;
 use crate::hash::{is_zero, with_digest, SaltedHasher};
 use crate::params::{Geometry, VerityParams};
+use crate::root_hash::RootHash;
 
 /// A hash tree checked against its root hash, ready to check data blocks.
 #[derive(Debug, Clone)]
 pub struct Verifier {
     params: VerityParams,
     geometry: Geometry,
-    root_hash: Vec<u8>,
+    root_hash: RootHash,
     /// The tree from `hash_start_block` on, top level first.
     tree: Vec<u8>,
 }
@@ -27,7 +28,7 @@ impl Verifier {
     pub fn new(
         params: &VerityParams,
         tree: Vec<u8>,
-        root_hash: &[u8],
+        root_hash: &RootHash,
     ) -> Result<Verifier, crate::VerityError> {
         let geometry = params.geometry()?;
         let ds = geometry.digest_size;
@@ -49,7 +50,7 @@ impl Verifier {
         let v = Verifier {
             params: params.clone(),
             geometry,
-            root_hash: root_hash.to_vec(),
+            root_hash: root_hash.clone(),
             tree,
         };
         with_digest!(params.algorithm, D => v.check_tree::<D>())?;
@@ -60,7 +61,7 @@ impl Verifier {
     pub fn from_hash_device(
         params: &VerityParams,
         hash_device: &[u8],
-        root_hash: &[u8],
+        root_hash: &RootHash,
     ) -> Result<Verifier, crate::VerityError> {
         let g = params.geometry()?;
         let start = (g.tree_offset() - params.hash_offset) as usize;
@@ -83,7 +84,7 @@ impl Verifier {
         &self.geometry
     }
 
-    pub fn root_hash(&self) -> &[u8] {
+    pub fn root_hash(&self) -> &RootHash {
         &self.root_hash
     }
 
@@ -91,7 +92,7 @@ impl Verifier {
     pub fn leaf(&self, block: u64) -> &[u8] {
         let g = &self.geometry;
         if g.levels == 0 {
-            return &self.root_hash;
+            return self.root_hash.as_bytes();
         }
         let per_bits = g.hash_per_block_bits;
         let hbs = g.hash_block_size as usize;
@@ -192,9 +193,9 @@ impl Verifier {
         let hbs = g.hash_block_size as usize;
         let top = g.level_offset_in_tree(g.levels - 1);
         let actual = hasher.hash(&self.tree[top..top + hbs]);
-        if actual != self.root_hash {
+        if actual.as_slice() != self.root_hash.as_bytes() {
             return Err(VerifyError::RootHash {
-                expected: hex::encode(&self.root_hash),
+                expected: self.root_hash.to_string(),
                 actual: hex::encode(actual),
             });
         }
@@ -324,7 +325,12 @@ mod tests {
             ),
             "{err}"
         );
-        let err = Verifier::new(&p, t.blocks.clone(), &t.root_hash[..31]).unwrap_err();
+        let err = Verifier::new(
+            &p,
+            t.blocks.clone(),
+            &RootHash::from_bytes(&t.root_hash.as_bytes()[..31]),
+        )
+        .unwrap_err();
         assert!(
             matches!(
                 err,

@@ -106,7 +106,7 @@ fn cross_format(
     );
     let root = root_from_stdout(&out);
     assert_eq!(
-        hex::encode(&result.root_hash),
+        result.root_hash.to_string(),
         root,
         "{label}: root hash differs from veritysetup"
     );
@@ -206,7 +206,7 @@ fn shared_device_with_hash_offset() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(hex::encode(&r.root_hash), root_from_stdout(&out));
+    assert_eq!(r.root_hash.to_string(), root_from_stdout(&out));
     assert_eq!(
         std::fs::read(&ours).unwrap(),
         std::fs::read(&theirs).unwrap()
@@ -322,7 +322,7 @@ fn verify_interop_and_corruption() {
     std::fs::write(&data, &bytes).unwrap();
     let p = vector_params(n);
     let (ours, theirs, root) = cross_format(&tool, &case, &data, &p, "interop");
-    let root_bytes = hex::decode(&root).unwrap();
+    let root_bytes: ingot_verity::RootHash = root.parse().unwrap();
 
     let vs_verify = |data: &Path, hash: &Path| {
         run(

@@ -8,6 +8,7 @@
 //! stack, each layer with its root hash in stacking order, the node layer's root hash and the
 //! `var` partition.
 
+use ingot_verity::RootHash;
 use uuid::Uuid;
 
 /// Discoverable Partitions type GUIDs (x86-64) and ingot's own, stable across releases.
@@ -55,7 +56,8 @@ pub fn hash_label(layer: &str) -> String {
 
 /// The partition UUIDs of a layer's (data, verity) pair: the first and last 128 bits of its
 /// root hash. `None` when the hash is shorter than 16 bytes.
-pub fn partition_uuids(root_hash: &[u8]) -> Option<(Uuid, Uuid)> {
+pub fn partition_uuids(root_hash: &RootHash) -> Option<(Uuid, Uuid)> {
+    let root_hash = root_hash.as_bytes();
     let first: [u8; 16] = root_hash.get(..16)?.try_into().ok()?;
     let last: [u8; 16] = root_hash.get(root_hash.len() - 16..)?.try_into().ok()?;
     Some((Uuid::from_bytes(first), Uuid::from_bytes(last)))
@@ -67,9 +69,9 @@ pub struct Cmdline<'a> {
     pub stack: (&'a str, &'a str),
     /// The selected layers in stacking order, each with the root hash its tree was checked
     /// against.
-    pub layers: Vec<(&'a str, &'a [u8])>,
+    pub layers: Vec<(&'a str, &'a RootHash)>,
     /// The sealed node layer's root hash.
-    pub node: Option<&'a [u8]>,
+    pub node: Option<&'a RootHash>,
     /// The `var` partition's UUID; on a node written to several disks, every member of `var`'s
     /// mirror, in disk order (`crate::mirror`).
     pub var: Vec<Uuid>,
@@ -83,7 +85,7 @@ impl Cmdline<'_> {
         let layer_list: Vec<String> = self
             .layers
             .iter()
-            .map(|(name, root)| format!("{name}:{}", hex::encode(root)))
+            .map(|(name, root)| format!("{name}:{root}"))
             .collect();
         let mut cmdline = format!(
             "ingot.stack={}:{} ingot.layers={}",
@@ -92,7 +94,7 @@ impl Cmdline<'_> {
             layer_list.join(",")
         );
         if let Some(n) = self.node {
-            cmdline.push_str(&format!(" ingot.node={}", hex::encode(n)));
+            cmdline.push_str(&format!(" ingot.node={n}"));
         }
         let var: Vec<String> = self.var.iter().map(|u| format!("PARTUUID={u}")).collect();
         cmdline.push_str(&format!(" ingot.var={} ro", var.join(",")));

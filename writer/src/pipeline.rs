@@ -179,13 +179,13 @@ fn write_planned(
     stats += esp;
     steps::partition_table::run(target, plan, mbr_code.as_deref(), reporter)?;
 
-    let mut layers: Vec<(String, String)> = opened
+    let mut layers: Vec<_> = opened
         .layers()
         .iter()
-        .map(|p| (p.entry.name.clone(), hex::encode(p.verifier.root_hash())))
+        .map(|p| (p.entry.name.clone(), p.verifier.root_hash().clone()))
         .collect();
     if let Some(n) = node {
-        layers.push((crate::boot::NODE_LAYER.into(), hex::encode(&n.root_hash)));
+        layers.push((crate::boot::NODE_LAYER.into(), n.root_hash.clone()));
     }
     Ok(Outcome {
         manifest_digest: opened.manifest_digest().to_string(),

@@ -39,8 +39,8 @@ pub struct WriteSettings {
 pub struct Outcome {
     pub manifest_digest: String,
     pub stack: String,
-    /// (layer name, root hash hex), in stacking order.
-    pub layers: Vec<(String, String)>,
+    /// (layer name, the root hash its tree was checked against), in stacking order.
+    pub layers: Vec<(String, ingot_verity::RootHash)>,
     pub plan: DiskPlan,
     pub kernel_cmdline: String,
     pub bytes_written: u64,

@@ -135,7 +135,7 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
         });
         if let (Some(vi), Some(h)) = (&built.verity, &a.verity) {
             v["hash"] = serde_json::json!(h);
-            v["root_hash"] = serde_json::json!(hex::encode(&vi.root_hash));
+            v["root_hash"] = serde_json::json!(vi.root_hash);
             v["salt"] = serde_json::json!(hex::encode(&vi.salt));
             v["verity_uuid"] = serde_json::json!(ingot_verity::uuid_to_string(&vi.uuid));
             v["hash_size"] = serde_json::json!(vi.hash_size);
@@ -151,7 +151,7 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
             built.image.inodes
         );
         if let Some(vi) = &built.verity {
-            println!("{}", hex::encode(&vi.root_hash));
+            println!("{}", vi.root_hash);
         }
     }
     Ok(ExitCode::SUCCESS)

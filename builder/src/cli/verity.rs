@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use ingot_verity::{HashAlgorithm, HashType, VerityError, VerityParams};
+use ingot_verity::{HashAlgorithm, HashType, RootHash, VerityError, VerityParams};
 use rand::RngCore;
 use serde::Serialize;
 
@@ -170,7 +170,7 @@ struct Report {
     hash_algorithm: String,
     salt: String,
     #[serde(skip_serializing_if = "Option::is_none")]
-    root_hash: Option<String>,
+    root_hash: Option<RootHash>,
     hash_device_size: u64,
     hash_offset: u64,
     hash_start_block: u64,
@@ -178,7 +178,7 @@ struct Report {
 }
 
 impl Report {
-    fn new(p: &VerityParams, root_hash: Option<&[u8]>) -> Result<Report> {
+    fn new(p: &VerityParams, root_hash: Option<&RootHash>) -> Result<Report> {
         let g = p.geometry()?;
         Ok(Report {
             uuid: match (p.superblock, p.uuid) {
@@ -196,7 +196,7 @@ impl Report {
             } else {
                 hex::encode(&p.salt)
             },
-            root_hash: root_hash.map(hex::encode),
+            root_hash: root_hash.cloned(),
             hash_device_size: g.hash_device_size,
             hash_offset: p.hash_offset,
             hash_start_block: g.hash_start_block,
@@ -245,7 +245,7 @@ fn format(a: FormatArgs) -> Result<ExitCode> {
     let result = ingot_verity::format_file(&a.data, &a.hash, &params)
         .with_context(|| format!("formatting {} into {}", a.data.display(), a.hash.display()))?;
     if let Some(path) = &a.root_hash_file {
-        std::fs::write(path, hex::encode(&result.root_hash))
+        std::fs::write(path, result.root_hash.to_string())
             .with_context(|| format!("writing root hash to {}", path.display()))?;
     }
     Report::new(&result.params, Some(&result.root_hash))?.print(&a.hash, a.json)?;
@@ -261,8 +261,8 @@ fn verify(a: VerifyArgs) -> Result<ExitCode> {
             .to_string(),
         _ => bail!("give the trusted root hash as ROOT_HASH or --root-hash-file"),
     };
-    let root =
-        hex::decode(&root_text).with_context(|| format!("root hash {root_text:?} is not hex"))?;
+    // veritysetup takes either case; ingot prints and signs lower case.
+    let root: RootHash = root_text.to_ascii_lowercase().parse()?;
     let params = a.tree.params(Vec::new)?;
     match ingot_verity::verify_files(&a.data, &a.hash, &root, &params) {
         Ok(used) => {

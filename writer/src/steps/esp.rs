@@ -69,7 +69,7 @@ pub fn run(
             .iter()
             .map(|p| (p.entry.name.as_str(), p.verifier.root_hash()))
             .collect(),
-        node: node.map(|n| n.root_hash.as_slice()),
+        node: node.map(|n| &n.root_hash),
         var: match &settings.mirror {
             Some(m) => m.members.clone(),
             None => vec![plan.part(&Content::Var).part_guid],

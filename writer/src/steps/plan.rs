@@ -10,6 +10,7 @@
 
 use std::path::Path;
 
+use ingot_verity::RootHash;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
@@ -77,8 +78,8 @@ pub enum LayerKind {
 pub struct PlanLayer {
     pub name: String,
     pub kind: LayerKind,
-    /// Root hash bytes (the UUIDs derive from it).
-    pub root_hash: Vec<u8>,
+    /// The root hash the layer's tree was checked against (the UUIDs derive from it).
+    pub root_hash: RootHash,
     /// Uncompressed image size in bytes.
     pub data_size: u64,
     /// Hash device size in bytes.
@@ -299,7 +300,7 @@ mod tests {
             } else {
                 LayerKind::Extra
             },
-            root_hash: (0u8..32).collect(),
+            root_hash: RootHash::from_bytes((0u8..32).collect::<Vec<u8>>()),
             data_size: data,
             hash_size: data / 100 + 4096,
         }

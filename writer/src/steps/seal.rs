@@ -5,6 +5,7 @@
 //! returns the [`NodeLayer`]: image, hash device and root hash.
 
 use ingot_bootstrap::Staged;
+use ingot_verity::RootHash;
 
 use crate::error::ProvisionError;
 use crate::report::{Reporter, Stage};
@@ -14,7 +15,7 @@ use crate::report::{Reporter, Stage};
 pub struct NodeLayer {
     pub image: Vec<u8>,
     pub hash: Vec<u8>,
-    pub root_hash: Vec<u8>,
+    pub root_hash: RootHash,
 }
 
 pub fn run(
@@ -33,7 +34,7 @@ pub fn run(
         format!(
             "sealed the per-node layer: {} bytes, root hash {}",
             node.image.len(),
-            hex::encode(&node.root_hash)
+            node.root_hash
         ),
     );
     Ok(node)

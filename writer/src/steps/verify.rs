@@ -107,7 +107,7 @@ impl OpenedStack {
                 } else {
                     LayerKind::Extra
                 },
-                root_hash: p.verifier.root_hash().to_vec(),
+                root_hash: p.verifier.root_hash().clone(),
                 data_size: p.entry.size,
                 hash_size: p.hash_bytes.len() as u64,
             })
@@ -186,12 +186,9 @@ fn prepare(opened: &Source, entry: &LayerEntry) -> Result<Prepared, WriteError> 
     let source = opened.get();
     let params = verity_params(entry)?;
     let hash_bytes = source.blob(&entry.hash.digest, entry.hash.size)?;
-    let root = hex::decode(&entry.verity.root_hash).map_err(|_| WriteError::Tree {
-        layer: entry.name.clone(),
-        reason: "root hash is not hex".into(),
-    })?;
+    let root = &entry.verity.root_hash;
     let verifier =
-        Verifier::from_hash_device(&params, &hash_bytes, &root).map_err(|e| WriteError::Tree {
+        Verifier::from_hash_device(&params, &hash_bytes, root).map_err(|e| WriteError::Tree {
             layer: entry.name.clone(),
             reason: e.to_string(),
         })?;

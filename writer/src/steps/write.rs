@@ -242,7 +242,7 @@ pub fn run(
             format!(
                 "writing the sealed node layer ({} bytes, root hash {})",
                 n.image.len(),
-                hex::encode(&n.root_hash)
+                n.root_hash
             ),
         );
         for (content, what, bytes) in [
@@ -283,7 +283,7 @@ fn stack_layer(
             "writing layer {} ({} bytes, root hash {})",
             p.entry.name,
             p.entry.size,
-            hex::encode(p.verifier.root_hash())
+            p.verifier.root_hash()
         ),
     );
     // Zeroing first pays only when many blocks are zeros (the tree says which): on a thin

@@ -51,7 +51,7 @@ pub fn build_stack(manifest: &Path) -> Stack {
         .descriptor
         .layers
         .iter()
-        .map(|l| (l.name.clone(), l.verity.root_hash.clone()))
+        .map(|l| (l.name.clone(), l.verity.root_hash.to_string()))
         .collect();
     Stack {
         dir,

@@ -48,10 +48,14 @@ pub fn preload_warnings(b: &Bootstrap, references: &[String]) -> Vec<String> {
                 (repo != cluster.repository || tag != want_tag)
                     .then(|| format!("{}/{n}:{want_tag}", cluster.repository))
             }
-            "pause" => (repo != cluster.repository)
-                .then(|| format!("{}/pause:{tag}", cluster.repository)),
+            "pause" => {
+                (repo != cluster.repository).then(|| format!("{}/pause:{tag}", cluster.repository))
+            }
             "etcd" => {
-                let want = cluster.etcd_repository.as_deref().unwrap_or(&cluster.repository);
+                let want = cluster
+                    .etcd_repository
+                    .as_deref()
+                    .unwrap_or(&cluster.repository);
                 (repo != want).then(|| format!("{want}/etcd:{tag}"))
             }
             "coredns" => {

@@ -67,8 +67,14 @@ fn a_wrong_repository_names_the_image_kubeadm_expects() {
         ],
     );
     assert_eq!(w.len(), 3, "{w:?}");
-    assert!(w[0].contains("kubeadm expects registry.k8s.io/pause:3.10"), "{w:?}");
-    assert!(w[1].contains("kubeadm expects registry.k8s.io/etcd:3.5.15-0"), "{w:?}");
+    assert!(
+        w[0].contains("kubeadm expects registry.k8s.io/pause:3.10"),
+        "{w:?}"
+    );
+    assert!(
+        w[1].contains("kubeadm expects registry.k8s.io/etcd:3.5.15-0"),
+        "{w:?}"
+    );
     assert!(
         w[2].contains("kubeadm expects registry.k8s.io/coredns/coredns:v1.11.3"),
         "{w:?}"

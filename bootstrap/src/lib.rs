@@ -27,6 +27,7 @@ mod kubelet;
 mod layer;
 mod model;
 mod parse;
+mod preload;
 mod rescue_net;
 pub mod secrets;
 mod stage;
@@ -37,6 +38,7 @@ pub use model::{
     Owner, Role, UnitSpec, UserSpec,
 };
 pub use parse::{parse, ParseError, MAX_FILE_SIZE, MAX_INPUT_SIZE, MAX_TOTAL_SIZE};
+pub use preload::preload_warnings;
 pub use rescue_net::{network_from_ip_json, IpJsonError};
 pub use secrets::redact;
 pub use stage::{

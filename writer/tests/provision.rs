@@ -953,3 +953,58 @@ fn the_image_url_command_takes_its_settings_from_beside_it() {
         "{out:?}"
     );
 }
+
+/// A preloaded control-plane image that is not the one the bootstrap data's ClusterConfiguration
+/// (kubernetesVersion v1.31.4, default imageRepository registry.k8s.io) makes kubeadm use is a
+/// `stage` warning, in output.json and on stdout, naming the image kubeadm expects; the node is
+/// still written.
+#[test]
+fn a_preload_kubeadm_would_not_use_is_a_stage_warning() {
+    if !usable("a_preload_kubeadm_would_not_use_is_a_stage_warning") {
+        return;
+    }
+    // The demo stack with its preload renamed as an old-registry pause image.
+    let dir = tempfile::tempdir().unwrap();
+    let root = repo_root().canonicalize().unwrap();
+    let demo = fs::read_to_string(root.join("manifests/demo.toml")).unwrap();
+    let renamed = demo
+        .replace(
+            "reference = \"example.invalid/ingot/hello:1.0\"",
+            "reference = \"k8s.gcr.io/pause:3.10\"",
+        )
+        .replace("\"../", &format!("\"{}/", root.display()));
+    assert!(renamed.contains("k8s.gcr.io/pause:3.10"));
+    let manifest = dir.path().join("demo.toml");
+    fs::write(&manifest, renamed).unwrap();
+    let stack = common::build_stack(&manifest);
+    let published = common::publish_behind_token(
+        &stack.layout,
+        "stacks/demo:1.0.0",
+        TOKEN,
+        &stack.dir.path().join("registry"),
+    );
+    let p = Fixture { stack, published };
+    let m = machine("kvm-control-plane");
+    let data = bootstrap_fixture("cloud-config-controlplane-init.yaml");
+    let run = caph(&p, &m, &data, "node-7", "sda", &[]);
+    assert_eq!(run.out.status.code(), Some(0), "{}", run.show());
+    let want = "preloaded image k8s.gcr.io/pause:3.10 does not match \
+                /run/kubeadm/kubeadm.yaml's ClusterConfiguration (kubernetesVersion v1.31.4, \
+                imageRepository registry.k8s.io): kubeadm expects registry.k8s.io/pause:3.10";
+    let warnings: Vec<&str> = run.output_json["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|w| w.as_str())
+        .filter(|w| w.contains("preloaded image"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{}", run.output_json);
+    assert!(warnings[0].contains(want), "{}", run.output_json);
+    assert!(
+        run.stdout
+            .lines()
+            .any(|l| l.starts_with("[stage] warning: preloaded image") && l.contains(want)),
+        "{}",
+        run.show()
+    );
+}

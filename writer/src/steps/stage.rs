@@ -3,7 +3,9 @@
 //!
 //! Reads the verified base layer's `/etc/passwd` and `/etc/group` (owners are staged as the base
 //! layer knows them), the checked bootstrap data, the rescue system's network settings and the
-//! request's labels; returns the [`Staged`] files, warnings reported.
+//! request's labels; returns the [`Staged`] files, warnings reported (also every preloaded image
+//! of the machine's layers that is not the one the bootstrap data's kubeadm configuration makes
+//! kubeadm use, `ingot_bootstrap::preload_warnings`).
 
 use std::path::Path;
 
@@ -46,6 +48,7 @@ pub fn run(
         role,
         ..
     } = checked;
+    let preload_warnings = ingot_bootstrap::preload_warnings(&bootstrap, &preloads(opened));
     let mut labels = req.labels.clone();
     labels.insert("ingot.dev/role".into(), role.as_str().into());
     if facts.nvidia_gpu {
@@ -65,7 +68,7 @@ pub fn run(
     };
     let mut rng = rand::rngs::StdRng::from_entropy();
     let staged = ingot_bootstrap::stage(&input, &mut rng)?;
-    for w in &staged.warnings {
+    for w in staged.warnings.iter().chain(&preload_warnings) {
         reporter.warning(Stage::Staging, w.clone());
     }
     reporter.detail(
@@ -78,6 +81,15 @@ pub fn run(
         }),
     );
     Ok(staged)
+}
+
+/// The references of the images preloaded in this machine's layers.
+fn preloads(opened: &OpenedStack) -> Vec<String> {
+    opened
+        .layers()
+        .iter()
+        .flat_map(|l| l.entry.preload.iter().map(|p| p.reference.clone()))
+        .collect()
 }
 
 /// The rescue system's network settings, to give the node the same static addresses

@@ -257,47 +257,7 @@ impl Manifest {
                 base_dir.join(p)
             }
         };
-
-        if raw.name.get_ref().is_empty() || !is_plain_name(raw.name.get_ref()) {
-            return Err(ctx.err(
-                Some(raw.name.span()),
-                "`name` must be 1-64 characters of a-z, 0-9, `-`, `_`",
-            ));
-        }
-        if !names::is_version(raw.version.get_ref()) {
-            return Err(ctx.err(
-                Some(raw.version.span()),
-                format!("`version` must be {}", names::VERSION_RULE),
-            ));
-        }
-        if *raw.source_date_epoch.get_ref() > MAX_SOURCE_DATE_EPOCH {
-            return Err(ctx.err(
-                Some(raw.source_date_epoch.span()),
-                format!(
-                    "`source_date_epoch` {} is past ext4's last timestamp {MAX_SOURCE_DATE_EPOCH} \
-                     (2446-05-10T22:38:55Z)",
-                    raw.source_date_epoch.get_ref()
-                ),
-            ));
-        }
-        for (key, value) in [
-            ("kernel", &raw.boot.kernel),
-            ("initrd", &raw.boot.initrd),
-            ("efi", &raw.boot.efi),
-        ]
-        .into_iter()
-        .chain(raw.boot.bios.as_ref().map(|b| ("bios", b)))
-        {
-            if !names::is_layer_path(value.get_ref()) {
-                return Err(ctx.err(
-                    Some(value.span()),
-                    format!(
-                        "boot.{key} must be an absolute path in the base layer, without spaces, \
-                         control characters, `.` or `..`"
-                    ),
-                ));
-            }
-        }
+        check_top(&ctx, &raw)?;
         if raw.layers.is_empty() {
             return Err(ctx.err(None, "the manifest has no [[layer]]"));
         }
@@ -306,210 +266,11 @@ impl Manifest {
         let mut layers = Vec::with_capacity(raw.layers.len());
         let mut spans = InputSpans::default();
         for (i, spanned) in raw.layers.iter().enumerate() {
-            let layer_span = spanned.span();
-            let l = spanned.get_ref();
-            let name = l.name.get_ref();
-            if !is_plain_name(name) {
-                return Err(ctx.err(
-                    Some(l.name.span()),
-                    format!("layer name `{name}` must be 1-64 characters of a-z, 0-9, `-`, `_`"),
-                ));
-            }
-            if !names.insert(name.clone()) {
-                return Err(ctx.err(
-                    Some(l.name.span()),
-                    format!("duplicate layer name `{name}`"),
-                ));
-            }
-            let kind = l.kind.get_ref();
-            if !is_plain_name(kind) {
-                return Err(ctx.err(
-                    Some(l.kind.span()),
-                    format!("layer kind `{kind}` must be 1-64 characters of a-z, 0-9, `-`, `_`"),
-                ));
-            }
-            let is_base = kind == BASE_KIND;
-            match (i, is_base) {
-                (0, false) => {
-                    return Err(ctx.err(
-                        Some(l.kind.span()),
-                        "the first layer must be the base layer (kind = \"base\")",
-                    ))
-                }
-                (1.., true) => {
-                    return Err(ctx.err(
-                        Some(l.kind.span()),
-                        "only the first layer may be of kind \"base\"",
-                    ))
-                }
-                _ => {}
-            }
-            let when = match (&l.when, is_base) {
-                (Some(w), true) => {
-                    return Err(ctx.err(
-                        Some(w.span()),
-                        format!(
-                            "layer `{name}` is the base layer: it has no `when` rule (every \
-                             machine gets it)"
-                        ),
-                    ))
-                }
-                (None, false) => {
-                    return Err(ctx.err(
-                        Some(layer_span),
-                        format!("layer `{name}` needs a `when` rule"),
-                    ))
-                }
-                (Some(w), false) => Some(w.get_ref().0.clone()),
-                (None, true) => None,
-            };
-
-            let src = l.source.get_ref();
-            let src_span = l.source.span();
-            let given = [
-                src.dir.is_some(),
-                src.tar.is_some(),
-                src.oci_layout.is_some(),
-            ]
-            .iter()
-            .filter(|&&b| b)
-            .count();
-            if given != 1 {
-                return Err(ctx.err(
-                    Some(src_span),
-                    format!(
-                        "layer `{name}`: the source needs exactly one of `dir`, `tar` or \
-                         `oci_layout`"
-                    ),
-                ));
-            }
-            let (source, path_span, digest_span) = if let Some(dir) = &src.dir {
-                if let Some(x) = src.sha256.as_ref().or(src.digest.as_ref()) {
-                    return Err(ctx.err(
-                        Some(x.span()),
-                        "a `dir` source takes no digest (a directory cannot be pinned)",
-                    ));
-                }
-                (LayerSource::Dir(resolve(dir.get_ref())), dir.span(), None)
-            } else if let Some(tar) = &src.tar {
-                if let Some(d) = &src.digest {
-                    return Err(ctx.err(
-                        Some(d.span()),
-                        "a `tar` source is pinned by `sha256`, not `digest`",
-                    ));
-                }
-                let Some(sha) = &src.sha256 else {
-                    return Err(ctx.err(
-                        Some(src_span),
-                        format!(
-                            "layer `{name}`: a `tar` source needs its `sha256` (missing digest)"
-                        ),
-                    ));
-                };
-                let hex = sha.get_ref();
-                if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(ctx.err(Some(sha.span()), "`sha256` must be 64 hex digits"));
-                }
-                (
-                    LayerSource::Tar {
-                        path: resolve(tar.get_ref()),
-                        sha256: hex.to_ascii_lowercase(),
-                    },
-                    tar.span(),
-                    Some(sha.span()),
-                )
-            } else {
-                let layout = src.oci_layout.as_ref().expect("counted above");
-                if let Some(s) = &src.sha256 {
-                    return Err(ctx.err(
-                        Some(s.span()),
-                        "an `oci_layout` source is pinned by `digest`, not `sha256`",
-                    ));
-                }
-                let Some(d) = &src.digest else {
-                    return Err(ctx.err(
-                        Some(src_span),
-                        format!(
-                            "layer `{name}`: an `oci_layout` source needs the image's `digest` \
-                             (missing digest)"
-                        ),
-                    ));
-                };
-                if !is_sha256_digest(d.get_ref()) {
-                    return Err(
-                        ctx.err(Some(d.span()), "`digest` must be sha256:<64 lowercase hex>")
-                    );
-                }
-                (
-                    LayerSource::OciLayout {
-                        path: resolve(layout.get_ref()),
-                        digest: d.get_ref().clone(),
-                    },
-                    layout.span(),
-                    Some(d.span()),
-                )
-            };
-            spans.sources.push(SourceSpans {
-                path: path_span,
-                digest: digest_span,
-            });
-
-            if !l.preload.is_empty() && kind != CONTROL_PLANE_KIND {
-                return Err(ctx.err(
-                    Some(l.preload[0].span()),
-                    format!("layer `{name}`: only a control-plane layer preloads images"),
-                ));
-            }
-            let mut preload = Vec::new();
-            let mut preload_spans = Vec::new();
-            let mut preload_names = BTreeSet::new();
-            for p in &l.preload {
-                let p = p.get_ref();
-                let pname = p.name.get_ref();
-                if !is_plain_name(pname) {
-                    return Err(ctx.err(
-                        Some(p.name.span()),
-                        format!(
-                            "preload name `{pname}` must be 1-64 characters of a-z, 0-9, `-`, `_`"
-                        ),
-                    ));
-                }
-                if !preload_names.insert(pname.clone()) {
-                    return Err(ctx.err(
-                        Some(p.name.span()),
-                        format!("duplicate preload name `{pname}`"),
-                    ));
-                }
-                let reference = p.reference.get_ref();
-                if !names::is_reference(reference) {
-                    return Err(ctx.err(
-                        Some(p.reference.span()),
-                        "`reference` must be an image reference like registry/name:tag",
-                    ));
-                }
-                if !is_sha256_digest(p.digest.get_ref()) {
-                    return Err(ctx.err(
-                        Some(p.digest.span()),
-                        "`digest` must be sha256:<64 lowercase hex>",
-                    ));
-                }
-                preload.push(PreloadSpec {
-                    name: pname.clone(),
-                    reference: reference.clone(),
-                    digest: p.digest.get_ref().clone(),
-                    source: ImageSource::OciLayout(resolve(p.oci_layout.get_ref())),
-                });
-                preload_spans.push((p.oci_layout.span(), p.digest.span()));
-            }
+            let (layer, source_spans, preload_spans) =
+                parse_layer(&ctx, i, spanned, &mut names, &resolve)?;
+            spans.sources.push(source_spans);
             spans.preloads.push(preload_spans);
-
-            layers.push(LayerSpec {
-                name: name.clone(),
-                kind: kind.clone(),
-                when,
-                source,
-                preload,
-            });
+            layers.push(layer);
         }
 
         let manifest = Manifest {
@@ -596,6 +357,286 @@ impl Manifest {
         }
         Ok(())
     }
+}
+
+/// The stack's name, version, epoch and boot paths.
+fn check_top(ctx: &Ctx<'_>, raw: &RawManifest) -> Result<(), ManifestError> {
+    if raw.name.get_ref().is_empty() || !is_plain_name(raw.name.get_ref()) {
+        return Err(ctx.err(
+            Some(raw.name.span()),
+            "`name` must be 1-64 characters of a-z, 0-9, `-`, `_`",
+        ));
+    }
+    if !names::is_version(raw.version.get_ref()) {
+        return Err(ctx.err(
+            Some(raw.version.span()),
+            format!("`version` must be {}", names::VERSION_RULE),
+        ));
+    }
+    if *raw.source_date_epoch.get_ref() > MAX_SOURCE_DATE_EPOCH {
+        return Err(ctx.err(
+            Some(raw.source_date_epoch.span()),
+            format!(
+                "`source_date_epoch` {} is past ext4's last timestamp {MAX_SOURCE_DATE_EPOCH} \
+                 (2446-05-10T22:38:55Z)",
+                raw.source_date_epoch.get_ref()
+            ),
+        ));
+    }
+    for (key, value) in [
+        ("kernel", &raw.boot.kernel),
+        ("initrd", &raw.boot.initrd),
+        ("efi", &raw.boot.efi),
+    ]
+    .into_iter()
+    .chain(raw.boot.bios.as_ref().map(|b| ("bios", b)))
+    {
+        if !names::is_layer_path(value.get_ref()) {
+            return Err(ctx.err(
+                Some(value.span()),
+                format!(
+                    "boot.{key} must be an absolute path in the base layer, without spaces, \
+                     control characters, `.` or `..`"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A `(path span, digest span)` pair per preload of a layer.
+type PreloadSpans = Vec<(Range<usize>, Range<usize>)>;
+
+/// One `[[layer]]`: its name, kind, rule, source and preloads, checked.
+fn parse_layer(
+    ctx: &Ctx<'_>,
+    i: usize,
+    spanned: &Spanned<RawLayer>,
+    names: &mut BTreeSet<String>,
+    resolve: &dyn Fn(&str) -> PathBuf,
+) -> Result<(LayerSpec, SourceSpans, PreloadSpans), ManifestError> {
+    let layer_span = spanned.span();
+    let l = spanned.get_ref();
+    let name = l.name.get_ref();
+    if !is_plain_name(name) {
+        return Err(ctx.err(
+            Some(l.name.span()),
+            format!("layer name `{name}` must be 1-64 characters of a-z, 0-9, `-`, `_`"),
+        ));
+    }
+    if !names.insert(name.clone()) {
+        return Err(ctx.err(
+            Some(l.name.span()),
+            format!("duplicate layer name `{name}`"),
+        ));
+    }
+    let kind = l.kind.get_ref();
+    if !is_plain_name(kind) {
+        return Err(ctx.err(
+            Some(l.kind.span()),
+            format!("layer kind `{kind}` must be 1-64 characters of a-z, 0-9, `-`, `_`"),
+        ));
+    }
+    let is_base = kind == BASE_KIND;
+    match (i, is_base) {
+        (0, false) => {
+            return Err(ctx.err(
+                Some(l.kind.span()),
+                "the first layer must be the base layer (kind = \"base\")",
+            ))
+        }
+        (1.., true) => {
+            return Err(ctx.err(
+                Some(l.kind.span()),
+                "only the first layer may be of kind \"base\"",
+            ))
+        }
+        _ => {}
+    }
+    let when = match (&l.when, is_base) {
+        (Some(w), true) => {
+            return Err(ctx.err(
+                Some(w.span()),
+                format!(
+                    "layer `{name}` is the base layer: it has no `when` rule (every \
+                     machine gets it)"
+                ),
+            ))
+        }
+        (None, false) => {
+            return Err(ctx.err(
+                Some(layer_span),
+                format!("layer `{name}` needs a `when` rule"),
+            ))
+        }
+        (Some(w), false) => Some(w.get_ref().0.clone()),
+        (None, true) => None,
+    };
+
+    let (source, source_spans) = parse_source(ctx, name, &l.source, resolve)?;
+    let (preload, preload_spans) = parse_preloads(ctx, l, name, kind, resolve)?;
+    let layer = LayerSpec {
+        name: name.clone(),
+        kind: kind.clone(),
+        when,
+        source,
+        preload,
+    };
+    Ok((layer, source_spans, preload_spans))
+}
+
+/// A layer's source: exactly one of `dir`, `tar` (pinned by `sha256`) or `oci_layout` (pinned by
+/// `digest`).
+fn parse_source(
+    ctx: &Ctx<'_>,
+    name: &str,
+    source: &Spanned<RawSource>,
+    resolve: &dyn Fn(&str) -> PathBuf,
+) -> Result<(LayerSource, SourceSpans), ManifestError> {
+    let src = source.get_ref();
+    let src_span = source.span();
+    let given = [
+        src.dir.is_some(),
+        src.tar.is_some(),
+        src.oci_layout.is_some(),
+    ]
+    .iter()
+    .filter(|&&b| b)
+    .count();
+    if given != 1 {
+        return Err(ctx.err(
+            Some(src_span),
+            format!(
+                "layer `{name}`: the source needs exactly one of `dir`, `tar` or \
+                 `oci_layout`"
+            ),
+        ));
+    }
+    let (source, path_span, digest_span) = if let Some(dir) = &src.dir {
+        if let Some(x) = src.sha256.as_ref().or(src.digest.as_ref()) {
+            return Err(ctx.err(
+                Some(x.span()),
+                "a `dir` source takes no digest (a directory cannot be pinned)",
+            ));
+        }
+        (LayerSource::Dir(resolve(dir.get_ref())), dir.span(), None)
+    } else if let Some(tar) = &src.tar {
+        if let Some(d) = &src.digest {
+            return Err(ctx.err(
+                Some(d.span()),
+                "a `tar` source is pinned by `sha256`, not `digest`",
+            ));
+        }
+        let Some(sha) = &src.sha256 else {
+            return Err(ctx.err(
+                Some(src_span),
+                format!("layer `{name}`: a `tar` source needs its `sha256` (missing digest)"),
+            ));
+        };
+        let hex = sha.get_ref();
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(ctx.err(Some(sha.span()), "`sha256` must be 64 hex digits"));
+        }
+        (
+            LayerSource::Tar {
+                path: resolve(tar.get_ref()),
+                sha256: hex.to_ascii_lowercase(),
+            },
+            tar.span(),
+            Some(sha.span()),
+        )
+    } else {
+        let layout = src.oci_layout.as_ref().expect("counted above");
+        if let Some(s) = &src.sha256 {
+            return Err(ctx.err(
+                Some(s.span()),
+                "an `oci_layout` source is pinned by `digest`, not `sha256`",
+            ));
+        }
+        let Some(d) = &src.digest else {
+            return Err(ctx.err(
+                Some(src_span),
+                format!(
+                    "layer `{name}`: an `oci_layout` source needs the image's `digest` \
+                     (missing digest)"
+                ),
+            ));
+        };
+        if !is_sha256_digest(d.get_ref()) {
+            return Err(ctx.err(Some(d.span()), "`digest` must be sha256:<64 lowercase hex>"));
+        }
+        (
+            LayerSource::OciLayout {
+                path: resolve(layout.get_ref()),
+                digest: d.get_ref().clone(),
+            },
+            layout.span(),
+            Some(d.span()),
+        )
+    };
+    Ok((
+        source,
+        SourceSpans {
+            path: path_span,
+            digest: digest_span,
+        },
+    ))
+}
+
+/// A layer's preloaded images (control-plane layers only).
+fn parse_preloads(
+    ctx: &Ctx<'_>,
+    l: &RawLayer,
+    name: &str,
+    kind: &str,
+    resolve: &dyn Fn(&str) -> PathBuf,
+) -> Result<(Vec<PreloadSpec>, PreloadSpans), ManifestError> {
+    if !l.preload.is_empty() && kind != CONTROL_PLANE_KIND {
+        return Err(ctx.err(
+            Some(l.preload[0].span()),
+            format!("layer `{name}`: only a control-plane layer preloads images"),
+        ));
+    }
+    let mut preload = Vec::new();
+    let mut preload_spans = Vec::new();
+    let mut preload_names = BTreeSet::new();
+    for p in &l.preload {
+        let p = p.get_ref();
+        let pname = p.name.get_ref();
+        if !is_plain_name(pname) {
+            return Err(ctx.err(
+                Some(p.name.span()),
+                format!("preload name `{pname}` must be 1-64 characters of a-z, 0-9, `-`, `_`"),
+            ));
+        }
+        if !preload_names.insert(pname.clone()) {
+            return Err(ctx.err(
+                Some(p.name.span()),
+                format!("duplicate preload name `{pname}`"),
+            ));
+        }
+        let reference = p.reference.get_ref();
+        if !names::is_reference(reference) {
+            return Err(ctx.err(
+                Some(p.reference.span()),
+                "`reference` must be an image reference like registry/name:tag",
+            ));
+        }
+        if !is_sha256_digest(p.digest.get_ref()) {
+            return Err(ctx.err(
+                Some(p.digest.span()),
+                "`digest` must be sha256:<64 lowercase hex>",
+            ));
+        }
+        preload.push(PreloadSpec {
+            name: pname.clone(),
+            reference: reference.clone(),
+            digest: p.digest.get_ref().clone(),
+            source: ImageSource::OciLayout(resolve(p.oci_layout.get_ref())),
+        });
+        preload_spans.push((p.oci_layout.span(), p.digest.span()));
+    }
+    Ok((preload, preload_spans))
 }
 
 /// Check that the layout at `path` holds a manifest blob with `digest`. On failure: (whether

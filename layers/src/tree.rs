@@ -91,7 +91,7 @@ impl FileData {
         FileData {
             size,
             source: DataSource::Bytes(bytes),
-            data: vec![0..size],
+            data: std::iter::once(0..size).collect(),
         }
     }
 }

@@ -236,6 +236,96 @@ fn stat(path: &Path) -> (u32, u32, u32) {
     (m.mode() & 0o7777, m.uid(), m.gid())
 }
 
+/// The sealed node layer passes veritysetup against the root hash the seal step reported.
+fn assert_node_layer_verifies(run: &Run, work: &Path, image: &Path, parts: &[(String, u64, u64)]) {
+    let cmdline_root = run
+        .events
+        .lines()
+        .find_map(|l| {
+            let msg = serde_json::from_str::<serde_json::Value>(l).ok()?["message"]
+                .as_str()?
+                .to_string();
+            msg.split("root hash ")
+                .nth(1)
+                .filter(|_| msg.contains("sealed"))
+                .map(str::to_string)
+        })
+        .expect("a sealed message with the root hash");
+    let node = parts.iter().find(|p| p.0 == "ingot-node").unwrap();
+    let node_hash = parts.iter().find(|p| p.0 == "ingot-node-verity").unwrap();
+    let (data_img, hash_img) = (work.join("node.img"), work.join("node.hash"));
+    let bytes = fs::read(image).unwrap();
+    fs::write(
+        &data_img,
+        &bytes[node.1 as usize..(node.1 + node.2) as usize],
+    )
+    .unwrap();
+    fs::write(
+        &hash_img,
+        &bytes[node_hash.1 as usize..(node_hash.1 + node_hash.2) as usize],
+    )
+    .unwrap();
+    drop(bytes);
+    let v = Command::new("veritysetup")
+        .arg("verify")
+        .arg(&data_img)
+        .arg(&hash_img)
+        .arg(&cmdline_root)
+        .output()
+        .unwrap();
+    assert!(v.status.success(), "veritysetup verify: {v:?}");
+}
+
+/// Every file of the bootstrap data is in the mounted node layer, byte-exact, with its mode
+/// (secrets tightened) and owner.
+fn assert_staged_files(root: &Path, parsed: &ingot_bootstrap::Bootstrap) {
+    let passwd =
+        fs::read_to_string(repo_root().join("tests/fixtures/demo/base/etc/passwd")).unwrap();
+    let uid_of = |name: &str| -> u32 {
+        passwd
+            .lines()
+            .find(|l| l.split(':').next() == Some(name))
+            .and_then(|l| l.split(':').nth(2))
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no user {name}"))
+    };
+    let mut checked = 0;
+    for f in &parsed.files {
+        // Appends merge with other files; jinja text gets the hostname substituted.
+        if f.append || (f.jinja && f.content.windows(2).any(|w| w == b"{{")) {
+            continue;
+        }
+        let rel = f.path.strip_prefix("/").unwrap();
+        let on_disk = match rel.strip_prefix("run") {
+            Ok(rest) => root.join("etc/ingot/run").join(rest),
+            Err(_) => root.join(rel),
+        };
+        let got = fs::read(&on_disk).unwrap_or_else(|e| panic!("{}: {e}", on_disk.display()));
+        assert!(got == f.content, "{} differs", f.path.display());
+        let (mode, uid, _gid) = stat(&on_disk);
+        let secret = ingot_bootstrap::secrets::is_secret(&f.path, &f.content);
+        if secret {
+            assert_eq!(
+                mode & 0o077,
+                0,
+                "{}: secret mode {mode:o}",
+                f.path.display()
+            );
+        } else {
+            assert_eq!(mode, f.mode & 0o7777, "{}", f.path.display());
+        }
+        match &f.owner.user {
+            Some(ingot_bootstrap::IdOrName::Name(n)) => {
+                assert_eq!(uid, uid_of(n), "{}", f.path.display())
+            }
+            Some(ingot_bootstrap::IdOrName::Id(id)) => assert_eq!(uid, *id),
+            None => assert_eq!(uid, 0, "{}", f.path.display()),
+        }
+        checked += 1;
+    }
+    assert!(checked > 0, "no files checked");
+}
+
 /// One successful CAPH run: layers, staged files, output.json, stdout, secrets.
 fn provisions(
     fixture: &str,
@@ -346,93 +436,14 @@ fn provisions_with(
     // The sealed node layer passes veritysetup against the root hash on the command line.
     let status = &run.output_json;
     assert_eq!(status["details"]["selection"]["role"], role, "{status}");
-    let cmdline_root = run
-        .events
-        .lines()
-        .find_map(|l| {
-            let msg = serde_json::from_str::<serde_json::Value>(l).ok()?["message"]
-                .as_str()?
-                .to_string();
-            msg.split("root hash ")
-                .nth(1)
-                .filter(|_| msg.contains("sealed"))
-                .map(str::to_string)
-        })
-        .expect("a sealed message with the root hash");
-    let node = parts.iter().find(|p| p.0 == "ingot-node").unwrap();
-    let node_hash = parts.iter().find(|p| p.0 == "ingot-node-verity").unwrap();
-    let work = m.dir.path();
-    let (data_img, hash_img) = (work.join("node.img"), work.join("node.hash"));
-    let bytes = fs::read(image).unwrap();
-    fs::write(
-        &data_img,
-        &bytes[node.1 as usize..(node.1 + node.2) as usize],
-    )
-    .unwrap();
-    fs::write(
-        &hash_img,
-        &bytes[node_hash.1 as usize..(node_hash.1 + node_hash.2) as usize],
-    )
-    .unwrap();
-    drop(bytes);
-    let v = Command::new("veritysetup")
-        .arg("verify")
-        .arg(&data_img)
-        .arg(&hash_img)
-        .arg(&cmdline_root)
-        .output()
-        .unwrap();
-    assert!(v.status.success(), "veritysetup verify: {v:?}");
+    assert_node_layer_verifies(&run, m.dir.path(), image, &parts);
 
     // Mount the node layer: every staged file byte-exact, with its mode and owner.
+    let node = parts.iter().find(|p| p.0 == "ingot-node").unwrap();
     let mount = Mount::new(image, node.1, node.2);
     let root = mount.dir.path();
     let parsed = ingot_bootstrap::parse(&fs::read(&data).unwrap()).unwrap();
-    let passwd =
-        fs::read_to_string(repo_root().join("tests/fixtures/demo/base/etc/passwd")).unwrap();
-    let uid_of = |name: &str| -> u32 {
-        passwd
-            .lines()
-            .find(|l| l.split(':').next() == Some(name))
-            .and_then(|l| l.split(':').nth(2))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("no user {name}"))
-    };
-    let mut checked = 0;
-    for f in &parsed.files {
-        // Appends merge with other files; jinja text gets the hostname substituted.
-        if f.append || (f.jinja && f.content.windows(2).any(|w| w == b"{{")) {
-            continue;
-        }
-        let rel = f.path.strip_prefix("/").unwrap();
-        let on_disk = match rel.strip_prefix("run") {
-            Ok(rest) => root.join("etc/ingot/run").join(rest),
-            Err(_) => root.join(rel),
-        };
-        let got = fs::read(&on_disk).unwrap_or_else(|e| panic!("{}: {e}", on_disk.display()));
-        assert!(got == f.content, "{} differs", f.path.display());
-        let (mode, uid, _gid) = stat(&on_disk);
-        let secret = ingot_bootstrap::secrets::is_secret(&f.path, &f.content);
-        if secret {
-            assert_eq!(
-                mode & 0o077,
-                0,
-                "{}: secret mode {mode:o}",
-                f.path.display()
-            );
-        } else {
-            assert_eq!(mode, f.mode & 0o7777, "{}", f.path.display());
-        }
-        match &f.owner.user {
-            Some(ingot_bootstrap::IdOrName::Name(n)) => {
-                assert_eq!(uid, uid_of(n), "{}", f.path.display())
-            }
-            Some(ingot_bootstrap::IdOrName::Id(id)) => assert_eq!(uid, *id),
-            None => assert_eq!(uid, 0, "{}", f.path.display()),
-        }
-        checked += 1;
-    }
-    assert!(checked > 0, "no files checked");
+    assert_staged_files(root, &parsed);
     assert_eq!(
         fs::read_to_string(root.join("etc/hostname"))
             .unwrap()

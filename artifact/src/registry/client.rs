@@ -151,6 +151,87 @@ enum Failure {
     Fatal(RegistryError),
 }
 
+/// Where one blob's bytes go as they arrive: the running digest, the sink, the progress bar;
+/// `offset` is how many bytes the sink has, across every resumed request.
+struct Received<'a, W: Write + ?Sized> {
+    digest: &'a str,
+    size: u64,
+    offset: &'a mut u64,
+    hasher: &'a mut Sha256,
+    sink: &'a mut W,
+    progress: Option<&'a ProgressBar>,
+}
+
+impl<W: Write + ?Sized> Received<'_, W> {
+    /// Reads one response to its end (or the blob's): `skip` bytes are already in the sink (a
+    /// registry that ignored the Range request sends them again). Returns why the response
+    /// stopped early, if it did; an error only for what no retry can fix.
+    async fn drain<S, E>(
+        &mut self,
+        mut stream: S,
+        mut skip: u64,
+        speed: SpeedLimit,
+    ) -> Result<Option<Failure>, RegistryError>
+    where
+        S: futures_util::Stream<Item = Result<Bytes, E>> + Unpin,
+        E: std::fmt::Display,
+    {
+        let (size, digest) = (self.size, self.digest);
+        let mut pace = Throughput::start(speed);
+        while *self.offset < size {
+            let next = match tokio::time::timeout_at(pace.window_end(), stream.next()).await {
+                Ok(next) => next,
+                Err(_) => match pace.check() {
+                    Ok(()) => continue,
+                    Err(slow) => return Ok(Some(Failure::TooSlow(slow.0))),
+                },
+            };
+            let mut chunk = match next {
+                None => {
+                    return Ok(Some(Failure::Transient(format!(
+                        "the response ended at byte {} of {size}",
+                        self.offset
+                    ))))
+                }
+                Some(Err(e)) => return Ok(Some(Failure::Transient(e.to_string()))),
+                Some(Ok(chunk)) => chunk,
+            };
+            if skip > 0 {
+                // Bytes already handed to the sink, sent again.
+                let n = skip.min(chunk.len() as u64);
+                skip -= n;
+                chunk = chunk.slice(n as usize..);
+                if chunk.is_empty() {
+                    continue;
+                }
+            }
+            if chunk.len() as u64 > size - *self.offset {
+                return Err(RegistryError::Integrity {
+                    blob: digest.to_owned(),
+                    detail: format!(
+                        "the registry sent more than the {size} bytes the manifest gives; \
+                         discarded"
+                    ),
+                });
+            }
+            self.hasher.update(&chunk);
+            self.sink.write_all(&chunk).map_err(|e| RegistryError::Io {
+                path: format!("(destination of blob {digest})").into(),
+                source: e,
+            })?;
+            *self.offset += chunk.len() as u64;
+            if let Some(p) = self.progress {
+                p.inc(chunk.len() as u64);
+            }
+            pace.add(chunk.len() as u64);
+            if let Err(slow) = pace.check() {
+                return Ok(Some(Failure::TooSlow(slow.0)));
+            }
+        }
+        Ok(None)
+    }
+}
+
 /// The media types a tag may resolve to (what `oci-client` asks for in a HEAD request).
 const ANY_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json, \
      application/vnd.oci.image.index.v1+json, \
@@ -649,7 +730,7 @@ impl Registry {
                 Ok(resp) => {
                     // After a Range request the registry ignored: bytes to drop from the front.
                     let mut skip = 0u64;
-                    let mut stream = match resp {
+                    let stream = match resp {
                         BlobResponse::Partial(s) => s,
                         BlobResponse::Full(s) => {
                             if offset != 0 {
@@ -662,65 +743,15 @@ impl Registry {
                             s
                         }
                     };
-                    let mut failure = None;
-                    let mut pace = Throughput::start(self.options.speed);
-                    while offset < size {
-                        let next =
-                            match tokio::time::timeout_at(pace.window_end(), stream.next()).await {
-                                Ok(next) => next,
-                                Err(_) => match pace.check() {
-                                    Ok(()) => continue,
-                                    Err(slow) => {
-                                        failure = Some(Failure::TooSlow(slow.0));
-                                        break;
-                                    }
-                                },
-                            };
-                        match next {
-                            None => {
-                                failure = Some(Failure::Transient(format!(
-                                    "the response ended at byte {offset} of {size}"
-                                )));
-                                break;
-                            }
-                            Some(Err(e)) => {
-                                failure = Some(Failure::Transient(e.to_string()));
-                                break;
-                            }
-                            Some(Ok(mut chunk)) => {
-                                if skip > 0 {
-                                    // Bytes already handed to the sink, sent again.
-                                    let n = skip.min(chunk.len() as u64);
-                                    skip -= n;
-                                    chunk = chunk.slice(n as usize..);
-                                    if chunk.is_empty() {
-                                        continue;
-                                    }
-                                }
-                                if chunk.len() as u64 > size - offset {
-                                    return Err(RegistryError::Integrity {
-                                        blob: digest.to_owned(),
-                                        detail: format!(
-                                            "the registry sent more than the {size} bytes the \
-                                             manifest gives; discarded"
-                                        ),
-                                    });
-                                }
-                                hasher.update(&chunk);
-                                sink.write_all(&chunk).map_err(sink_err)?;
-                                offset += chunk.len() as u64;
-                                if let Some(p) = progress {
-                                    p.inc(chunk.len() as u64);
-                                }
-                                pace.add(chunk.len() as u64);
-                                if let Err(slow) = pace.check() {
-                                    failure = Some(Failure::TooSlow(slow.0));
-                                    break;
-                                }
-                            }
-                        }
-                    }
-                    failure
+                    let mut into = Received {
+                        digest,
+                        size,
+                        offset: &mut offset,
+                        hasher: &mut hasher,
+                        sink: &mut *sink,
+                        progress,
+                    };
+                    into.drain(stream, skip, self.options.speed).await?
                 }
             };
             let (detail, slow) = match failure {

@@ -261,6 +261,54 @@ pub(super) fn apply(
     scratch: &Path,
     whiteouts: bool,
 ) -> Result<(), LayerError> {
+    let members = read_members(path, scratch, whiteouts)?;
+    if whiteouts {
+        for m in &members {
+            match m.action {
+                Action::Opaque => tree.clear_dir(&m.comps[..m.comps.len() - 1]),
+                Action::Whiteout => {
+                    let mut target = m.comps.clone();
+                    let last = target.pop().expect("whiteout has a name");
+                    target.push(last[WHITEOUT.len()..].to_vec());
+                    tree.remove(&target);
+                }
+                _ => {}
+            }
+        }
+    }
+    for m in members {
+        match m.action {
+            Action::Put(node) => {
+                tree.insert(&m.comps, node, &m.raw)?;
+            }
+            Action::HardLink(tcomps, target) => {
+                let Some(id) = tree.lookup(&tcomps) else {
+                    return Err(LayerError::bad(
+                        &m.raw,
+                        format!("hard link target {:?} is not in the archive", show(&target)),
+                    ));
+                };
+                tree.link(&m.comps, id, &m.raw)?;
+            }
+            Action::Whiteout | Action::Opaque => {}
+        }
+    }
+    Ok(())
+}
+
+/// A member's name, link, size, owner and attributes once its extension records (GNU long
+/// names, PAX) are applied.
+struct Extended {
+    raw: Vec<u8>,
+    link: Vec<u8>,
+    size: u64,
+    uid: u64,
+    gid: u64,
+    xattrs: std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+}
+
+/// Every member of the archive, in order, with what it does to the tree.
+fn read_members(path: &Path, scratch: &Path, whiteouts: bool) -> Result<Vec<Member>, LayerError> {
     let plain = open_plain(path, scratch)?;
     let len = plain
         .metadata()
@@ -307,183 +355,189 @@ pub(super) fn apply(
             read_exact_at(&plain, &mut d, data_at, path, what)?;
             Ok(d)
         };
+        let at = pos;
+        pos = next;
         match h.kind {
             b'x' => {
                 pax = pax_records(&read_data("pax header")?)
-                    .map_err(|r| tar_err(path, format!("header at offset {pos}: {r}")))?;
-                pos = next;
+                    .map_err(|r| tar_err(path, format!("header at offset {at}: {r}")))?;
                 continue;
             }
-            b'g' => {
-                pos = next; // global records carry nothing ingot keeps (times are the epoch)
-                continue;
-            }
+            b'g' => continue, // global records carry nothing ingot keeps (times are the epoch)
             b'L' => {
                 long_name = Some(cstr(&read_data("long name")?).to_vec());
-                pos = next;
                 continue;
             }
             b'K' => {
                 long_link = Some(cstr(&read_data("long link name")?).to_vec());
-                pos = next;
                 continue;
             }
             _ => {}
         }
         // A real member: apply the extension records that preceded it.
-        let mut raw = long_name.take().unwrap_or(h.name.clone());
-        let mut link = long_link.take().unwrap_or(h.link.clone());
-        let (mut size, mut uid, mut gid) = (h.size, h.uid, h.gid);
-        let mut xattrs = std::collections::BTreeMap::new();
-        for (k, v) in std::mem::take(&mut pax) {
-            let num = || -> Result<u64, LayerError> {
-                std::str::from_utf8(&v)
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .ok_or_else(|| {
-                        tar_err(
-                            path,
-                            format!(
-                                "member at offset {pos}: bad pax {} value",
-                                String::from_utf8_lossy(&k)
-                            ),
-                        )
-                    })
-            };
-            match k.as_slice() {
-                b"path" => raw = v,
-                b"linkpath" => link = v,
-                b"size" => size = num()?,
-                b"uid" => uid = num()?,
-                b"gid" => gid = num()?,
-                _ if k.starts_with(b"SCHILY.xattr.") => {
-                    xattrs.insert(k[b"SCHILY.xattr.".len()..].to_vec(), v);
-                }
-                _ if k.starts_with(b"GNU.sparse.") => {
-                    return Err(LayerError::bad(
-                        &raw,
-                        "PAX sparse members are not supported; archive without --sparse",
-                    ));
-                }
-                _ => {}
-            }
-        }
-        check_no_nul(&raw, &link, &xattrs)?;
-        if size != stored && !matches!(h.kind, b'1' | b'2' | b'5') {
+        let ext = Extended {
+            raw: long_name.take().unwrap_or(h.name.clone()),
+            link: long_link.take().unwrap_or(h.link.clone()),
+            size: h.size,
+            uid: h.uid,
+            gid: h.gid,
+            xattrs: Default::default(),
+        };
+        let ext = apply_pax(ext, std::mem::take(&mut pax), path, at)?;
+        if ext.size != stored && !matches!(h.kind, b'1' | b'2' | b'5') {
             return Err(LayerError::bad(
-                &raw,
+                &ext.raw,
                 "pax size differs from the stored size",
             ));
         }
-        pos = next;
         if h.kind == b'V' {
             continue; // volume label
         }
-        let comps = split_path(&raw, false)?;
-        let (Ok(uid), Ok(gid)) = (u32::try_from(uid), u32::try_from(gid)) else {
-            return Err(LayerError::bad(&raw, "uid or gid does not fit 32 bits"));
+        let data = DataSource::Region {
+            file: src.clone(),
+            offset: data_at,
         };
-        let mut meta = Meta::new(h.mode as u32, uid, gid);
-        meta.xattrs = xattrs;
-        let base = comps.last().map(|c| c.as_slice()).unwrap_or(b"");
-        let action = if whiteouts && base == OPAQUE {
-            Action::Opaque
-        } else if whiteouts && base.starts_with(WHITEOUT) {
-            Action::Whiteout
-        } else {
-            let kind = match h.kind {
-                b'0' | 0 | b'7' => {
-                    let (source, data) = if size == 0 {
-                        (DataSource::None, Vec::new())
-                    } else {
-                        (
-                            DataSource::Region {
-                                file: src.clone(),
-                                offset: data_at,
-                            },
-                            std::iter::once(0..size).collect(),
-                        )
-                    };
-                    NodeKind::File(FileData { size, source, data })
-                }
-                b'5' => NodeKind::Dir(Default::default()),
-                b'2' => NodeKind::Symlink(link),
-                b'1' => {
-                    let tcomps = split_path(&link, false).map_err(|e| match e {
-                        LayerError::EscapesRoot { .. } | LayerError::AbsolutePath { .. } => {
-                            LayerError::EscapesRoot {
-                                entry: format!("{} (hard link to {})", show(&raw), show(&link)),
-                            }
-                        }
-                        other => other,
-                    })?;
-                    members.push(Member {
-                        raw,
-                        comps,
-                        action: Action::HardLink(tcomps, link),
-                    });
-                    continue;
-                }
-                b'3' | b'4' => {
-                    let (Ok(major), Ok(minor)) = (u32::try_from(h.major), u32::try_from(h.minor))
-                    else {
-                        return Err(LayerError::bad(&raw, "device number out of range"));
-                    };
-                    if h.kind == b'3' {
-                        NodeKind::CharDev { major, minor }
-                    } else {
-                        NodeKind::BlockDev { major, minor }
-                    }
-                }
-                b'6' => NodeKind::Fifo,
-                b'S' => {
-                    return Err(LayerError::bad(
-                        &raw,
-                        "GNU sparse members are not supported; archive without --sparse",
-                    ))
-                }
-                other => {
-                    return Err(LayerError::bad(
-                        &raw,
-                        format!("unsupported tar member type {:?}", other as char),
-                    ));
-                }
-            };
-            Action::Put(Node { meta, kind })
-        };
-        members.push(Member { raw, comps, action });
+        members.push(member(&h, ext, data, whiteouts)?);
     }
+    Ok(members)
+}
 
-    if whiteouts {
-        for m in &members {
-            match m.action {
-                Action::Opaque => tree.clear_dir(&m.comps[..m.comps.len() - 1]),
-                Action::Whiteout => {
-                    let mut target = m.comps.clone();
-                    let last = target.pop().expect("whiteout has a name");
-                    target.push(last[WHITEOUT.len()..].to_vec());
-                    tree.remove(&target);
+/// Applies a member's PAX records (path, linkpath, size, uid, gid, xattrs) and refuses NUL
+/// bytes in what they name.
+fn apply_pax(
+    mut ext: Extended,
+    pax: Vec<PaxRecord>,
+    path: &Path,
+    pos: u64,
+) -> Result<Extended, LayerError> {
+    for (k, v) in pax {
+        let num = || -> Result<u64, LayerError> {
+            std::str::from_utf8(&v)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| {
+                    tar_err(
+                        path,
+                        format!(
+                            "member at offset {pos}: bad pax {} value",
+                            String::from_utf8_lossy(&k)
+                        ),
+                    )
+                })
+        };
+        match k.as_slice() {
+            b"path" => ext.raw = v,
+            b"linkpath" => ext.link = v,
+            b"size" => ext.size = num()?,
+            b"uid" => ext.uid = num()?,
+            b"gid" => ext.gid = num()?,
+            _ if k.starts_with(b"SCHILY.xattr.") => {
+                ext.xattrs.insert(k[b"SCHILY.xattr.".len()..].to_vec(), v);
+            }
+            _ if k.starts_with(b"GNU.sparse.") => {
+                return Err(LayerError::bad(
+                    &ext.raw,
+                    "PAX sparse members are not supported; archive without --sparse",
+                ));
+            }
+            _ => {}
+        }
+    }
+    check_no_nul(&ext.raw, &ext.link, &ext.xattrs)?;
+    Ok(ext)
+}
+
+/// What one member does to the tree. `data` is where a regular file's bytes are.
+fn member(
+    h: &Header,
+    ext: Extended,
+    data: DataSource,
+    whiteouts: bool,
+) -> Result<Member, LayerError> {
+    let Extended {
+        raw,
+        link,
+        size,
+        uid,
+        gid,
+        xattrs,
+    } = ext;
+    let comps = split_path(&raw, false)?;
+    let (Ok(uid), Ok(gid)) = (u32::try_from(uid), u32::try_from(gid)) else {
+        return Err(LayerError::bad(&raw, "uid or gid does not fit 32 bits"));
+    };
+    let mut meta = Meta::new(h.mode as u32, uid, gid);
+    meta.xattrs = xattrs;
+    let base = comps.last().map(|c| c.as_slice()).unwrap_or(b"");
+    let action = if whiteouts && base == OPAQUE {
+        Action::Opaque
+    } else if whiteouts && base.starts_with(WHITEOUT) {
+        Action::Whiteout
+    } else if h.kind == b'1' {
+        let tcomps = split_path(&link, false).map_err(|e| match e {
+            LayerError::EscapesRoot { .. } | LayerError::AbsolutePath { .. } => {
+                LayerError::EscapesRoot {
+                    entry: format!("{} (hard link to {})", show(&raw), show(&link)),
                 }
-                _ => {}
+            }
+            other => other,
+        })?;
+        Action::HardLink(tcomps, link)
+    } else {
+        let kind = node_kind(h, &raw, link, size, data)?;
+        Action::Put(Node { meta, kind })
+    };
+    Ok(Member { raw, comps, action })
+}
+
+/// The node a member that is not a hard link or whiteout makes.
+fn node_kind(
+    h: &Header,
+    raw: &[u8],
+    link: Vec<u8>,
+    size: u64,
+    data: DataSource,
+) -> Result<NodeKind, LayerError> {
+    Ok(match h.kind {
+        b'0' | 0 | b'7' => {
+            if size == 0 {
+                NodeKind::File(FileData {
+                    size,
+                    source: DataSource::None,
+                    data: Vec::new(),
+                })
+            } else {
+                NodeKind::File(FileData {
+                    size,
+                    source: data,
+                    data: std::iter::once(0..size).collect(),
+                })
             }
         }
-    }
-    for m in members {
-        match m.action {
-            Action::Put(node) => {
-                tree.insert(&m.comps, node, &m.raw)?;
+        b'5' => NodeKind::Dir(Default::default()),
+        b'2' => NodeKind::Symlink(link),
+        b'3' | b'4' => {
+            let (Ok(major), Ok(minor)) = (u32::try_from(h.major), u32::try_from(h.minor)) else {
+                return Err(LayerError::bad(raw, "device number out of range"));
+            };
+            if h.kind == b'3' {
+                NodeKind::CharDev { major, minor }
+            } else {
+                NodeKind::BlockDev { major, minor }
             }
-            Action::HardLink(tcomps, target) => {
-                let Some(id) = tree.lookup(&tcomps) else {
-                    return Err(LayerError::bad(
-                        &m.raw,
-                        format!("hard link target {:?} is not in the archive", show(&target)),
-                    ));
-                };
-                tree.link(&m.comps, id, &m.raw)?;
-            }
-            Action::Whiteout | Action::Opaque => {}
         }
-    }
-    Ok(())
+        b'6' => NodeKind::Fifo,
+        b'S' => {
+            return Err(LayerError::bad(
+                raw,
+                "GNU sparse members are not supported; archive without --sparse",
+            ))
+        }
+        other => {
+            return Err(LayerError::bad(
+                raw,
+                format!("unsupported tar member type {:?}", other as char),
+            ));
+        }
+    })
 }

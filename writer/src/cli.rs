@@ -90,6 +90,12 @@ pub struct Cli {
     /// default 30).
     #[arg(long, value_name = "SECS")]
     pub reboot_delay: Option<u64>,
+    /// Take every step up to and including the plan (check, gate, guard, resolve, verify,
+    /// stage, seal, plan), print the plan and record it in the status file (state `dry-run`),
+    /// and write nothing: the targets are only opened read-only. Exits 0 when a real run would
+    /// go on to write.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Size of the EFI system partition, in MiB (at least 64; default 256).
     #[arg(long, value_name = "MIB")]
     pub esp_size: Option<u64>,

@@ -262,7 +262,9 @@ fn write_planned(
     let (kernel_cmdline, esp, mbr_code) =
         steps::esp::run(target, opened, node, plan, settings, reporter)?;
     stats += esp;
+    target.check_still_named()?;
     steps::partition_table::run(target, plan, mbr_code.as_deref(), reporter)?;
+    target.check_still_named()?;
 
     Ok(Outcome {
         manifest_digest: opened.manifest_digest().to_string(),

@@ -83,6 +83,11 @@ pub enum TargetError {
     Locked { path: PathBuf },
     #[error("{path} is read-only ({why}): refusing to write it; nothing was written")]
     ReadOnly { path: PathBuf, why: &'static str },
+    #[error(
+        "{path} was deleted or replaced while it was being written: what was written is gone \
+         with it"
+    )]
+    Gone { path: PathBuf },
     #[error("{path} is {size} bytes: not a whole number of {sector}-byte sectors")]
     Unaligned {
         path: PathBuf,
@@ -330,6 +335,27 @@ impl Target {
                 }
             }
             Zeroing::None => Ok(false),
+        }
+    }
+
+    /// Fails when the path no longer names the file being written (deleted, or replaced by
+    /// another), so a run never reports as written a disk nobody can reach.
+    pub fn check_still_named(&self) -> Result<(), TargetError> {
+        let gone = || TargetError::Gone {
+            path: self.path.clone(),
+        };
+        let open = self
+            .direct
+            .metadata()
+            .map_err(self.err("reading metadata".into()))?;
+        if open.nlink() == 0 {
+            return Err(gone());
+        }
+        match std::fs::metadata(&self.path) {
+            Ok(named) if named.dev() == open.dev() && named.ino() == open.ino() => Ok(()),
+            Ok(_) => Err(gone()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(gone()),
+            Err(e) => Err(self.err("reading metadata".into())(e)),
         }
     }
 

@@ -345,6 +345,27 @@ impl Layout {
         Ok(path)
     }
 
+    /// The manifest `index.json` names `tag` (its `org.opencontainers.image.ref.name`), as
+    /// skopeo's `oci:DIR:TAG` picks it.
+    pub fn find_tagged(&self, tag: &str) -> Result<Descriptor, LayoutError> {
+        let index = self.index()?;
+        let mut named = index
+            .manifests
+            .into_iter()
+            .filter(|m| m.annotation(REF_NAME) == Some(tag));
+        match (named.next(), named.next()) {
+            (Some(m), None) => Ok(m),
+            (found, _) => Err(LayoutError::Format {
+                path: self.root.join("index.json"),
+                reason: if found.is_none() {
+                    format!("no manifest is tagged `{tag}` ({REF_NAME})")
+                } else {
+                    format!("more than one manifest is tagged `{tag}`")
+                },
+            }),
+        }
+    }
+
     /// Find the manifest descriptor by digest, or the only one if `digest` is None.
     pub fn find_manifest(&self, digest: Option<&str>) -> Result<Descriptor, LayoutError> {
         let index = self.index()?;
@@ -373,6 +394,25 @@ impl Layout {
                 }
             }
         }
+    }
+}
+
+/// Checks a tag for `oci:DIR:TAG` against the OCI image spec's grammar of
+/// `org.opencontainers.image.ref.name`: components of letters and digits joined by `-`, `.`, `_`,
+/// `+`, `:`, `@` or `/`, at most 128 characters here.
+pub fn check_ref_name(tag: &str) -> Result<(), String> {
+    let sep = |c: char| matches!(c, '-' | '.' | '_' | '+' | ':' | '@' | '/');
+    let ok = !tag.is_empty()
+        && tag.len() <= 128
+        && tag.chars().all(|c| c.is_ascii_alphanumeric() || sep(c))
+        && !tag.starts_with(sep)
+        && !tag.ends_with(sep);
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{tag}` is not a tag (letters and digits, joined by - . _ + : @ /; at most 128)"
+        ))
     }
 }
 

@@ -29,8 +29,9 @@ use crate::sign::{signature_key_id, PublicKey, SignError};
 /// Where a stack artifact is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StackRef {
-    /// An OCI image layout directory.
-    Layout(PathBuf),
+    /// An OCI image layout directory, and the manifest its `index.json` names by this tag
+    /// (`org.opencontainers.image.ref.name`), or the only manifest when none is given.
+    Layout(PathBuf, Option<String>),
     /// An artifact in a registry (`oci://HOST[:PORT]/REPO:TAG` or `…@sha256:…`).
     Registry(crate::registry::RegistryRef),
 }
@@ -41,8 +42,24 @@ impl FromStr for StackRef {
         if crate::registry::RegistryRef::is_registry_ref(s) {
             return s.parse().map(StackRef::Registry).map_err(|e| e.to_string());
         }
-        let path = s.strip_prefix("oci:").unwrap_or(s);
-        Ok(StackRef::Layout(PathBuf::from(path)))
+        // skopeo's spelling: `oci:DIR[:TAG]`, split at the first colon after `oci:` (a DIR
+        // holding a colon is given without the prefix, as a plain path).
+        let Some(rest) = s.strip_prefix("oci:") else {
+            return Ok(StackRef::Layout(PathBuf::from(s), None));
+        };
+        let (dir, tag) = match rest.split_once(':') {
+            Some((dir, tag)) => (dir, Some(tag)),
+            None => (rest, None),
+        };
+        if dir.is_empty() {
+            return Err(format!(
+                "`{s}`: no directory (write oci:DIR or oci:DIR:TAG)"
+            ));
+        }
+        if let Some(tag) = tag {
+            crate::oci_layout::check_ref_name(tag).map_err(|e| format!("`{s}`: {e}"))?;
+        }
+        Ok(StackRef::Layout(PathBuf::from(dir), tag.map(str::to_owned)))
     }
 }
 
@@ -70,27 +87,38 @@ pub trait ArtifactSource {
 #[derive(Debug)]
 pub struct LayoutSource {
     layout: Layout,
+    tag: Option<String>,
 }
 
 impl LayoutSource {
-    /// Open a layout.
+    /// Open a layout holding one manifest.
     pub fn open(path: &Path) -> Result<Self, VerifyError> {
+        Self::open_tagged(path, None)
+    }
+
+    /// Open a layout, at the manifest `tag` names (`oci:DIR:TAG`), or its only one.
+    pub fn open_tagged(path: &Path, tag: Option<&str>) -> Result<Self, VerifyError> {
         Ok(LayoutSource {
             layout: Layout::open(path).map_err(VerifyError::from_layout)?,
+            tag: tag.map(str::to_owned),
         })
     }
 }
 
 impl ArtifactSource for LayoutSource {
     fn describe(&self) -> String {
-        self.layout.root().display().to_string()
+        match &self.tag {
+            Some(tag) => format!("oci:{}:{tag}", self.layout.root().display()),
+            None => self.layout.root().display().to_string(),
+        }
     }
 
     fn manifest(&self) -> Result<(Vec<u8>, String), VerifyError> {
-        let desc = self
-            .layout
-            .find_manifest(None)
-            .map_err(VerifyError::from_layout)?;
+        let desc = match &self.tag {
+            Some(tag) => self.layout.find_tagged(tag),
+            None => self.layout.find_manifest(None),
+        }
+        .map_err(VerifyError::from_layout)?;
         let bytes = self
             .layout
             .read_small_blob(&desc.digest, desc.size)
@@ -128,7 +156,7 @@ pub fn open_with(
     options: crate::registry::RegistryOptions,
 ) -> Result<Box<dyn ArtifactSource>, VerifyError> {
     match stack {
-        StackRef::Layout(p) => Ok(Box::new(LayoutSource::open(p)?)),
+        StackRef::Layout(p, tag) => Ok(Box::new(LayoutSource::open_tagged(p, tag.as_deref())?)),
         StackRef::Registry(r) => Ok(Box::new(crate::registry::source::RegistrySource::open(
             r, options,
         )?)),
@@ -256,19 +284,20 @@ pub fn verify_metadata(
     // The signature, before anything in the descriptor is believed.
     let signature = match (manifest.annotation(SIGNATURE_ANNOTATION), &trust.key) {
         (None, _) if trust.allow_unsigned => {
-            warn!("the artifact is not signed (accepted: --allow-unsigned)");
+            warn!("the artifact is not signed (accepted: unsigned artifacts allowed)");
             SignatureStatus::Unsigned
         }
         (None, _) => {
+            // No flag named here: only `ingot verify` has --allow-unsigned, the writer none.
             return Err(VerifyError::Signature(format!(
                 "the manifest has no `{SIGNATURE_ANNOTATION}` annotation: the artifact is \
-                 unsigned (refused; --allow-unsigned accepts it)"
-            )))
+                 unsigned (refused)"
+            )));
         }
         (Some(_), None) if trust.allow_unsigned => SignatureStatus::NotChecked,
         (Some(_), None) => {
             return Err(VerifyError::Signature(
-                "no trusted key given (--trust-key PUB, or --allow-unsigned)".to_owned(),
+                "no trusted key given (--trust-key PUB)".to_owned(),
             ))
         }
         (Some(sig), Some(key)) => match key.verify(&descriptor_bytes, sig) {
@@ -493,12 +522,19 @@ mod tests {
     fn stack_refs() {
         assert_eq!(
             "out/demo".parse::<StackRef>().unwrap(),
-            StackRef::Layout("out/demo".into())
+            StackRef::Layout("out/demo".into(), None)
         );
         assert_eq!(
             "oci:out/demo".parse::<StackRef>().unwrap(),
-            StackRef::Layout("out/demo".into())
+            StackRef::Layout("out/demo".into(), None)
         );
+        assert_eq!(
+            "oci:out/demo:1.0.0".parse::<StackRef>().unwrap(),
+            StackRef::Layout("out/demo".into(), Some("1.0.0".into()))
+        );
+        for bad in ["oci:", "oci::1.0", "oci:out/demo:", "oci:out/demo:a b"] {
+            assert!(bad.parse::<StackRef>().is_err(), "{bad}");
+        }
         assert!(matches!(
             "oci://registry.example/stack:1".parse::<StackRef>().unwrap(),
             StackRef::Registry(r) if r.registry == "registry.example" && r.repository == "stack"

@@ -391,6 +391,39 @@ fn skopeo_reads_and_copies_the_artifact() {
     let (code, out) = verify(&copy, Some(&pk), &[]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("verified demo 1.0.0: 4 layers"), "{out}");
+
+    // skopeo's `oci:DIR:TAG`, the same string in both tools: the build tags its manifest with the
+    // version, and one layout holding two tags is read at either, by ingot as by skopeo.
+    let multi = tmp.path().join("multi");
+    for tag in ["one", "two"] {
+        run_ok(
+            Command::new("skopeo")
+                .arg("copy")
+                .arg(format!("oci:{}:1.0.0", dir.display()))
+                .arg(format!("oci:{}:{tag}", multi.display())),
+        );
+    }
+    let at = |tag: &str| Path::new(&format!("oci:{}:{tag}", multi.display())).to_path_buf();
+    for tag in ["one", "two"] {
+        let (code, out) = verify(&at(tag), Some(&pk), &[]);
+        assert_eq!(code, 0, "{tag}: {out}");
+        assert!(out.contains("verified demo 1.0.0"), "{out}");
+    }
+    let (code, out) = verify(&multi, Some(&pk), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("more than one manifest"), "{out}");
+    let (code, out) = verify(&at("three"), Some(&pk), &[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("no manifest is tagged `three`"), "{out}");
+    let out = ingot([
+        std::ffi::OsString::from("inspect"),
+        at("two").into_os_string(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

@@ -61,6 +61,37 @@ pub fn provision(
     }
 }
 
+/// A provisioning dry run: the plan on stdout and a last line that never says `IMAGE_URL_DONE`
+/// (nothing was written); exit 0 when a real run would go on to write.
+pub fn dry_run(
+    req: &ProvisionRequest,
+    reporter: &Reporter,
+    deadline: Instant,
+    grace: Duration,
+) -> ExitCode {
+    crate::watchdog::start(deadline, grace, || {
+        println!("ingot-writer: FAILED (deadline): the dry run did not stop after its deadline");
+    });
+    match pipeline::provision_dry_run(req, reporter) {
+        Ok(planned) => {
+            let text = steps::finish::planned(&planned, reporter);
+            println!("{}", text.replace("IMAGE_URL_DONE", "IMAGE_URL_[DONE]"));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let reason = e.reason();
+            let text = chain(&e);
+            reporter.failed(&format!("{reason}: {text}"));
+            eprintln!("ingot-writer: error: {text}");
+            println!(
+                "{}",
+                failed_line(&reason, &text, "dry run: no disk was changed")
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
 /// The last stdout line of a failed run: never `IMAGE_URL_DONE`, whatever the message holds.
 fn failed_line(reason: &str, text: &str, state: &str) -> String {
     format!("ingot-writer: FAILED ({reason}): {text}; {state}")

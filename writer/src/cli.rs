@@ -27,7 +27,12 @@ use ingot_layers::select::{GpuVendor, Role};
 ///   Settings CAPH cannot pass come from image-url-command.toml beside the binary (or
 ///   BINARY.toml), over the settings compiled in (ci/release); flags win over both.
 #[derive(Parser, Debug)]
-#[command(name = "ingot-writer", version = ingot_artifact::version::VERSION, verbatim_doc_comment)]
+#[command(
+    name = "ingot-writer",
+    version = ingot_artifact::version::VERSION,
+    verbatim_doc_comment,
+    after_help = EXIT_STATUS
+)]
 pub struct Cli {
     /// The stack: `oci://REGISTRY/REPO:TAG` (or `@sha256:...`), or an OCI image layout directory
     /// (`oci:DIR` or `DIR`).
@@ -90,6 +95,12 @@ pub struct Cli {
     /// default 30).
     #[arg(long, value_name = "SECS")]
     pub reboot_delay: Option<u64>,
+    /// Take every step up to and including the plan (check, gate, guard, resolve, verify,
+    /// stage, seal, plan), print the plan and record it in the status file (state `dry-run`),
+    /// and write nothing: the targets are only opened read-only. Exits 0 when a real run would
+    /// go on to write.
+    #[arg(long)]
+    pub dry_run: bool,
     /// Size of the EFI system partition, in MiB (at least 64; default 256).
     #[arg(long, value_name = "MIB")]
     pub esp_size: Option<u64>,
@@ -113,6 +124,12 @@ pub struct Cli {
     #[command(flatten)]
     pub registry: ingot_artifact::registry::args::RegistryArgs,
 }
+
+/// The exit statuses, in `--help`.
+pub const EXIT_STATUS: &str = "Exit status: 0 written (with --dry-run: every check passed and a \
+real run would write); 1 the run failed, its reason on the last stdout line (provisioning: \
+`FAILED (REASON)`) and in the status file, the disks either unchanged or without a partition \
+table; 2 a usage or setup error, before any run began.";
 
 /// `90s`, `20m`, `1h`, or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {

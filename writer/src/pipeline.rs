@@ -7,16 +7,22 @@
 //! resolve, verify, then the write. The write: plan, wipe, write, esp, partition-table; any
 //! failure after the wipe clears the partition-table areas again, so a half-written disk never
 //! looks bootable.
+//!
+//! A dry run (`--dry-run`) takes every step up to and including the plan of every target, the
+//! targets opened read-only, and stops there: nothing is torn down, wiped or written.
 
 use std::path::Path;
 
 use ingot_artifact::verify::{StackRef, Trust};
-use ingot_layers::select::Machine;
+use ingot_layers::select::{Machine, Role};
 use ingot_machine::Sysroot;
+use ingot_verity::RootHash;
 
 use crate::error::{ProvisionError, WriteError};
 use crate::report::{Reporter, Stage};
-use crate::request::{Outcome, ProvisionRequest, Provisioned, WriteRequest, WriteSettings};
+use crate::request::{
+    Outcome, Planned, ProvisionRequest, Provisioned, WriteRequest, WriteSettings,
+};
 use crate::steps::seal::NodeLayer;
 use crate::steps::verify::OpenedStack;
 use crate::steps::{self, plan::DiskPlan};
@@ -31,11 +37,20 @@ pub fn touched_disk(stage: Stage) -> bool {
     )
 }
 
-/// Provisions this machine; see the module docs.
-pub fn provision(
-    req: &ProvisionRequest,
-    reporter: &Reporter,
-) -> Result<Provisioned, ProvisionError> {
+/// Everything a provisioning run does before the disks change: the machine checked, the disks
+/// gated and guarded, the stack verified, the node layer staged and sealed, every target big
+/// enough, the teardown planned.
+struct Prepared {
+    sysroot: Sysroot,
+    opened: OpenedStack,
+    node: NodeLayer,
+    targets: Vec<ingot_machine::Disk>,
+    teardown: Vec<ingot_machine::teardown::Step>,
+    hostname: String,
+    role: Role,
+}
+
+fn prepare(req: &ProvisionRequest, reporter: &Reporter) -> Result<Prepared, ProvisionError> {
     let sysroot = Sysroot::new(&req.sysroot);
     let checked = steps::check::run(
         &sysroot,
@@ -67,15 +82,74 @@ pub fn provision(
     for disk in &targets {
         steps::gate::size(disk, need, reporter)?;
     }
-    // From here on the disks change.
-    steps::teardown::run(&sysroot, &targets, &teardown, reporter)?;
-    let outcome = write_every_target(&opened, &node, &targets, &req.settings, reporter)?;
-    Ok(Provisioned {
-        outcome,
-        disks: targets.iter().map(|d| d.name.clone()).collect(),
+    Ok(Prepared {
+        sysroot,
+        opened,
+        node,
+        targets,
+        teardown,
         hostname: staged.hostname,
         role,
     })
+}
+
+/// Provisions this machine; see the module docs.
+pub fn provision(
+    req: &ProvisionRequest,
+    reporter: &Reporter,
+) -> Result<Provisioned, ProvisionError> {
+    let p = prepare(req, reporter)?;
+    // From here on the disks change.
+    steps::teardown::run(&p.sysroot, &p.targets, &p.teardown, reporter)?;
+    let outcome = write_every_target(&p.opened, &p.node, &p.targets, &req.settings, reporter)?;
+    Ok(Provisioned {
+        outcome,
+        disks: p.targets.iter().map(|d| d.name.clone()).collect(),
+        hostname: p.hostname,
+        role: p.role,
+    })
+}
+
+/// A provisioning dry run: every step [`provision`] takes up to and including the plan of
+/// every target, and nothing written.
+pub fn provision_dry_run(
+    req: &ProvisionRequest,
+    reporter: &Reporter,
+) -> Result<Planned, ProvisionError> {
+    let p = prepare(req, reporter)?;
+    let mut disks = Vec::new();
+    for (index, disk) in p.targets.iter().enumerate() {
+        let settings = disk_settings(&p.opened, &req.settings, index, p.targets.len());
+        let plan = steps::plan::dry_run(&disk.node, &p.opened, Some(&p.node), &settings, reporter)?;
+        disks.push((disk.node.clone(), plan));
+    }
+    Ok(Planned {
+        manifest_digest: p.opened.manifest_digest().to_string(),
+        stack: p.opened.describe(),
+        layers: layer_roots(&p.opened, Some(&p.node)),
+        disks,
+        teardown: p.teardown.iter().map(|s| s.command_line()).collect(),
+        node: Some((p.hostname, p.role)),
+    })
+}
+
+/// The settings for target `index` of `count`: with more than one, `var` is mirrored.
+fn disk_settings(
+    opened: &OpenedStack,
+    settings: &WriteSettings,
+    index: usize,
+    count: usize,
+) -> WriteSettings {
+    let mut settings = settings.clone();
+    if count > 1 {
+        settings.mirror = Some(crate::mirror::Mirror::new(
+            opened.manifest_digest(),
+            index,
+            count,
+            |identity| steps::plan::derived_guid(identity, b"var"),
+        ));
+    }
+    settings
 }
 
 /// Every target gets the whole layout, so the firmware can boot from either disk alone; with
@@ -91,15 +165,7 @@ fn write_every_target(
     // The first disk's outcome (plan, command line), with the bytes and rewrites of all.
     let mut first: Option<Outcome> = None;
     for (index, disk) in targets.iter().enumerate() {
-        let mut settings = settings.clone();
-        if targets.len() > 1 {
-            settings.mirror = Some(crate::mirror::Mirror::new(
-                opened.manifest_digest(),
-                index,
-                targets.len(),
-                |identity| steps::plan::derived_guid(identity, b"var"),
-            ));
-        }
+        let settings = disk_settings(opened, settings, index, targets.len());
         match write_opened(opened, Some(node), &disk.node, &settings, reporter) {
             Ok(outcome) => match &mut first {
                 None => first = Some(outcome),
@@ -132,6 +198,26 @@ pub fn write_stack(req: &WriteRequest, reporter: &Reporter) -> Result<Outcome, W
         reporter,
     )?;
     write_opened(&opened, None, &req.target, &req.settings, reporter)
+}
+
+/// A dry run of [`write_stack`]: resolve, verify and plan, and nothing written.
+pub fn write_stack_dry_run(req: &WriteRequest, reporter: &Reporter) -> Result<Planned, WriteError> {
+    let opened = open_stack(
+        &req.source,
+        &req.trust,
+        &req.machine,
+        &req.settings.registry,
+        reporter,
+    )?;
+    let plan = steps::plan::dry_run(&req.target, &opened, None, &req.settings, reporter)?;
+    Ok(Planned {
+        manifest_digest: opened.manifest_digest().to_string(),
+        stack: opened.describe(),
+        layers: layer_roots(&opened, None),
+        disks: vec![(req.target.clone(), plan)],
+        teardown: Vec::new(),
+        node: None,
+    })
 }
 
 /// Everything up to (not including) touching the disk: resolve, then verify.
@@ -177,8 +263,24 @@ fn write_planned(
     let (kernel_cmdline, esp, mbr_code) =
         steps::esp::run(target, opened, node, plan, settings, reporter)?;
     stats += esp;
+    target.check_still_named()?;
     steps::partition_table::run(target, plan, mbr_code.as_deref(), reporter)?;
+    target.check_still_named()?;
 
+    Ok(Outcome {
+        manifest_digest: opened.manifest_digest().to_string(),
+        stack: opened.describe(),
+        layers: layer_roots(opened, node),
+        plan: plan.clone(),
+        kernel_cmdline,
+        bytes_written: stats.written,
+        bytes_skipped: stats.skipped,
+        rewrites: stats.rewrites,
+    })
+}
+
+/// (name, root hash) of every layer in stacking order, the node layer last.
+fn layer_roots(opened: &OpenedStack, node: Option<&NodeLayer>) -> Vec<(String, RootHash)> {
     let mut layers: Vec<_> = opened
         .layers()
         .iter()
@@ -187,14 +289,5 @@ fn write_planned(
     if let Some(n) = node {
         layers.push((crate::boot::NODE_LAYER.into(), n.root_hash.clone()));
     }
-    Ok(Outcome {
-        manifest_digest: opened.manifest_digest().to_string(),
-        stack: opened.describe(),
-        layers,
-        plan: plan.clone(),
-        kernel_cmdline,
-        bytes_written: stats.written,
-        bytes_skipped: stats.skipped,
-        rewrites: stats.rewrites,
-    })
+    layers
 }

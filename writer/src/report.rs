@@ -90,7 +90,7 @@ pub struct Rewrite {
 /// The `--report` file.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
-    /// `running`, `done` or `failed`.
+    /// `running`, `done`, `failed`, or `dry-run` (every check passed, nothing was written).
     pub state: &'static str,
     /// The same as CAPH reads it: `Running`, `Succeeded` or `Failed`.
     pub status: &'static str,
@@ -371,6 +371,20 @@ impl Reporter {
             s.message = message.clone();
         }
         self.emit(self.event(Stage::Finish, "done", message, None));
+        self.save();
+    }
+
+    /// A dry run passed every step up to the plan; nothing was written.
+    pub fn dry_run_done(&self, message: impl Into<String>) {
+        self.finish_bar();
+        let message = message.into();
+        {
+            let mut s = self.status.lock().expect("status lock");
+            s.state = "dry-run";
+            s.status = "Succeeded";
+            s.message = message.clone();
+        }
+        self.emit(self.event(Stage::Plan, "done", message, None));
         self.save();
     }
 

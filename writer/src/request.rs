@@ -48,6 +48,23 @@ pub struct Outcome {
     pub rewrites: u32,
 }
 
+/// What a dry run found a real run would write: every step up to the plan passed, and nothing
+/// was written.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub manifest_digest: String,
+    pub stack: String,
+    /// (layer name, the root hash its tree was checked against), in stacking order (the
+    /// sealed node layer last).
+    pub layers: Vec<(String, ingot_verity::RootHash)>,
+    /// Each target and its plan, in the order a real run writes them.
+    pub disks: Vec<(PathBuf, DiskPlan)>,
+    /// The commands a real run would run first to release the targets (md arrays, LVM).
+    pub teardown: Vec<String>,
+    /// Provisioning: the hostname and role the node would get.
+    pub node: Option<(String, Role)>,
+}
+
 /// One provisioning run.
 #[derive(Debug, Clone)]
 pub struct ProvisionRequest {

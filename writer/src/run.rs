@@ -145,6 +145,9 @@ fn write_target(
     crate::watchdog::start(deadline, GRACE_TARGET, || {
         eprintln!("ingot-writer: error: the deadline passed and the run did not stop")
     });
+    if cli.dry_run {
+        return write_target_dry_run(&req, &reporter);
+    }
     match pipeline::write_stack(&req, &reporter) {
         Ok(outcome) => {
             eprintln!("{}", steps::finish::written(&outcome, target, &reporter));
@@ -163,6 +166,26 @@ fn write_target(
             } else {
                 eprintln!("ingot-writer: nothing was written to {}", target.display());
             }
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// `--target` with `--dry-run`: the plan on stdout, the result on stderr as a real run's.
+fn write_target_dry_run(req: &WriteRequest, reporter: &Reporter) -> Result<ExitCode> {
+    match pipeline::write_stack_dry_run(req, reporter) {
+        Ok(planned) => {
+            println!("{}", steps::finish::planned(&planned, reporter));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            let text = chain(&e);
+            reporter.failed(&text);
+            eprintln!("ingot-writer: error: {text}");
+            eprintln!(
+                "ingot-writer: dry run: nothing was written to {}",
+                req.target.display()
+            );
             Ok(ExitCode::from(1))
         }
     }
@@ -232,8 +255,11 @@ fn provision(
         settings,
     };
     let reboot = Reboot {
-        enabled: eff.reboot,
+        enabled: eff.reboot && !cli.dry_run,
         delay: eff.reboot_delay,
     };
+    if cli.dry_run {
+        return Ok(caph::dry_run(&req, &reporter, deadline, GRACE_PROVISIONING));
+    }
     caph::provision(&req, &reporter, deadline, GRACE_PROVISIONING, &reboot)
 }

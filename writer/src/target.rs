@@ -81,6 +81,13 @@ pub enum TargetError {
          write it at the same time; nothing was written"
     )]
     Locked { path: PathBuf },
+    #[error("{path} is read-only ({why}): refusing to write it; nothing was written")]
+    ReadOnly { path: PathBuf, why: &'static str },
+    #[error(
+        "{path} was deleted or replaced while it was being written: what was written is gone \
+         with it"
+    )]
+    Gone { path: PathBuf },
     #[error("{path} is {size} bytes: not a whole number of {sector}-byte sectors")]
     Unaligned {
         path: PathBuf,
@@ -114,12 +121,34 @@ pub struct Target {
 
 const BLKZEROOUT: libc::c_ulong = 0x127f; // _IO(0x12, 127)
 const BLKRRPART: libc::c_ulong = 0x125f; // _IO(0x12, 95)
+const BLKROGET: libc::c_ulong = 0x125e; // _IO(0x12, 94)
+
+/// How [`Target::open_with`] opens the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Read and write: a real run.
+    Write,
+    /// Read only, with every check a write would pass (exclusive, locked, writable): a dry run.
+    Probe,
+}
 
 impl Target {
     /// Opens `path` for reading and writing, O_DIRECT. A block device is opened O_EXCL, which
     /// the kernel refuses while it (or a partition of it) is mounted or held; any target is
     /// locked (`flock`, exclusive) until the `Target` is dropped, so a second writer is refused.
     pub fn open(path: &Path) -> Result<Target, TargetError> {
+        Self::open_with(path, Access::Write)
+    }
+
+    /// Opens `path` read-only, with the checks [`Target::open`] makes (exclusive, locked, and
+    /// writable: not a read-only device, file or filesystem) but without opening it for writing,
+    /// which would make the kernel rescan a device's partitions when it is closed: a dry run.
+    pub fn probe(path: &Path) -> Result<Target, TargetError> {
+        Self::open_with(path, Access::Probe)
+    }
+
+    fn open_with(path: &Path, access: Access) -> Result<Target, TargetError> {
+        let writable = access == Access::Write;
         let io = |what: &str| {
             let what = what.to_string();
             let path = path.to_path_buf();
@@ -136,9 +165,14 @@ impl Target {
         if block_device {
             flags |= libc::O_EXCL;
         }
+        if !block_device {
+            // An immutable file, a read-only filesystem, or (for anyone but root) no write
+            // permission: refused here rather than at the first write.
+            writable_file(path)?;
+        }
         let mut direct = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(writable)
             .custom_flags(flags)
             .open(path)
             .map_err(io("opening for direct I/O (is it mounted or in use?)"))?;
@@ -157,9 +191,12 @@ impl Target {
             }
             Err(e) => return Err(io("locking")(e.into())),
         }
+        if block_device {
+            writable_device(path, &direct)?;
+        }
         let buffered = OpenOptions::new()
             .read(true)
-            .write(true)
+            .write(writable)
             .open(path)
             .map_err(io("opening"))?;
         let size = direct
@@ -301,6 +338,27 @@ impl Target {
         }
     }
 
+    /// Fails when the path no longer names the file being written (deleted, or replaced by
+    /// another), so a run never reports as written a disk nobody can reach.
+    pub fn check_still_named(&self) -> Result<(), TargetError> {
+        let gone = || TargetError::Gone {
+            path: self.path.clone(),
+        };
+        let open = self
+            .direct
+            .metadata()
+            .map_err(self.err("reading metadata".into()))?;
+        if open.nlink() == 0 {
+            return Err(gone());
+        }
+        match std::fs::metadata(&self.path) {
+            Ok(named) if named.dev() == open.dev() && named.ino() == open.ino() => Ok(()),
+            Ok(_) => Err(gone()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(gone()),
+            Err(e) => Err(self.err("reading metadata".into())(e)),
+        }
+    }
+
     /// Flushes everything written to stable storage.
     pub fn sync(&self) -> Result<(), TargetError> {
         self.direct.sync_all().map_err(self.err("syncing".into()))?;
@@ -323,6 +381,44 @@ impl Target {
                 std::io::Error::last_os_error()
             );
         }
+    }
+}
+
+/// Refuses a block device the kernel marks read-only (`BLKROGET`: `blockdev --setro`, a
+/// write-protected medium, `losetup -r`); opening it for writing succeeds, the first write fails.
+fn writable_device(path: &Path, file: &File) -> Result<(), TargetError> {
+    let mut ro: libc::c_int = 0;
+    // SAFETY: BLKROGET writes one int through the pointer; the fd is a block device.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKROGET, &mut ro as *mut libc::c_int) };
+    if rc != 0 {
+        return Err(TargetError::Io {
+            path: path.to_path_buf(),
+            what: "asking whether it is read-only (BLKROGET)".into(),
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    if ro != 0 {
+        return Err(TargetError::ReadOnly {
+            path: path.to_path_buf(),
+            why: "the kernel marks the device read-only (BLKROGET)",
+        });
+    }
+    Ok(())
+}
+
+/// Refuses an image file that cannot be written: `access(W_OK)` fails for an immutable file and
+/// on a read-only filesystem even for root.
+fn writable_file(path: &Path) -> Result<(), TargetError> {
+    match rustix::fs::access(path, rustix::fs::Access::WRITE_OK) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(TargetError::ReadOnly {
+            path: path.to_path_buf(),
+            why: match e {
+                rustix::io::Errno::ROFS => "on a read-only filesystem",
+                rustix::io::Errno::PERM => "an immutable file",
+                _ => "no write permission",
+            },
+        }),
     }
 }
 

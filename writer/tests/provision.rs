@@ -646,6 +646,105 @@ fn every_gate_and_guard_stops_before_touching_a_disk() {
     }
 }
 
+/// `--dry-run` as CAPH's command line would carry it: every step up to and including the plan
+/// runs (check, gate, guard, resolve, verify, stage, seal, plan), the plan of every disk is
+/// printed and recorded in output.json (state `dry-run`), the run exits 0, never says
+/// IMAGE_URL_DONE, and every disk of the machine is byte-identical afterwards. On installimage's
+/// RAID1 server the teardown is listed, not run. A dry run a real run would refuse fails alike.
+#[test]
+fn dry_run_plans_every_disk_and_writes_nothing() {
+    if !usable("dry_run_plans_every_disk_and_writes_nothing") {
+        return;
+    }
+    let p = published();
+    let worker = bootstrap_fixture("cloud-config-worker-join.yaml");
+    let two = "0x5002538e40a1b2c3 0x5002538e40a1b2c4";
+    for (fixture, devices, disks) in [("cpu-worker", "sda", 1), ("installimage-raid1", two, 2)] {
+        let m = machine(fixture);
+        let before = m.m.digests().unwrap();
+        let run = caph(&p, &m, &worker, "node-1", devices, &["--dry-run"]);
+        let what = format!("{fixture} {devices}");
+        assert_eq!(run.out.status.code(), Some(0), "{what}: {}", run.show());
+        assert!(!run.stdout.contains("IMAGE_URL_DONE"), "{what}");
+        assert!(
+            run.last_line().starts_with("dry run: every check passed")
+                && run.last_line().contains("nothing was written"),
+            "{what}: {}",
+            run.show()
+        );
+        for stage in [
+            "check", "gate", "guard", "resolve", "verify", "stage", "seal", "plan",
+        ] {
+            assert!(
+                run.events
+                    .contains(&format!(r#""stage":"{stage}","event":"start""#)),
+                "{what}: no {stage} stage in the events:\n{}",
+                run.events
+            );
+        }
+        for stage in ["wipe", "write", "esp", "partition-table"] {
+            assert!(
+                !run.events.contains(&format!(r#""stage":"{stage}""#)),
+                "{what}: a dry run reached {stage}"
+            );
+        }
+        let json = &run.output_json;
+        assert_eq!(json["state"], "dry-run", "{what}: {json}");
+        let plan = &json["details"]["plan"];
+        assert_eq!(
+            plan["disks"].as_array().map(Vec::len),
+            Some(disks),
+            "{json}"
+        );
+        for disk in plan["disks"].as_array().unwrap() {
+            let labels: Vec<&str> = disk["partitions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["label"].as_str().unwrap())
+                .collect();
+            assert_eq!(labels.first(), Some(&"ESP"), "{labels:?}");
+            assert!(labels.contains(&"var"), "{labels:?}");
+            // Every planned partition is printed.
+            for l in &labels {
+                assert!(
+                    run.stdout.contains(&format!(" {l} ")),
+                    "{l}: {}",
+                    run.show()
+                );
+            }
+        }
+        assert_eq!(
+            plan["layers"].as_array().unwrap().last().unwrap()["name"],
+            "node",
+            "{json}"
+        );
+        if disks == 2 {
+            assert!(run
+                .stdout
+                .contains("would first run: mdadm --stop /dev/md127"));
+            assert!(
+                !run.stdout.contains("fixture machine, not run"),
+                "{}",
+                run.show()
+            );
+        }
+        assert_eq!(m.m.digests().unwrap(), before, "{what}: a disk changed");
+    }
+
+    let m = machine("foreign-os");
+    let before = m.m.digests().unwrap();
+    let run = caph(&p, &m, &worker, "node-1", "sda", &["--dry-run"]);
+    assert_eq!(run.out.status.code(), Some(1), "{}", run.show());
+    assert!(
+        run.last_line().contains("FAILED (foreign-os)"),
+        "{}",
+        run.show()
+    );
+    assert_eq!(run.output_json["state"], "failed");
+    assert_eq!(m.m.digests().unwrap(), before);
+}
+
 /// Bad bootstrap data stops the run before any disk is touched, naming the file.
 #[test]
 fn bad_bootstrap_data_is_refused_before_the_disk() {

@@ -701,3 +701,141 @@ fn a_flipped_byte_from_the_registry_fails_in_write() {
     assert_eq!(status["stage"], "write", "{status}");
     assert!(!has_partition_table(&img), "no partition table");
 }
+
+/// An unsigned stack is refused, and the error does not suggest `--allow-unsigned`: the writer
+/// has no such flag (only `ingot verify` does).
+#[test]
+fn an_unsigned_stack_is_refused_without_naming_a_flag_the_writer_lacks() {
+    use ingot::build::{build, BuildOptions};
+    use ingot::manifest::Manifest;
+    let stack = demo();
+    let unsigned = stack.dir.path().join("unsigned");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    build(
+        &Manifest::load(&root.join("manifests/demo.toml")).unwrap(),
+        &BuildOptions {
+            out: unsigned.clone(),
+            sign_key: None,
+            frame_size: 4 << 20,
+            zstd_level: 3,
+            revision: None,
+            force: false,
+            progress: false,
+        },
+    )
+    .unwrap();
+    let img = stack.dir.path().join("disk.img");
+    sparse_file(&img, 1024 * MIB);
+    let out = run(Command::new(env!("CARGO_BIN_EXE_ingot-writer"))
+        .arg(&unsigned)
+        .arg("--target")
+        .arg(&img)
+        .arg("--trust-key")
+        .arg(&stack.public));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("unsigned"), "{stderr}");
+    assert!(!stderr.contains("--allow-unsigned"), "{stderr}");
+    let help = run(Command::new(env!("CARGO_BIN_EXE_ingot-writer")).arg("--help"));
+    assert!(!text(&help.stdout).contains("allow-unsigned"));
+}
+
+/// Clears a file's immutable attribute even when the test fails.
+struct Immutable(PathBuf);
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
+}
+
+/// A read-only target (a loop device the kernel marks read-only, an immutable image file) is
+/// refused when it is opened, before the wipe: the run says nothing was written, never that
+/// the disk was left without a partition table, and the disk is unchanged. `--dry-run` refuses
+/// it alike.
+#[test]
+fn a_read_only_target_is_refused_before_the_wipe() {
+    if !have_root("a_read_only_target_is_refused_before_the_wipe") {
+        return;
+    }
+    let stack = demo();
+    let img = stack.dir.path().join("ro.img");
+    sparse_file(&img, 1024 * MIB);
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .write_all(&[0xAB; 4096])
+        .unwrap();
+    let before = ingot_testkit::digest::sha256_file(&img).unwrap();
+    let refused = |target: &Path, why: &str| {
+        for extra in [&[][..], &["--dry-run"][..]] {
+            let mut args = vec!["--role", "worker"];
+            args.extend_from_slice(extra);
+            let out = writer(&stack, target, &args);
+            let stderr = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{extra:?}: {stderr}");
+            assert!(
+                stderr.contains("is read-only") && stderr.contains(why),
+                "{extra:?}: {stderr}"
+            );
+            assert!(
+                stderr.contains("nothing was written"),
+                "{extra:?}: {stderr}"
+            );
+            assert!(!stderr.contains("without a partition table"), "{stderr}");
+            assert!(
+                !stderr.contains("[wipe]") && !stderr.contains("clearing"),
+                "{stderr}"
+            );
+        }
+    };
+
+    let out = run(Command::new("losetup")
+        .args(["--read-only", "--find", "--show"])
+        .arg(&img));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dev = Loop(text(&out.stdout).trim().to_string());
+    refused(Path::new(&dev.0), "BLKROGET");
+    drop(dev);
+
+    let out = run(Command::new("chattr").arg("+i").arg(&img));
+    assert!(out.status.success(), "chattr +i: {}", text(&out.stderr));
+    let guard = Immutable(img.clone());
+    refused(&img, "immutable");
+    drop(guard);
+    assert_eq!(ingot_testkit::digest::sha256_file(&img).unwrap(), before);
+}
+
+/// The image file is deleted while its layers are written: the run fails instead of reporting
+/// the stack written to a file nobody can reach any more.
+#[test]
+fn a_target_deleted_mid_run_is_not_reported_written() {
+    let work = tempfile::tempdir().unwrap();
+    let stack = big_stack(work.path());
+    let img = work.path().join("doomed.img");
+    sparse_file(&img, 1024 * MIB);
+    let events = work.path().join("events.jsonl");
+    let child = Command::new(env!("CARGO_BIN_EXE_ingot-writer"))
+        .arg(&stack.layout)
+        .args(["--target", img.to_str().unwrap()])
+        .args(["--trust-key", stack.public.to_str().unwrap()])
+        .args(["--events", events.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !fs::read_to_string(&events)
+        .unwrap_or_default()
+        .contains("\"event\":\"progress\"")
+    {
+        assert!(std::time::Instant::now() < deadline, "no progress event");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    fs::remove_file(&img).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("was deleted or replaced"), "{stderr}");
+    assert!(!stderr.contains("wrote "), "{stderr}");
+}

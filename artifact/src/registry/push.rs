@@ -38,12 +38,17 @@ impl PublishReport {
     }
 }
 
-/// Read the layout's only manifest: its exact bytes, digest and parsed form.
+/// Read the layout's only manifest (or the one `tag` names, `oci:DIR:TAG`): its exact bytes,
+/// digest and parsed form.
 pub fn layout_manifest(
     layout_dir: &Path,
+    tag: Option<&str>,
 ) -> Result<(Layout, Vec<u8>, String, ImageManifest), RegistryError> {
     let layout = Layout::open(layout_dir)?;
-    let desc = layout.find_manifest(None)?;
+    let desc = match tag {
+        Some(tag) => layout.find_tagged(tag)?,
+        None => layout.find_manifest(None)?,
+    };
     let bytes = layout.read_small_blob(&desc.digest, desc.size)?;
     let manifest: ImageManifest = serde_json::from_slice(&bytes).map_err(|e| {
         RegistryError::Protocol(format!(
@@ -62,13 +67,25 @@ pub fn publish(
     target: &RegistryRef,
     allow_overwrite: bool,
 ) -> Result<PublishReport, RegistryError> {
+    publish_tagged(reg, layout_dir, None, target, allow_overwrite)
+}
+
+/// [`publish`] the manifest the layout's `index.json` tags `tag` (`oci:DIR:TAG`), or its only
+/// one.
+pub fn publish_tagged(
+    reg: &Registry,
+    layout_dir: &Path,
+    tag: Option<&str>,
+    target: &RegistryRef,
+    allow_overwrite: bool,
+) -> Result<PublishReport, RegistryError> {
     let start = Instant::now();
     if target.tag.is_none() && target.digest.is_none() {
         return Err(RegistryError::Reference(format!(
             "{target}: give a tag (…:TAG) or the manifest's digest (…@sha256:…) to publish under"
         )));
     }
-    let (layout, manifest_bytes, digest, manifest) = layout_manifest(layout_dir)?;
+    let (layout, manifest_bytes, digest, manifest) = layout_manifest(layout_dir, tag)?;
     if let Some(d) = &target.digest {
         if d != &digest {
             return Err(RegistryError::Reference(format!(

@@ -15,6 +15,7 @@ use clap::Subcommand;
 pub enum KeyCommand {
     /// Make a new key pair: an unencrypted secret key (mode 0600) for `ingot build --sign-key`
     /// and `minisign -S -s`, and a public key for `ingot verify --trust-key` and `minisign -V -p`.
+    #[command(after_help = super::exit_status::PLAIN)]
     Generate {
         /// Where to write the secret key.
         #[arg(long, short = 's', value_name = "PATH", default_value = "ingot.key")]

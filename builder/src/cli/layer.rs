@@ -16,6 +16,7 @@ pub enum LayerCommand {
     ///
     /// SRC is a directory, a tar archive (plain, gzip or zstd), or `oci:DIR[@sha256:DIGEST]` for
     /// the flattened filesystem of an image in an OCI image layout.
+    #[command(after_help = super::exit_status::PLAIN)]
     Build(BuildArgs),
 }
 

@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod build;
 mod diff;
+mod exit_status;
 mod inspect;
 mod key;
 mod layer;
@@ -39,21 +40,28 @@ pub enum Command {
     #[command(subcommand)]
     Layer(layer::LayerCommand),
     /// Build a stack release from a manifest into a signed OCI image layout.
+    #[command(after_help = exit_status::PLAIN)]
     Build(build::BuildArgs),
     /// Check a stack artifact: signature, every digest, every verity tree.
+    #[command(after_help = exit_status::VERIFY)]
     Verify(verify::VerifyArgs),
     /// Show a stack's layers, and which layers a machine gets.
+    #[command(after_help = exit_status::INSPECT)]
     Inspect(inspect::InspectArgs),
     /// Signing keys (minisign format).
     #[command(subcommand)]
     Key(key::KeyCommand),
     /// Publish a stack's OCI image layout to a registry (oci://HOST[:PORT]/REPO:TAG).
+    #[command(after_help = exit_status::REGISTRY)]
     Publish(publish::PublishArgs),
     /// Pull a stack from a registry into an OCI image layout directory.
+    #[command(after_help = exit_status::REGISTRY)]
     Pull(pull::PullArgs),
     /// Print the manifest digest a registry reference names.
+    #[command(after_help = exit_status::REGISTRY)]
     Resolve(pull::ResolveArgs),
     /// Compare two stacks: which layers changed, and which files in them.
+    #[command(after_help = exit_status::DIFF)]
     Diff(diff::DiffArgs),
 }
 

@@ -1,12 +1,12 @@
 //! `ingot publish`: CLI glue for [`crate::registry::push`], and the registry options every
 //! registry command shares.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::registry::progress::throughput;
-use crate::registry::push::publish;
+use crate::registry::push::publish_tagged;
 use crate::registry::{Registry, RegistryError, RegistryRef};
+use crate::verify::StackRef;
 use clap::Args;
 
 /// The registry options, one struct for every command that reaches a registry (the writer's too).
@@ -25,7 +25,8 @@ pub use crate::registry::args::RegistryArgs;
 /// (retries exhausted); 9 the tag names other content.
 #[derive(Args, Debug)]
 pub struct PublishArgs {
-    /// The OCI image layout directory (`DIR` or `oci:DIR`).
+    /// The OCI image layout directory: `DIR`, `oci:DIR`, or `oci:DIR:TAG` (the manifest its
+    /// index.json tags TAG, as skopeo spells it).
     pub layout: String,
     /// Where to: oci://HOST[:PORT]/REPO:TAG (or …@sha256:DIGEST, the layout's manifest digest).
     pub target: String,
@@ -49,15 +50,30 @@ pub fn fail(what: &str, e: &RegistryError) -> ExitCode {
 }
 
 pub fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
-    let layout = PathBuf::from(args.layout.strip_prefix("oci:").unwrap_or(&args.layout));
+    let (layout, tag) = match args.layout.parse::<StackRef>() {
+        Ok(StackRef::Layout(dir, tag)) => (dir, tag),
+        Ok(StackRef::Registry(_)) => {
+            eprintln!(
+                "ingot: publish: {} is a registry reference: give the layout to publish \
+                 (DIR, oci:DIR or oci:DIR:TAG)",
+                args.layout
+            );
+            return Ok(ExitCode::from(2));
+        }
+        Err(e) => {
+            eprintln!("ingot: publish: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     let target: RegistryRef = match args.target.parse() {
         Ok(r) => r,
         Err(e) => return Ok(fail("publish", &e)),
     };
     let options = args.registry.options()?;
     let what = format!("publish {} to {target}", layout.display());
-    let result = Registry::connect(&target, options)
-        .and_then(|reg| publish(&reg, &layout, &target, args.allow_overwrite));
+    let result = Registry::connect(&target, options).and_then(|reg| {
+        publish_tagged(&reg, &layout, tag.as_deref(), &target, args.allow_overwrite)
+    });
     match result {
         Ok(report) => {
             if report.unchanged {

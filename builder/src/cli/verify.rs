@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::verify::{open_with, verify, SignatureStatus, StackRef, Trust};
+use crate::verify::{open_with, verify, SignatureStatus, StackRef, Trust, VerifyError};
 use clap::Args;
 
 /// Check a stack artifact end to end: the minisign signature over the stack descriptor first
@@ -103,6 +103,9 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => {
             eprintln!("ingot: verify {}: {e}", args.stack);
+            if matches!(e, VerifyError::Signature(_)) && !args.allow_unsigned {
+                eprintln!("ingot: hint: --allow-unsigned checks everything but the signature");
+            }
             Ok(ExitCode::from(e.exit_code()))
         }
     }

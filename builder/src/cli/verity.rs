@@ -20,13 +20,16 @@ pub enum VerityCommand {
     /// HASH may be the data device itself with --hash-offset past the data. It is created when
     /// missing and not truncated. Without --salt a random 32-byte salt is used, like veritysetup;
     /// reproducible builds pass --salt and --uuid.
+    #[command(after_help = super::exit_status::PLAIN)]
     Format(FormatArgs),
     /// Check every block of DATA against the tree in HASH and the trusted ROOT_HASH.
     ///
     /// Exit status: 0 when intact, 2 when a hash or data block does not match (the first bad one
     /// is named), 1 for any other error.
+    #[command(after_help = super::exit_status::VERITY_VERIFY)]
     Verify(VerifyArgs),
     /// Print the superblock of HASH.
+    #[command(after_help = super::exit_status::PLAIN)]
     Dump(DumpArgs),
 }
 

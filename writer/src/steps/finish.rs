@@ -1,11 +1,15 @@
 //! `finish`: the run's one-line summary, recorded as done.
 //!
-//! Reads what was written; returns the summary line (the caller prints it as its protocol says).
+//! Reads what was written (or, for a dry run, planned); returns the summary (the caller prints
+//! it as its protocol says).
 
 use std::path::Path;
 
+use serde_json::json;
+
 use crate::report::Reporter;
-use crate::request::{Outcome, Provisioned};
+use crate::request::{Outcome, Planned, Provisioned};
+use crate::steps::plan::DiskPlan;
 
 fn layer_list(outcome: &Outcome) -> String {
     let names: Vec<&str> = outcome.layers.iter().map(|(n, _)| n.as_str()).collect();
@@ -43,4 +47,95 @@ pub fn provisioned(done: &Provisioned, reporter: &Reporter) -> String {
     );
     reporter.done(&msg);
     msg
+}
+
+/// A dry run that passed: the plan of every disk as lines of text (also recorded under `plan`
+/// in the status file), then the summary, recorded as the run's `dry-run` result.
+pub fn planned(planned: &Planned, reporter: &Reporter) -> String {
+    let mut lines = Vec::new();
+    for cmd in &planned.teardown {
+        lines.push(format!("would first run: {cmd}"));
+    }
+    for (disk, plan) in &planned.disks {
+        lines.push(format!(
+            "{}: {} bytes, {}-byte sectors, GPT disk GUID {}",
+            disk.display(),
+            plan.disk_size,
+            plan.sector_size,
+            plan.disk_guid
+        ));
+        for (i, p) in plan.partitions.iter().enumerate() {
+            lines.push(format!(
+                "  {:>2} {:<24} offset {:>14} size {:>14} type {} uuid {}",
+                i + 1,
+                p.label,
+                p.offset,
+                p.size,
+                p.type_guid,
+                p.part_guid
+            ));
+        }
+    }
+    reporter.detail("plan", plan_json(planned));
+    let node = planned
+        .node
+        .as_ref()
+        .map(|(host, role)| format!(" for {host} ({})", role.as_str()))
+        .unwrap_or_default();
+    let disks: Vec<String> = planned
+        .disks
+        .iter()
+        .map(|(d, _)| d.display().to_string())
+        .collect();
+    let names: Vec<&str> = planned.layers.iter().map(|(n, _)| n.as_str()).collect();
+    let msg = format!(
+        "dry run: every check passed; a real run would write {} ({}) to {}{node}: layers {}; \
+         nothing was written",
+        planned.stack,
+        planned.manifest_digest,
+        disks.join(", "),
+        names.join(", ")
+    );
+    reporter.dry_run_done(&msg);
+    lines.push(msg);
+    lines.join("\n")
+}
+
+fn plan_json(planned: &Planned) -> serde_json::Value {
+    let disk = |(path, plan): &(std::path::PathBuf, DiskPlan)| {
+        let partitions: Vec<_> = plan
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                json!({
+                    "number": i + 1,
+                    "label": p.label,
+                    "offset": p.offset,
+                    "size": p.size,
+                    "type_guid": p.type_guid.to_string(),
+                    "part_guid": p.part_guid.to_string(),
+                })
+            })
+            .collect();
+        json!({
+            "disk": path.display().to_string(),
+            "size": plan.disk_size,
+            "sector_size": plan.sector_size,
+            "disk_guid": plan.disk_guid.to_string(),
+            "partitions": partitions,
+        })
+    };
+    let layers: Vec<_> = planned
+        .layers
+        .iter()
+        .map(|(name, root)| json!({"name": name, "root_hash": root}))
+        .collect();
+    json!({
+        "stack": planned.stack,
+        "manifest_digest": planned.manifest_digest,
+        "layers": layers,
+        "teardown": planned.teardown,
+        "disks": planned.disks.iter().map(disk).collect::<Vec<_>>(),
+    })
 }

@@ -273,6 +273,36 @@ pub fn run(
 ) -> Result<(Target, DiskPlan), WriteError> {
     reporter.stage(Stage::Plan, format!("planning {}", target.display()));
     let target = Target::open(target)?;
+    let plan = lay_out(&target, opened, node, settings)?;
+    Ok((target, plan))
+}
+
+/// The `plan` step of a dry run: `target` opened read-only, with every check a write makes
+/// (not mounted or held, not locked by another writer, not read-only), and laid out.
+pub fn dry_run(
+    target: &Path,
+    opened: &OpenedStack,
+    node: Option<&NodeLayer>,
+    settings: &WriteSettings,
+    reporter: &Reporter,
+) -> Result<DiskPlan, WriteError> {
+    reporter.stage(
+        Stage::Plan,
+        format!(
+            "planning {} (dry run: nothing is written)",
+            target.display()
+        ),
+    );
+    let target = Target::probe(target)?;
+    lay_out(&target, opened, node, settings)
+}
+
+fn lay_out(
+    target: &Target,
+    opened: &OpenedStack,
+    node: Option<&NodeLayer>,
+    settings: &WriteSettings,
+) -> Result<DiskPlan, WriteError> {
     // Disk 0 (and a single disk) as always; further disks of a mirror their own GUIDs.
     let index = settings.mirror.as_ref().map_or(0, |m| m.index);
     let identity = crate::mirror::disk_identity(opened.manifest_digest(), index);
@@ -285,7 +315,7 @@ pub fn run(
         opened.descriptor().boot.bios.is_some(),
     )?;
     settings.options.check_deadline("plan")?;
-    Ok((target, plan))
+    Ok(plan)
 }
 
 #[cfg(test)]

@@ -36,12 +36,15 @@ pub fn run(
     reporter: &Reporter,
 ) -> Result<Source, WriteError> {
     let what = match stack {
-        StackRef::Layout(p) => p.display().to_string(),
+        StackRef::Layout(p, None) => p.display().to_string(),
+        StackRef::Layout(p, Some(tag)) => format!("oci:{}:{tag}", p.display()),
         StackRef::Registry(r) => r.to_string(),
     };
     reporter.stage(Stage::Resolve, format!("opening {what}"));
     Ok(match stack {
-        StackRef::Layout(p) => Source::Layout(Box::new(LayoutSource::open(p)?)),
+        StackRef::Layout(p, tag) => {
+            Source::Layout(Box::new(LayoutSource::open_tagged(p, tag.as_deref())?))
+        }
         StackRef::Registry(r) => Source::Registry(Box::new(
             RegistrySource::open(r, registry.clone()).map_err(VerifyError::from)?,
         )),

@@ -90,6 +90,10 @@ fn write_every_target(
 ) -> Result<Outcome, WriteError> {
     // The first disk's outcome (plan, command line), with the bytes and rewrites of all.
     let mut first: Option<Outcome> = None;
+    // One creation time for the whole mirror: members written a second apart must still match.
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     for (index, disk) in targets.iter().enumerate() {
         let mut settings = settings.clone();
         if targets.len() > 1 {
@@ -97,6 +101,7 @@ fn write_every_target(
                 opened.manifest_digest(),
                 index,
                 targets.len(),
+                created,
                 |identity| steps::plan::derived_guid(identity, b"var"),
             ));
         }

@@ -64,8 +64,7 @@ pub fn boot_disks(images: &[&Path], firmware: Firmware, what: &str) -> String {
         cmd.arg("-drive")
             .arg(format!("file={},format=raw,if=virtio", image.display()));
     }
-    cmd.arg("-serial")
-        .arg(format!("file:{}", log.display()));
+    cmd.arg("-serial").arg(format!("file:{}", log.display()));
     run_qemu(cmd, &log, &work.path().join("qemu.err"), what)
 }
 

@@ -19,9 +19,7 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::process::Command;
 
-use common::boot::{
-    assert_good_boot, boot, publish, run_ok, write_machine, Written, END, FAILED,
-};
+use common::boot::{assert_good_boot, boot, publish, run_ok, write_machine, Written, END, FAILED};
 use ingot_testkit::qemu::OVMF_CODE;
 use ingot_testkit::skip::{have_file, have_root, have_tools};
 

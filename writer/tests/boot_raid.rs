@@ -94,7 +94,11 @@ fn two_disk_node_boots_from_either_disk_alone_and_rewritten_boots_the_new_stack(
         let gone = format!("ingot: var: member PARTUUID {missing} missing, going on without it\n");
         assert!(console.contains(&gone), "missing {gone:?}:\n{console}");
         assert_var_mirror(&console, 1, 2, "degraded");
-        assert_eq!(sha(other), other_before, "{disk} alone changed the other disk");
+        assert_eq!(
+            sha(other),
+            other_before,
+            "{disk} alone changed the other disk"
+        );
     }
 
     // A new release over the finished node, CAPH-style: the base layer changes, so does its root

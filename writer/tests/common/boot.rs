@@ -59,7 +59,12 @@ pub fn publish(token: &str) -> Published {
 
 /// A new release of `p`'s stack: its trees copied, changed by `change`, built as `version` and
 /// published as `stacks/boot:VERSION` behind `token` in a registry of its own.
-pub fn republish(p: &Published, token: &str, version: &str, change: impl FnOnce(&Path)) -> Published {
+pub fn republish(
+    p: &Published,
+    token: &str,
+    version: &str,
+    change: impl FnOnce(&Path),
+) -> Published {
     let trees = tempfile::tempdir_in("/var/tmp").unwrap();
     let out = trees.path().join("stack");
     run_ok(
@@ -274,7 +279,11 @@ pub fn write(
         })
         .collect();
     w.node_root = w.arg("ingot.node=");
-    assert!(w.cmdline.ends_with("console=ttyS0 panic=-1"), "{}", w.cmdline);
+    assert!(
+        w.cmdline.ends_with("console=ttyS0 panic=-1"),
+        "{}",
+        w.cmdline
+    );
 
     // The node layer's root hash is the one the writer reported sealing.
     let events = fs::read_to_string(&events).unwrap();

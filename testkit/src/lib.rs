@@ -6,6 +6,7 @@ pub mod digest;
 pub mod layout;
 pub mod machine;
 pub mod partitions;
+pub mod qemu;
 pub mod registry;
 pub mod rescue;
 pub mod skip;

@@ -13,21 +13,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
-pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
-/// TCG on two shared cores: generous, never a measure of anything.
-pub const TIMEOUT: Duration = Duration::from_secs(900);
-
-/// The firmware a VM boots with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Firmware {
-    /// OVMF: the machine has `/sys/firmware/efi`.
-    Uefi,
-    /// QEMU's default SeaBIOS: legacy BIOS, as Hetzner's cloud VMs boot.
-    Bios,
-}
+pub use crate::qemu::{boot_disk, run_qemu, Firmware, OVMF_CODE, OVMF_VARS, TIMEOUT};
 
 /// A disk of the VM: a raw image file with the identity the kernel sees.
 pub struct Disk {
@@ -164,77 +152,9 @@ impl Rescue {
     }
 }
 
-/// A qemu process, killed on drop (a failing assertion must not leave it running).
-struct Qemu(std::process::Child);
-
-impl Drop for Qemu {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Boots a written disk (virtio-blk) with `firmware` until the node powers off; returns the
-/// serial console.
-pub fn boot_disk(image: &Path, firmware: Firmware, what: &str) -> String {
-    let work = tempfile::tempdir_in("/var/tmp").unwrap();
-    let log = work.path().join("serial.log");
-    let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args([
-        "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1",
-    ])
-    .args(["-m", "1024", "-display", "none", "-monitor", "none"])
-    .args(["-nodefaults", "-no-reboot"]);
-    if firmware == Firmware::Uefi {
-        let vars = work.path().join("vars.fd");
-        fs::copy(OVMF_VARS, &vars).unwrap();
-        cmd.arg("-drive")
-            .arg(format!(
-                "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
-            ))
-            .arg("-drive")
-            .arg(format!(
-                "if=pflash,format=raw,unit=1,file={}",
-                vars.display()
-            ));
-    }
-    cmd.arg("-drive")
-        .arg(format!("file={},format=raw,if=virtio", image.display()))
-        .arg("-serial")
-        .arg(format!("file:{}", log.display()));
-    run_qemu(cmd, &log, &work.path().join("qemu.err"), what)
-}
-
-/// Runs qemu until it exits (the guest powered off); returns the cleaned serial console.
-pub fn run_qemu(mut cmd: Command, log: &Path, err: &Path, what: &str) -> String {
-    let started = Instant::now();
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(err).unwrap())
-        .spawn()
-        .expect("qemu-system-x86_64");
-    let mut q = Qemu(child);
-    let status = loop {
-        if let Some(s) = q.0.try_wait().unwrap() {
-            break Some(s);
-        }
-        if started.elapsed() > TIMEOUT {
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    let console = crate::console::clean(&fs::read(log).unwrap_or_default());
-    let Some(status) = status else {
-        panic!("{what}: no poweroff within {TIMEOUT:?}; console:\n{console}");
-    };
-    let err = fs::read_to_string(err).unwrap_or_default();
-    assert!(status.success(), "{what}: qemu {status}: {err}\n{console}");
-    eprintln!("{what}: qemu ran {:.1?}", started.elapsed());
-    console
-}
-/// One imageURLCommand run as CAPH starts it: the binary copied to `/root/image-url-command`,
-/// the bootstrap data to `/root/bootstrap.data`, then
+/// One imageURLCommand run as CAPH starts it: the binary copied to `/root/image-url-command`
+/// (with `/root/image-url-command.toml` beside it: `min_read_speed = 1000`, KiB/s, for TCG's
+/// emulated disks), the bootstrap data to `/root/bootstrap.data`, then
 /// `OCI_REGISTRY_AUTH_TOKEN='TOKEN' nohup /root/image-url-command URL /root/bootstrap.data NAME 'DEVICES' > LOG`
 /// in the background, polled until it exits.
 pub struct Caph<'a> {
@@ -324,6 +244,9 @@ cp $J/image-url-command /root/image-url-command
 chmod 0755 /root/image-url-command
 cp $J/bootstrap.data /root/bootstrap.data
 cp $J/trust.pub /root/trust.pub
+# Settings beside the binary, as an operator's release has them: TCG's emulated disks on a
+# shared, loaded host read at a few MiB/s, which says nothing about a server's disk.
+echo 'min_read_speed = 1000' >/root/image-url-command.toml
 export INGOT_TRUST_KEY=/root/trust.pub
 cd /root
 OCI_REGISTRY_AUTH_TOKEN={token} nohup /root/image-url-command {url} /root/bootstrap.data {name} {devices}{extra} > /root/image-url-command.log 2>&1 &

@@ -11,12 +11,13 @@
 #
 # The kernel comes from Debian's linux-image-amd64 (tests/boot/fetch-kernel.sh: `apt-get download`
 # into INGOT_BOOT_CACHE, unpacked with `dpkg -x` into a temporary directory); only the kernel image and the few modules
-# the initramfs loads are kept. The initramfs holds busybox-static, veritysetup, util-linux blkid
-# and mke2fs with their shared libraries, those modules, tests/boot/initramfs-init as /init and
+# the initramfs loads are kept. The initramfs holds busybox-static, veritysetup, util-linux blkid,
+# mke2fs and mdadm (var's RAID1 mirror on a node written to several disks) with their shared
+# libraries, those modules, tests/boot/initramfs-init as /init and
 # boot/initramfs-tools/scripts/ingot (the boot contract itself) as /scripts/ingot.
 #
 # Needs: apt-get, dpkg, depmod/modprobe (kmod), busybox-static, cryptsetup-bin, util-linux,
-# e2fsprogs, systemd-boot-efi, grub-pc-bin, gzip. Runs as any user.
+# e2fsprogs, mdadm, systemd-boot-efi, grub-pc-bin, gzip. Runs as any user.
 set -euo pipefail
 
 OUT=${1:?usage: build-stack.sh OUTDIR}
@@ -28,10 +29,10 @@ GRUB_PC=/usr/lib/grub/i386-pc
 # GRUB modules built into core.img, so BIOS boot needs nothing from the ESP but grub/grub.cfg.
 GRUB_MODULES=(biosdisk part_gpt fat normal linux echo test)
 # The modules /init loads, with their dependencies (modprobe resolves them, softdeps included).
-MODULES=(virtio_pci virtio_blk dm-verity ext4 crc32c_generic overlay)
+MODULES=(virtio_pci virtio_blk dm-verity ext4 crc32c_generic overlay raid1)
 
 die() { echo "build-stack.sh: $*" >&2; exit 1; }
-for tool in modprobe gzip veritysetup blkid mke2fs ldd grub-mkimage; do
+for tool in modprobe gzip veritysetup blkid mke2fs mdadm ldd grub-mkimage; do
   command -v "$tool" >/dev/null || die "missing $tool"
 done
 [ -x "$BUSYBOX" ] && "$BUSYBOX" --list | grep -x cpio >/dev/null || die "missing busybox-static ($BUSYBOX)"
@@ -54,7 +55,7 @@ for a in $("$I/bin/busybox" --list); do
   [ -e "$I/bin/$a" ] || ln -s busybox "$I/bin/$a"
 done
 # Dynamic tools, each with its shared libraries (and the loader) at the same paths.
-for bin in "$(command -v veritysetup)" "$(command -v blkid)" "$(command -v mke2fs)"; do
+for bin in "$(command -v veritysetup)" "$(command -v blkid)" "$(command -v mke2fs)" "$(command -v mdadm)"; do
   name=$(basename "$bin")
   rm -f "$I/bin/$name"                  # busybox's applet of the same name, if any
   cp -L "$bin" "$I/sbin/$name"

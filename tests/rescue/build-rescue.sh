@@ -5,7 +5,7 @@
 #   tests/rescue/build-rescue.sh OUTDIR [BINARY...]
 #
 # OUTDIR/vmlinuz      Debian's kernel (tests/boot/fetch-kernel.sh)
-# OUTDIR/initrd.img   busybox, systemd-udevd with the storage, md and dm rules, mdadm, lvm2,
+# OUTDIR/initrd.img   busybox, systemd-udevd with the storage, md and dm rules, mdadm, lvm2, dmsetup,
 #                     smartctl, sgdisk, sfdisk, wipefs, blkid, iproute2's ip, nohup, the modules for
 #                     virtio-scsi disks, virtio-net, 9p, md RAID1 and device-mapper, the shared
 #                     libraries of every tool and of each BINARY (the binary itself comes in
@@ -22,10 +22,12 @@ BUSYBOX=/bin/busybox
 # The modules /init loads, with their dependencies (modprobe resolves them, softdeps included).
 MODULES=(virtio_pci virtio_scsi sd_mod virtio_net 9pnet_virtio 9p raid1 dm-mod)
 # Dynamic tools of the rescue system: the ones the writer runs or a rescue shell offers.
-TOOLS=(mdadm lvm smartctl sgdisk sfdisk wipefs blkid ip udevadm nohup)
-# udev rules that give disks their by-id links and assemble md arrays as a rescue system boot does.
+TOOLS=(mdadm lvm dmsetup smartctl sgdisk sfdisk wipefs blkid ip udevadm nohup)
+# udev rules that give disks their by-id links and assemble md arrays as a rescue system boot does,
+# and 95-dm-notify, which completes the udev cookie dmsetup waits for (without it `dmsetup remove`
+# of an LVM volume hangs).
 RULES=(50-udev-default.rules 60-persistent-storage.rules 55-dm.rules 60-persistent-storage-dm.rules
-  63-md-raid-arrays.rules 64-md-raid-assembly.rules)
+  63-md-raid-arrays.rules 64-md-raid-assembly.rules 95-dm-notify.rules)
 
 die() { echo "build-rescue.sh: $*" >&2; exit 1; }
 for tool in modprobe gzip ldd "${TOOLS[@]}"; do

@@ -33,6 +33,9 @@ pub struct Mirror {
     pub members: Vec<Uuid>,
     /// The array UUID (the same on every member).
     pub array_uuid: [u8; 16],
+    /// The array's creation time, seconds since the epoch: one value for every member of a
+    /// run, since mdadm refuses to assemble members whose superblocks' ctime differ.
+    pub created: u64,
 }
 
 /// The identity that seeds disk `index`'s GUIDs: disk 0 as a single-disk run, the others their
@@ -46,12 +49,13 @@ pub fn disk_identity(manifest_digest: &str, index: usize) -> Vec<u8> {
 }
 
 impl Mirror {
-    /// The mirror for disk `index` of `disks`; `var_guid` derives a disk's `var` partition UUID
-    /// from its identity (the plan's rule).
+    /// The mirror for disk `index` of `disks`, made at `created` (once per run, for every
+    /// disk); `var_guid` derives a disk's `var` partition UUID from its identity (the plan's rule).
     pub fn new(
         manifest_digest: &str,
         index: usize,
         disks: usize,
+        created: u64,
         var_guid: impl Fn(&[u8]) -> Uuid,
     ) -> Mirror {
         let members = (0..disks)
@@ -65,12 +69,13 @@ impl Mirror {
             index,
             members,
             array_uuid: digest[..16].try_into().expect("16 bytes"),
+            created,
         }
     }
 
     /// This member's superblock for a `var` partition of `var_bytes`, to be written at
     /// [`SUPERBLOCK_OFFSET`]; `None` when the partition is too small to hold an array.
-    pub fn superblock(&self, var_bytes: u64, now: u64) -> Option<Vec<u8>> {
+    pub fn superblock(&self, var_bytes: u64) -> Option<Vec<u8>> {
         if var_bytes <= ZEROED {
             return None;
         }
@@ -89,7 +94,7 @@ impl Mirror {
                 level: 1,
                 raid_disks: self.members.len() as u32,
                 dev_number: self.index as u32,
-                time: now,
+                time: self.created,
                 // Member 0 is copied to the others on first assembly, as after mdadm --create.
                 clean: false,
             },
@@ -130,10 +135,7 @@ pub fn write_member(
             mirror.members.len()
         ),
     );
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let block = mirror.superblock(var.size, now).ok_or(WriteError::Io {
+    let block = mirror.superblock(var.size).ok_or(WriteError::Io {
         path: target.path().to_path_buf(),
         what: "making the var mirror's superblock",
         source: std::io::Error::other(format!(
@@ -169,7 +171,7 @@ mod tests {
         let single = Sha256::digest(b"sha256:abc").to_vec();
         assert_eq!(disk_identity("sha256:abc", 0), single);
         assert_ne!(disk_identity("sha256:abc", 1), single);
-        let m = Mirror::new("sha256:abc", 1, 2, guid);
+        let m = Mirror::new("sha256:abc", 1, 2, 1_700_000_000, guid);
         assert_eq!(m.members[0], guid(&single));
         assert_ne!(m.members[0], m.members[1]);
         assert_eq!(
@@ -178,16 +180,29 @@ mod tests {
         );
         assert_eq!(
             m.array_uuid,
-            Mirror::new("sha256:abc", 0, 2, guid).array_uuid
+            Mirror::new("sha256:abc", 0, 2, 1_700_000_000, guid).array_uuid
         );
     }
 
     #[test]
     fn superblock_fits_a_block_and_needs_room() {
-        let m = Mirror::new("sha256:abc", 0, 2, guid);
-        let sb = m.superblock(64 << 20, 1_700_000_000).unwrap();
+        let m = Mirror::new("sha256:abc", 0, 2, 1_700_000_000, guid);
+        let sb = m.superblock(64 << 20).unwrap();
         assert_eq!(sb.len(), 4096);
         assert_eq!(&sb[..4], &0xa92b_4efcu32.to_le_bytes());
-        assert!(m.superblock(1 << 20, 0).is_none());
+        assert!(m.superblock(1 << 20).is_none());
+    }
+
+    /// mdadm assembles only members whose superblocks agree on the creation time.
+    #[test]
+    fn every_member_has_the_runs_creation_time() {
+        let ctime = |index| {
+            let sb = Mirror::new("sha256:abc", index, 2, 1_700_000_123, guid)
+                .superblock(64 << 20)
+                .unwrap();
+            u64::from_le_bytes(sb[64..72].try_into().unwrap())
+        };
+        assert_eq!(ctime(0), 1_700_000_123);
+        assert_eq!(ctime(1), 1_700_000_123);
     }
 }

@@ -118,8 +118,9 @@ pub fn provision_dry_run(
 ) -> Result<Planned, ProvisionError> {
     let p = prepare(req, reporter)?;
     let mut disks = Vec::new();
+    let created = mirror_created();
     for (index, disk) in p.targets.iter().enumerate() {
-        let settings = disk_settings(&p.opened, &req.settings, index, p.targets.len());
+        let settings = disk_settings(&p.opened, &req.settings, index, p.targets.len(), created);
         let plan = steps::plan::dry_run(&disk.node, &p.opened, Some(&p.node), &settings, reporter)?;
         disks.push((disk.node.clone(), plan));
     }
@@ -133,12 +134,21 @@ pub fn provision_dry_run(
     })
 }
 
+/// One creation time for the whole mirror: mdadm refuses members whose superblocks were
+/// created at different times, and disks are written seconds apart.
+fn mirror_created() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// The settings for target `index` of `count`: with more than one, `var` is mirrored.
 fn disk_settings(
     opened: &OpenedStack,
     settings: &WriteSettings,
     index: usize,
     count: usize,
+    created: u64,
 ) -> WriteSettings {
     let mut settings = settings.clone();
     if count > 1 {
@@ -146,6 +156,7 @@ fn disk_settings(
             opened.manifest_digest(),
             index,
             count,
+            created,
             |identity| steps::plan::derived_guid(identity, b"var"),
         ));
     }
@@ -164,8 +175,9 @@ fn write_every_target(
 ) -> Result<Outcome, WriteError> {
     // The first disk's outcome (plan, command line), with the bytes and rewrites of all.
     let mut first: Option<Outcome> = None;
+    let created = mirror_created();
     for (index, disk) in targets.iter().enumerate() {
-        let settings = disk_settings(opened, settings, index, targets.len());
+        let settings = disk_settings(opened, settings, index, targets.len(), created);
         match write_opened(opened, Some(node), &disk.node, &settings, reporter) {
             Ok(outcome) => match &mut first {
                 None => first = Some(outcome),

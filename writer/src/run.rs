@@ -19,7 +19,7 @@ use crate::request::{ProvisionRequest, WriteRequest, WriteSettings};
 use crate::steps;
 use crate::steps::write::WriteOptions;
 
-/// The public key compiled in at build time (INGOT_TRUST_KEY_BUILTIN=path to a minisign .pub).
+/// The public key compiled in at build time (INGOT_TRUST_KEY_BUILTIN: a minisign .pub's text).
 const BUILTIN_KEY: Option<&str> = option_env!("INGOT_TRUST_KEY_BUILTIN");
 
 /// How long a write stuck in the kernel may outlive the deadline before the process ends:

@@ -14,8 +14,8 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
-use std::time::Instant;
 
+use common::boot::{publish, Published};
 use common::{partitions, repo_root};
 use ingot_testkit::rescue::{self, Caph, Disk, Firmware, Rescue};
 use ingot_testkit::skip::in_ci;
@@ -48,44 +48,97 @@ fn usable(test: &str) -> bool {
     false
 }
 
-/// The boot fixture stack, built, signed and published behind the token front. Dropping it
-/// stops the registry and removes its files.
-struct Published {
-    _trees: tempfile::TempDir,
-    stack: common::Stack,
-    registry: common::Published,
-}
-
-fn publish() -> Published {
-    let trees = tempfile::tempdir_in("/var/tmp").unwrap();
-    let started = Instant::now();
-    let out = trees.path().join("stack");
-    let status = Command::new(repo_root().join("tests/boot/build-stack.sh"))
-        .arg(&out)
-        .status()
-        .unwrap();
-    assert!(status.success(), "build-stack.sh: {status}");
-    eprintln!("build-stack.sh: {:.1?}", started.elapsed());
-    let stack = common::build_stack(&out.join("stack.toml"));
-    let registry = common::publish_behind_token(
-        &stack.layout,
-        "stacks/boot:1.0.0",
-        TOKEN,
-        &stack.dir.path().join("registry"),
-    );
-    Published {
-        _trees: trees,
-        stack,
-        registry,
-    }
-}
-
 fn rescue_system() -> &'static Rescue {
     Rescue::get(Path::new(env!("CARGO_TARGET_TMPDIR")), &[Path::new(WRITER)])
 }
 
 fn worker_data() -> std::path::PathBuf {
     repo_root().join("bootstrap/tests/fixtures/cloud-config-worker-join.yaml")
+}
+
+/// `rescue::caph` with what every test here shares: the writer as the command, the published
+/// fixture stack, the worker's bootstrap data.
+#[allow(clippy::too_many_arguments)]
+fn run_caph(
+    p: &Published,
+    firmware: Firmware,
+    disks: &[&Disk],
+    machine_name: &str,
+    devices: &str,
+    before: &str,
+    after: &str,
+    extra_args: &[&str],
+) -> rescue::CaphRun {
+    rescue::caph(
+        rescue_system(),
+        firmware,
+        disks,
+        p.registry.front.port,
+        &Caph {
+            command: Path::new(WRITER),
+            url: &p.registry.url,
+            token: TOKEN,
+            bootstrap: &worker_data(),
+            machine_name,
+            devices,
+            trust_key: &p.stack.public,
+            before,
+            after,
+            extra_args,
+        },
+    )
+}
+
+/// `/dev/sdX` of the disk with WWN `wwn`, as a shell expression in the rescue system.
+fn by_id(wwn: &str) -> String {
+    format!("$(readlink -f /dev/disk/by-id/wwn-{wwn})")
+}
+
+/// installimage's software RAID1 as a rescue system finds it, built by the real mdadm and lvm
+/// in the rescue VM: on each of `wwns`, partition 1 (64 MiB) and 2 (128 MiB), type fd00; md0
+/// (/boot) over every disk's partition 1, md1 over the first two disks' partition 2 carrying the
+/// volume group vg0 with an LV `root`; everything stopped and assembled again as the rescue
+/// system's boot does. Then the SHA-256 of the disks `keep` (WWNs) goes to /mnt/job/sha-before.
+fn installimage_before(wwns: &[&str], keep: &[&str]) -> String {
+    let disks: Vec<String> = wwns.iter().map(|w| by_id(w)).collect();
+    let p1: Vec<String> = (0..wwns.len()).map(|i| format!("${{D{i}}}1")).collect();
+    let vars: String = disks
+        .iter()
+        .enumerate()
+        .map(|(i, d)| format!("D{i}={d}; "))
+        .collect();
+    let keep: Vec<String> = keep.iter().map(|w| by_id(w)).collect();
+    format!(
+        r#"set -x
+{vars}
+for d in {all}; do sgdisk -n1:0:+64M -t1:fd00 -n2:0:+128M -t2:fd00 $d >/dev/null; done
+udevadm settle
+yes | mdadm --create /dev/md0 --run --assume-clean --level=1 --metadata=1.2 --raid-devices={n} {p1}
+yes | mdadm --create /dev/md1 --run --assume-clean --level=1 --metadata=1.2 --raid-devices=2 ${{D0}}2 ${{D1}}2
+pvcreate -y /dev/md1 && vgcreate vg0 /dev/md1 && lvcreate -y -Zn -L 32M -n root vg0
+# The server reboots into the rescue system: everything stops, then comes back as it assembles.
+vgchange -an vg0; mdadm --stop /dev/md1 /dev/md0
+mdadm --assemble --scan; vgchange -aay
+cat /proc/mdstat; lvs
+sha256sum {keep} /dev/null >/mnt/job/sha-before
+"#,
+        all = (0..wwns.len())
+            .map(|i| format!("$D{i}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+        n = wwns.len(),
+        p1 = p1.join(" "),
+        keep = keep.join(" "),
+    )
+}
+
+/// Shell that compares the SHA-256 of the disks `keep` with /mnt/job/sha-before: `SHA-UNCHANGED`.
+fn sha_unchanged(keep: &[&str]) -> String {
+    let keep: Vec<String> = keep.iter().map(|w| by_id(w)).collect();
+    format!(
+        "sha256sum {} /dev/null >/mnt/job/sha-after; diff /mnt/job/sha-before /mnt/job/sha-after && echo SHA-UNCHANGED\n",
+        keep.join(" ")
+    )
 }
 
 /// A successful run: exit 0, `IMAGE_URL_DONE` on the last line only, output.json done, its
@@ -142,8 +195,7 @@ fn rescue_vm_provisions_one_disk_by_wwn() {
     if !usable("rescue_vm_provisions_one_disk_by_wwn") {
         return;
     }
-    let p = publish();
-    let rescue = rescue_system();
+    let p = publish(TOKEN);
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let other = Disk::create(
         dir.path().join("other.img"),
@@ -158,23 +210,15 @@ fn rescue_vm_provisions_one_disk_by_wwn() {
         "S3Z9NB0K100002",
     );
     let other_before = other.sha256();
-    let run = rescue::caph(
-        rescue,
+    let run = run_caph(
+        &p,
         Firmware::Uefi,
         &[&other, &target],
-        p.registry.front.port,
-        &Caph {
-            command: Path::new(WRITER),
-            url: &p.registry.url,
-            token: TOKEN,
-            bootstrap: &worker_data(),
-            machine_name: "worker-wwn-1",
-            devices: &target.wwn,
-            trust_key: &p.stack.public,
-            before: "",
-            after: "ls -l /dev/disk/by-id/; cat /sys/block/sd*/device/wwid",
-            extra_args: &[],
-        },
+        "worker-wwn-1",
+        &target.wwn,
+        "",
+        "ls -l /dev/disk/by-id/; cat /sys/block/sd*/device/wwid",
+        &[],
     );
     assert_succeeded(&run);
     // The kernel's own names, not a fixture's: udev's link and sysfs' wwid for the target.
@@ -192,86 +236,37 @@ fn rescue_vm_provisions_one_disk_by_wwn() {
     assert!(!seen.is_empty(), "the writer authenticated to the registry");
 }
 
-/// installimage's software RAID1 as a rescue system finds it: partitions on every disk, an md
-/// array for /boot over sda1, sdb1 and (here) sdc1, one over sda2 and sdb2 carrying an LVM volume
-/// group, built with the real mdadm and lvm, stopped and assembled again the way the rescue
-/// system's boot does. CAPH targets the first two disks; the /boot array reaches the third, so
-/// the run stops with `md-spans-disks` and every disk's SHA-256 (taken in the VM, arrays
-/// assembled) is the same after the run as before.
+/// installimage's RAID1 (`installimage_before`) over three disks: the /boot array reaches the
+/// third, which CAPH does not name, so the run stops with `md-spans-disks` and every disk's
+/// SHA-256 (taken in the VM, arrays assembled) is the same after the run as before.
 #[test]
 fn rescue_vm_refuses_an_installimage_array_reaching_another_disk() {
     if !usable("rescue_vm_refuses_an_installimage_array_reaching_another_disk") {
         return;
     }
-    let p = publish();
-    let rescue = rescue_system();
+    let p = publish(TOKEN);
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let wwns = [
         "0x5000c500a1b2c3d4",
         "0x5000c500a1b2c3d5",
         "0x5000c500a1b2c3d6",
     ];
-    let disks: Vec<Disk> = wwns
-        .iter()
-        .enumerate()
-        .map(|(i, w)| {
-            Disk::create(
-                dir.path().join(format!("d{i}.img")),
-                256 << 20,
-                w,
-                &format!("ZA1ABC{i:02}"),
-            )
-        })
-        .collect();
-    let by_id = |w: &str| format!("$(readlink -f /dev/disk/by-id/wwn-{w})");
-    let before = format!(
-        r#"set -x
-A={a}; B={b}; C={c}
-for d in $A $B $C; do sgdisk -n1:0:+64M -t1:fd00 -n2:0:+128M -t2:fd00 $d >/dev/null; done
-udevadm settle
-yes | mdadm --create /dev/md0 --run --assume-clean --level=1 --metadata=1.2 --raid-devices=3 ${{A}}1 ${{B}}1 ${{C}}1
-yes | mdadm --create /dev/md1 --run --assume-clean --level=1 --metadata=1.2 --raid-devices=2 ${{A}}2 ${{B}}2
-pvcreate -y /dev/md1 && vgcreate vg0 /dev/md1 && lvcreate -y -Zn -L 32M -n root vg0
-# The server reboots into the rescue system: everything stops, then comes back as it assembles.
-vgchange -an vg0; mdadm --stop /dev/md1 /dev/md0
-mdadm --assemble --scan; vgchange -aay
-cat /proc/mdstat; lvs
-sha256sum $A $B $C >/mnt/job/sha-before
-"#,
-        a = by_id(wwns[0]),
-        b = by_id(wwns[1]),
-        c = by_id(wwns[2]),
-    );
-    let after = format!(
-        "cat /proc/mdstat; sha256sum {} {} {} >/mnt/job/sha-after; diff /mnt/job/sha-before /mnt/job/sha-after && echo SHA-UNCHANGED",
-        by_id(wwns[0]),
-        by_id(wwns[1]),
-        by_id(wwns[2])
-    );
-    let devices = format!("{} {}", wwns[0], wwns[1]);
+    let disks = installimage_disks(dir.path(), &wwns, 256 << 20);
     let refs: Vec<&Disk> = disks.iter().collect();
-    let run = rescue::caph(
-        rescue,
+    let after = format!("cat /proc/mdstat; {}", sha_unchanged(&wwns));
+    let devices = format!("{} {}", wwns[0], wwns[1]);
+    let run = run_caph(
+        &p,
         Firmware::Uefi,
         &refs,
-        p.registry.front.port,
-        &Caph {
-            command: Path::new(WRITER),
-            url: &p.registry.url,
-            token: TOKEN,
-            bootstrap: &worker_data(),
-            machine_name: "installimage-1",
-            devices: &devices,
-            trust_key: &p.stack.public,
-            before: &before,
-            after: &after,
-            extra_args: &[],
-        },
+        "installimage-1",
+        &devices,
+        &installimage_before(&wwns, &wwns),
+        &after,
+        &[],
     );
     // The old installation was there, assembled, when the writer ran.
-    assert!(run.before.contains("md0 : active raid1"), "{}", run.show());
-    assert!(run.before.contains("md1 : active raid1"), "{}", run.show());
-    assert!(run.before.contains(" root vg0 "), "{}", run.show());
+    assert_installimage_assembled(&run);
     assert_eq!(run.exit, Some(1), "{}", run.show());
     assert!(
         run.last_line().contains("FAILED (md-spans-disks)")
@@ -290,6 +285,106 @@ sha256sum $A $B $C >/mnt/job/sha-before
     );
 }
 
+/// Disks of `size` bytes for an installimage server, one per WWN, with serials.
+fn installimage_disks(dir: &Path, wwns: &[&str], size: u64) -> Vec<Disk> {
+    wwns.iter()
+        .enumerate()
+        .map(|(i, w)| {
+            Disk::create(
+                dir.join(format!("d{i}.img")),
+                size,
+                w,
+                &format!("ZA1ABC{i:02}"),
+            )
+        })
+        .collect()
+}
+
+fn assert_installimage_assembled(run: &rescue::CaphRun) {
+    assert!(run.before.contains("md0 : active raid1"), "{}", run.show());
+    assert!(run.before.contains("md1 : active raid1"), "{}", run.show());
+    assert!(run.before.contains(" root vg0 "), "{}", run.show());
+}
+
+/// installimage's RAID1 (`installimage_before`) over exactly the two disks CAPH names, assembled
+/// with its volume group active, and a third disk outside it: the writer stops the volume group
+/// and the arrays, clears their signatures and writes both disks. In the rescue system
+/// afterwards no old array or volume group is left, the real mdadm assembles the writer's `var`
+/// mirror from the two disks (`ingot:var`, 2 of 2 members), and the third disk's SHA-256 is
+/// unchanged; on the host both disks hold the layout, `sgdisk -v` clean.
+#[test]
+fn rescue_vm_provisions_an_installimage_raid1_server() {
+    if !usable("rescue_vm_provisions_an_installimage_raid1_server") {
+        return;
+    }
+    let p = publish(TOKEN);
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let wwns = ["0x5000c500a1b2c3e1", "0x5000c500a1b2c3e2"];
+    // Room for the boot fixture's layout (about 350 MiB).
+    let mut disks = installimage_disks(dir.path(), &wwns, 512 << 20);
+    let other = Disk::create(
+        dir.path().join("other.img"),
+        64 << 20,
+        "0x5000c500a1b2c3e3",
+        "ZA1ABC99",
+    );
+    let other_wwn = other.wwn.clone();
+    disks.push(other);
+    let refs: Vec<&Disk> = disks.iter().collect();
+    let before = format!(
+        "sgdisk -n1:0:+16M {} >/dev/null\n{}",
+        by_id(&other_wwn),
+        installimage_before(&wwns, &[&other_wwn]),
+    );
+    let after = format!(
+        r#"{sha}
+blockdev --rereadpt {a}; blockdev --rereadpt {b}; udevadm settle
+echo '--- left over'; cat /proc/mdstat; vgs 2>&1
+echo '--- assembled'
+mdadm --assemble --scan; udevadm settle
+cat /proc/mdstat; mdadm --detail --scan
+"#,
+        sha = sha_unchanged(&[&other_wwn]),
+        a = by_id(wwns[0]),
+        b = by_id(wwns[1]),
+    );
+    let devices = format!("{} {}", wwns[0], wwns[1]);
+    let run = run_caph(
+        &p,
+        Firmware::Uefi,
+        &refs,
+        "installimage-2",
+        &devices,
+        &before,
+        &after,
+        &[],
+    );
+    assert_installimage_assembled(&run);
+    assert_succeeded(&run);
+    assert_eq!(run.output_json["status"], "Succeeded", "{}", run.show());
+    let warnings = run.output_json["warnings"].to_string();
+    assert!(warnings.contains("storage-torn-down"), "{}", run.show());
+    assert!(run.after.contains("SHA-UNCHANGED"), "{}", run.show());
+    let (left, assembled) = run.after.split_once("--- assembled").unwrap();
+    // The old arrays and volume group are gone (the rescue's udev may already have assembled
+    // the writer's new mirror from the new partition tables: that one is checked below).
+    for old in ["md0 :", "md1 :", "rescue:", "vg0"] {
+        assert!(!left.contains(old), "{old} is left:\n{}", run.show());
+    }
+    // The writer's mirror, and only it, assembled by the kernel from both disks.
+    let active: Vec<&str> = assembled
+        .lines()
+        .filter(|l| l.contains(" : active") && l.contains(" raid1 "))
+        .collect();
+    assert_eq!(active.len(), 1, "{}", run.show());
+    assert!(assembled.contains("[2/2]"), "{}", run.show());
+    assert!(assembled.contains("name=ingot:var"), "{}", run.show());
+    assert_eq!(assembled.matches("ARRAY ").count(), 1, "{}", run.show());
+    for disk in &disks[..2] {
+        assert_layout(disk, &["base"]);
+    }
+}
+
 /// A Hetzner cloud VM: legacy BIOS (SeaBIOS, QEMU's default firmware), CAPH's `sda`. The writer
 /// sees no UEFI, boots the disk through the stack's BIOS loader, and the written disk, booted by
 /// SeaBIOS alone, reaches the same end marker as the UEFI boot test with every layer and the node
@@ -299,8 +394,7 @@ fn rescue_vm_bios_machine_boots_its_disk_from_seabios() {
     if !usable("rescue_vm_bios_machine_boots_its_disk_from_seabios") {
         return;
     }
-    let p = publish();
-    let rescue = rescue_system();
+    let p = publish(TOKEN);
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let disk = Disk::create(
         dir.path().join("sda.img"),
@@ -308,23 +402,15 @@ fn rescue_vm_bios_machine_boots_its_disk_from_seabios() {
         "0x5002538e40a1b2d0",
         "HC-VOLUME-1",
     );
-    let run = rescue::caph(
-        rescue,
+    let run = run_caph(
+        &p,
         Firmware::Bios,
         &[&disk],
-        p.registry.front.port,
-        &Caph {
-            command: Path::new(WRITER),
-            url: &p.registry.url,
-            token: TOKEN,
-            bootstrap: &worker_data(),
-            machine_name: "hcloud-worker-1",
-            devices: "sda",
-            trust_key: &p.stack.public,
-            before: "",
-            after: "ls /sys/firmware/efi 2>&1",
-            extra_args: &["--kernel-arg", "console=ttyS0", "--kernel-arg", "panic=-1"],
-        },
+        "hcloud-worker-1",
+        "sda",
+        "",
+        "ls /sys/firmware/efi 2>&1",
+        &["--kernel-arg", "console=ttyS0", "--kernel-arg", "panic=-1"],
     );
     assert!(
         run.after.contains("No such file"),

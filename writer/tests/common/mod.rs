@@ -144,3 +144,4 @@ pub fn caph_command(
         .stderr(std::process::Stdio::piped());
     cmd
 }
+pub mod boot;

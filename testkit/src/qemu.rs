@@ -41,14 +41,25 @@ pub fn boot_disk(image: &Path, firmware: Firmware, what: &str) -> String {
 pub fn boot_disks(images: &[&Path], firmware: Firmware, what: &str) -> String {
     let work = tempfile::tempdir_in("/var/tmp").unwrap();
     let log = work.path().join("serial.log");
+    let mut cmd = vm(firmware, 1, 1024, work.path());
+    for image in images {
+        cmd.arg("-drive")
+            .arg(format!("file={},format=raw,if=virtio", image.display()));
+    }
+    cmd.arg("-serial").arg(format!("file:{}", log.display()));
+    run_qemu(cmd, &log, &work.path().join("qemu.err"), what)
+}
+
+/// A q35 TCG machine with `cpus` and `mem_mib`, no devices yet, that powers off instead of
+/// rebooting; with UEFI, OVMF with its own copy of the variable store in `work`.
+pub fn vm(firmware: Firmware, cpus: u32, mem_mib: u32, work: &Path) -> Command {
     let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args([
-        "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1",
-    ])
-    .args(["-m", "1024", "-display", "none", "-monitor", "none"])
-    .args(["-nodefaults", "-no-reboot"]);
+    cmd.args(["-machine", "q35", "-accel", "tcg", "-cpu", "max"])
+        .args(["-smp", &cpus.to_string(), "-m", &mem_mib.to_string()])
+        .args(["-display", "none", "-monitor", "none"])
+        .args(["-nodefaults", "-no-reboot"]);
     if firmware == Firmware::Uefi {
-        let vars = work.path().join("vars.fd");
+        let vars = work.join("vars.fd");
         fs::copy(OVMF_VARS, &vars).unwrap();
         cmd.arg("-drive")
             .arg(format!(
@@ -60,16 +71,22 @@ pub fn boot_disks(images: &[&Path], firmware: Firmware, what: &str) -> String {
                 vars.display()
             ));
     }
-    for image in images {
-        cmd.arg("-drive")
-            .arg(format!("file={},format=raw,if=virtio", image.display()));
-    }
-    cmd.arg("-serial").arg(format!("file:{}", log.display()));
-    run_qemu(cmd, &log, &work.path().join("qemu.err"), what)
+    cmd
 }
 
 /// Runs qemu until it exits (the guest powered off); returns the cleaned serial console.
-pub fn run_qemu(mut cmd: Command, log: &Path, err: &Path, what: &str) -> String {
+pub fn run_qemu(cmd: Command, log: &Path, err: &Path, what: &str) -> String {
+    run_qemu_within(cmd, log, err, what, TIMEOUT)
+}
+
+/// [`run_qemu`] with its own limit (a full distribution boots slower than the fixture).
+pub fn run_qemu_within(
+    mut cmd: Command,
+    log: &Path,
+    err: &Path,
+    what: &str,
+    timeout: Duration,
+) -> String {
     let started = Instant::now();
     let child = cmd
         .stdin(Stdio::null())
@@ -82,14 +99,14 @@ pub fn run_qemu(mut cmd: Command, log: &Path, err: &Path, what: &str) -> String 
         if let Some(s) = q.0.try_wait().unwrap() {
             break Some(s);
         }
-        if started.elapsed() > TIMEOUT {
+        if started.elapsed() > timeout {
             break None;
         }
         std::thread::sleep(Duration::from_millis(200));
     };
     let console = crate::console::clean(&fs::read(log).unwrap_or_default());
     let Some(status) = status else {
-        panic!("{what}: no poweroff within {TIMEOUT:?}; console:\n{console}");
+        panic!("{what}: no poweroff within {timeout:?}; console:\n{console}");
     };
     let err = fs::read_to_string(err).unwrap_or_default();
     assert!(status.success(), "{what}: qemu {status}: {err}\n{console}");

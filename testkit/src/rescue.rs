@@ -93,25 +93,7 @@ impl Rescue {
         );
         let work = tempfile::tempdir_in("/var/tmp").unwrap();
         let log = work.path().join("serial.log");
-        let mut cmd = Command::new("qemu-system-x86_64");
-        cmd.args([
-            "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "2",
-        ])
-        .args(["-m", "2048", "-display", "none", "-monitor", "none"])
-        .args(["-nodefaults", "-no-reboot"]);
-        if firmware == Firmware::Uefi {
-            let vars = work.path().join("vars.fd");
-            fs::copy(OVMF_VARS, &vars).unwrap();
-            cmd.arg("-drive")
-                .arg(format!(
-                    "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
-                ))
-                .arg("-drive")
-                .arg(format!(
-                    "if=pflash,format=raw,unit=1,file={}",
-                    vars.display()
-                ));
-        }
+        let mut cmd = crate::qemu::vm(firmware, 2, 2048, work.path());
         let mut append = "console=ttyS0 panic=-1 loglevel=4".to_string();
         let mut netdev = "user,id=n0,restrict=on".to_string();
         if let Some(port) = registry {

@@ -21,17 +21,17 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use ingot_testkit::machine::materialize;
+use ingot_testkit::qemu::{self, OVMF_CODE};
+use ingot_testkit::skip::{find_tool, in_ci, is_root};
 use sha2::{Digest, Sha256};
 
 use common::{partitions, repo_root};
 
 const TOKEN: &str = "ghp_ingotDebianNodeToken0123456789abcdef";
-const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
-const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 /// TCG on a shared two-core machine: generous, and never asserted on.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(1500);
 const IMAGE_REF: &str = "example.invalid/ingot/busybox:1.0";
@@ -39,19 +39,12 @@ const CHECK: &str = "INGOT-CHECK ";
 /// The disk the enlarged fixture machines get (sparse): the Debian base is about 1 GiB.
 const DISK_MIB: u64 = 4096;
 
-fn in_ci() -> bool {
-    std::env::var_os("CI").is_some()
-}
-
 fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    find_tool(tool).is_some()
 }
 
 fn usable(test: &str) -> bool {
-    let root = rustix::process::geteuid().is_root();
+    let root = is_root();
     let tools = have("qemu-system-x86_64") && Path::new(OVMF_CODE).exists() && have("mmdebstrap");
     if root && tools {
         for t in ["docker-registry", "debugfs", "ssh-keygen", "busybox"] {
@@ -400,63 +393,19 @@ fn write_machine(p: &Published, fixture: &str, devices: &str, name: &str, cp: bo
     }
 }
 
-/// A qemu process, killed on drop.
-struct Qemu(std::process::Child);
-
-impl Drop for Qemu {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Boots the disk (q35, OVMF, TCG, virtio disk, no network device) until qemu exits (the check
 /// unit powers off; a panic reboots, which -no-reboot turns into an exit). Returns the console.
 fn boot(w: &Written, what: &str) -> String {
-    let vars = w.dir.path().join(format!("vars-{what}.fd"));
-    fs::copy(OVMF_VARS, &vars).unwrap();
-    let log = w.dir.path().join(format!("serial-{what}.log"));
-    let started = Instant::now();
-    let child = Command::new("qemu-system-x86_64")
-        .args([
-            "-machine", "q35", "-accel", "tcg", "-cpu", "max", "-smp", "1",
-        ])
-        .args(["-m", "2048", "-display", "none", "-monitor", "none"])
-        .args(["-nodefaults", "-no-reboot", "-nic", "none"])
-        .arg("-drive")
-        .arg(format!(
-            "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
-        ))
-        .arg("-drive")
-        .arg(format!(
-            "if=pflash,format=raw,unit=1,file={}",
-            vars.display()
-        ))
+    let work = w.dir.path().join(format!("vm-{what}"));
+    fs::create_dir_all(&work).unwrap();
+    let log = work.join("serial.log");
+    let mut cmd = qemu::vm(qemu::Firmware::Uefi, 1, 2048, &work);
+    cmd.args(["-nic", "none"])
         .arg("-drive")
         .arg(format!("file={},format=raw,if=virtio", w.image.display()))
         .arg("-serial")
-        .arg(format!("file:{}", log.display()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("qemu-system-x86_64");
-    let mut q = Qemu(child);
-    let exited = loop {
-        if q.0.try_wait().unwrap().is_some() {
-            break true;
-        }
-        if started.elapsed() > BOOT_TIMEOUT {
-            break false;
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    };
-    let console = ingot_testkit::console::clean(&fs::read(&log).unwrap_or_default());
-    assert!(
-        exited,
-        "{what}: qemu still running after {BOOT_TIMEOUT:?}; console:\n{console}"
-    );
-    eprintln!("{what}: qemu ran {:.1?}", started.elapsed());
+        .arg(format!("file:{}", log.display()));
+    let console = qemu::run_qemu_within(cmd, &log, &work.join("qemu.err"), what, BOOT_TIMEOUT);
     for l in console.lines().filter(|l| {
         l.contains(CHECK) || l.starts_with("ingot") || l.contains("device-mapper: verity")
     }) {

@@ -18,20 +18,17 @@ use std::process::Command;
 use common::boot::{publish, Published};
 use common::{partitions, repo_root};
 use ingot_testkit::rescue::{self, Caph, Disk, Firmware, Rescue};
-use ingot_testkit::skip::in_ci;
+use ingot_testkit::skip::{find_tool, in_ci, is_root};
 
 const TOKEN: &str = "ghp_ingotRescueVmToken0123456789abcdef";
 const WRITER: &str = env!("CARGO_BIN_EXE_ingot-writer");
 
 fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success())
+    find_tool(tool).is_some()
 }
 
 fn usable(test: &str) -> bool {
-    let root = rustix::process::geteuid().is_root();
+    let root = is_root();
     let qemu = have("qemu-system-x86_64") && Path::new(rescue::OVMF_CODE).exists();
     if root && qemu {
         assert!(

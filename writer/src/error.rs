@@ -83,6 +83,9 @@ impl ProvisionError {
             ProvisionError::Write(WriteError::Engine(EngineError::Deadline { .. })) => {
                 "deadline".into()
             }
+            ProvisionError::Write(WriteError::Engine(EngineError::Interrupted { .. })) => {
+                "interrupted".into()
+            }
             ProvisionError::Write(WriteError::Source(_)) => "image-invalid".into(),
             ProvisionError::Write(_) => "write-failed".into(),
         }

@@ -8,8 +8,8 @@
 //! write the ESP, write the partition table last and confirm it. Any failure after the wipe
 //! clears the partition-table areas again, so a half-written disk never looks bootable.
 //! [`boot`] holds the boot contract (partition names, kernel command line), [`bios`] the legacy
-//! BIOS loader's on-disk format; [`cli`], [`run`], [`caph`], [`watchdog`] and [`reboot`] are the
-//! binary's edges.
+//! BIOS loader's on-disk format; [`cli`], [`run`], [`caph`], [`watchdog`], [`interrupt`] and
+//! [`reboot`] are the binary's edges.
 
 pub mod bios;
 pub mod boot;
@@ -17,6 +17,7 @@ pub mod caph;
 pub mod cli;
 pub mod config;
 pub mod error;
+pub mod interrupt;
 // The verifying ext4 reader is in ingot-artifact, which `ingot diff` shares.
 pub use ingot_artifact::layerfs;
 pub mod mirror;

@@ -93,6 +93,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         bail!("--read-test-seconds must be more than 0 and at most 60");
     }
     let deadline = Instant::now() + eff.deadline;
+    crate::interrupt::install().context("installing the SIGTERM/SIGINT handlers")?;
     let mut kernel_args = eff.file.kernel_args.clone().unwrap_or_default();
     kernel_args.extend(cli.kernel_args.iter().cloned());
     let settings = WriteSettings {

@@ -457,6 +457,68 @@ fn killed_mid_write_leaves_no_partition_table() {
     assert_eq!(check_disk(&img, work.path()), vec!["base"]);
 }
 
+/// SIGTERM while layers are being written (CAPH or an operator stopping the writer): the run
+/// fails as a passed deadline does, with its reason in the report, and leaves no partition table.
+#[test]
+fn sigterm_mid_write_fails_cleanly() {
+    let work = tempfile::tempdir().unwrap();
+    let stack = big_stack(work.path());
+    let img = work.path().join("disk.img");
+    sparse_file(&img, 1024 * MIB);
+    // A previous install: the interrupted run must not leave its table either.
+    let out = writer(&stack, &img, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(has_partition_table(&img));
+
+    let events = work.path().join("events.jsonl");
+    let report = work.path().join("report.json");
+    let child = Command::new(env!("CARGO_BIN_EXE_ingot-writer"))
+        .arg(&stack.layout)
+        .args([
+            "--target",
+            img.to_str().unwrap(),
+            "--trust-key",
+            stack.public.to_str().unwrap(),
+        ])
+        .args(["--events", events.to_str().unwrap()])
+        .args(["--report", report.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let seen = fs::read_to_string(&events).unwrap_or_default();
+        if seen.contains("\"event\":\"progress\"") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no progress event: {seen}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("interrupted by a signal"), "{stderr}");
+    assert!(
+        stderr.contains("left without a partition table"),
+        "{stderr}"
+    );
+    let status: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    assert_eq!(status["state"], "failed", "{status}");
+    assert!(
+        !has_partition_table(&img),
+        "an interrupted write leaves no partition table"
+    );
+}
+
 /// Detaches a loop device even when the test fails.
 struct Loop(String);
 

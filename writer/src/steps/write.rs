@@ -71,6 +71,8 @@ pub enum EngineError {
     TooLarge { layer: String, need: u64, have: u64 },
     #[error("the deadline passed while {during}")]
     Deadline { during: String },
+    #[error("interrupted by a signal while {during}")]
+    Interrupted { during: String },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -91,8 +93,14 @@ impl Default for WriteOptions {
 }
 
 impl WriteOptions {
-    /// Fails once the deadline has passed; `during` says what was going on.
+    /// Fails once the deadline has passed or SIGTERM/SIGINT arrived; `during` says what was
+    /// going on.
     pub fn check_deadline(&self, during: &str) -> Result<(), EngineError> {
+        if crate::interrupt::requested() {
+            return Err(EngineError::Interrupted {
+                during: during.to_string(),
+            });
+        }
         match self.deadline {
             Some(d) if Instant::now() >= d => Err(EngineError::Deadline {
                 during: during.to_string(),

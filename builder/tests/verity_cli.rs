@@ -126,11 +126,11 @@ fn json_root_hash_file_dump_and_verify() {
         serde_json::from_slice(&o.stdout).expect("format --json prints JSON");
     let root = std::fs::read_to_string(&root_file).unwrap();
     assert_eq!(
-        json["root_hash"],
+        json["rootHash"],
         root.as_str(),
         "root hash file holds the printed root, no newline"
     );
-    assert_eq!(json["data_blocks"], 1000);
+    assert_eq!(json["dataBlocks"], 1000);
     assert_eq!(
         json["salt"].as_str().unwrap().len(),
         64,

@@ -23,7 +23,13 @@ fn reference() -> String {
     let mut out = String::from(
         "# Command-line reference\n\n\
          Generated from the clap definitions (`builder/src/cli/`, `writer/src/cli.rs`) by\n\
-         `writer/tests/cli_reference.rs`; run it with `INGOT_BLESS=1` to rewrite this file.\n\n",
+         `writer/tests/cli_reference.rs`; run it with `INGOT_BLESS=1` to rewrite this file.\n\n\
+         `--json`: every `ingot` command whose output a program reads (build, verify, inspect,\n\
+         diff, publish, pull, resolve, layer build, verity format/verify/dump) prints one JSON\n\
+         object on stdout with `--json`. Keys are camelCase everywhere (as in the stack\n\
+         descriptor and the OCI manifest); digests are `sha256:HEX` strings, sizes are bytes.\n\
+         Exit codes are the same with and without `--json`; `verify --json` prints a failure as\n\
+         `{\"verified\": false, \"error\": …, \"exitCode\": N}` as well as on stderr.\n\n",
     );
     for mut cmd in [
         ingot::cli::Cli::command(),

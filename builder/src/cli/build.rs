@@ -45,6 +45,9 @@ pub struct BuildArgs {
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Print the result as one JSON object (camelCase keys) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn git_revision(manifest: &std::path::Path) -> Option<String> {
@@ -94,6 +97,21 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
         build(&manifest, &opts).with_context(|| format!("building {}", args.manifest.display()))?;
     let total: u64 = out.descriptor.layers.iter().map(|l| l.size).sum();
     let compressed: u64 = out.descriptor.layers.iter().map(|l| l.data.size).sum();
+    if args.json {
+        let v = serde_json::json!({
+            "name": out.descriptor.name,
+            "version": out.descriptor.version,
+            "layout": out.out,
+            "manifestDigest": out.manifest_digest,
+            "descriptorDigest": out.descriptor_digest,
+            "signed": out.signed,
+            "layers": out.descriptor.layers.len(),
+            "size": total,
+            "compressedSize": compressed,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "built {} {} ({} layers, {} → {} compressed) in {:.2?}",
         out.descriptor.name,

@@ -128,18 +128,18 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
     if a.json {
         let mut v = serde_json::json!({
             "image": a.out,
-            "image_size": built.image_size,
-            "data_blocks": built.data_blocks,
-            "used_blocks": built.image.used_blocks,
+            "imageSize": built.image_size,
+            "dataBlocks": built.data_blocks,
+            "usedBlocks": built.image.used_blocks,
             "inodes": built.image.inodes,
-            "fs_uuid": ingot_verity::uuid_to_string(&built.image.uuid),
+            "fsUuid": ingot_verity::uuid_to_string(&built.image.uuid),
         });
         if let (Some(vi), Some(h)) = (&built.verity, &a.verity) {
             v["hash"] = serde_json::json!(h);
-            v["root_hash"] = serde_json::json!(vi.root_hash);
+            v["rootHash"] = serde_json::json!(vi.root_hash);
             v["salt"] = serde_json::json!(hex::encode(&vi.salt));
-            v["verity_uuid"] = serde_json::json!(ingot_verity::uuid_to_string(&vi.uuid));
-            v["hash_size"] = serde_json::json!(vi.hash_size);
+            v["verityUuid"] = serde_json::json!(ingot_verity::uuid_to_string(&vi.uuid));
+            v["hashSize"] = serde_json::json!(vi.hash_size);
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {

@@ -33,6 +33,9 @@ pub struct PublishArgs {
     /// Move the tag even if it names other content.
     #[arg(long)]
     pub allow_overwrite: bool,
+    /// Print the result as one JSON object (camelCase keys) instead of the digest.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
@@ -89,7 +92,19 @@ pub fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
                     report.skipped.len()
                 );
             }
-            println!("{}", report.digest);
+            if args.json {
+                let v = serde_json::json!({
+                    "reference": target.to_string(),
+                    "digest": report.digest,
+                    "unchanged": report.unchanged,
+                    "blobsPushed": report.pushed.len(),
+                    "bytesPushed": report.bytes_pushed(),
+                    "blobsSkipped": report.skipped.len(),
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("{}", report.digest);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => Ok(fail(&what, &e)),

@@ -25,6 +25,9 @@ pub struct PullArgs {
     pub source: String,
     /// The OCI image layout directory to write (new, empty, or an interrupted pull's).
     pub out: PathBuf,
+    /// Print the result as one JSON object (camelCase keys) instead of the digest.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
@@ -45,7 +48,19 @@ pub fn run(args: PullArgs) -> anyhow::Result<ExitCode> {
                 throughput(report.bytes_fetched(), report.elapsed),
                 report.reused.len()
             );
-            println!("{}", report.digest);
+            if args.json {
+                let v = serde_json::json!({
+                    "reference": source.to_string(),
+                    "digest": report.digest,
+                    "layout": args.out,
+                    "blobsFetched": report.fetched.len(),
+                    "bytesFetched": report.bytes_fetched(),
+                    "blobsReused": report.reused.len(),
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                println!("{}", report.digest);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => Ok(fail(&what, &e)),
@@ -61,6 +76,9 @@ pub fn run(args: PullArgs) -> anyhow::Result<ExitCode> {
 pub struct ResolveArgs {
     /// oci://HOST[:PORT]/REPO:TAG (or …@sha256:DIGEST, checked to exist).
     pub reference: String,
+    /// Print `{"reference": …, "digest": …}` instead of the digest.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub registry: RegistryArgs,
 }
@@ -83,6 +101,11 @@ pub fn run_resolve(args: ResolveArgs) -> anyhow::Result<ExitCode> {
         }
     });
     match result {
+        Ok(d) if args.json => {
+            let v = serde_json::json!({"reference": reference.to_string(), "digest": d});
+            println!("{}", serde_json::to_string_pretty(&v)?);
+            Ok(ExitCode::SUCCESS)
+        }
         Ok(d) => {
             println!("{d}");
             Ok(ExitCode::SUCCESS)

@@ -3,7 +3,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::verify::{open_with, verify, SignatureStatus, StackRef, Trust, VerifyError};
+use crate::verify::{
+    open_with, verify, SignatureStatus, StackRef, Trust, VerifyError, VerifyReport,
+};
 use clap::Args;
 
 /// Check a stack artifact end to end: the minisign signature over the stack descriptor first
@@ -43,6 +45,10 @@ pub struct VerifyArgs {
     /// Directory for the decompressed layer being checked (default: the system temp dir).
     #[arg(long, value_name = "DIR")]
     pub work_dir: Option<PathBuf>,
+    /// Print the result as one JSON object (camelCase keys) on stdout, a failure too
+    /// (`"verified": false`, the error, its exit code); the exit code is the same.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub registry: crate::cli::publish::RegistryArgs,
 }
@@ -67,38 +73,12 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let result =
         open_with(&stack, options).and_then(|source| verify(source.as_ref(), &trust, &work));
     match result {
+        Ok(report) if args.json => {
+            println!("{}", serde_json::to_string_pretty(&report_json(&report))?);
+            Ok(ExitCode::SUCCESS)
+        }
         Ok(report) => {
-            match &report.signature {
-                SignatureStatus::Verified {
-                    key_id,
-                    trusted_comment,
-                } => {
-                    println!("signature  ok: key {key_id} ({trusted_comment})")
-                }
-                SignatureStatus::Unsigned => {
-                    println!("signature  NONE (accepted: --allow-unsigned)")
-                }
-                SignatureStatus::NotChecked => {
-                    println!("signature  present, not checked (no --trust-key)")
-                }
-                SignatureStatus::Failed(m) => {
-                    println!("signature  FAILED: {m} (accepted: --allow-unsigned)")
-                }
-            }
-            println!("manifest   {}", report.manifest_digest);
-            println!("descriptor {}", report.descriptor_digest);
-            for l in &report.descriptor.layers {
-                println!(
-                    "layer      {:<16} ok  root hash {}",
-                    l.name, l.verity.root_hash
-                );
-            }
-            println!(
-                "verified {} {}: {} layers",
-                report.descriptor.name,
-                report.descriptor.version,
-                report.descriptor.layers.len()
-            );
+            print_text(&report);
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
@@ -106,7 +86,88 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             if matches!(e, VerifyError::Signature(_)) && !args.allow_unsigned {
                 eprintln!("ingot: hint: --allow-unsigned checks everything but the signature");
             }
+            if args.json {
+                let v = serde_json::json!({
+                    "stack": args.stack,
+                    "verified": false,
+                    "error": e.to_string(),
+                    "exitCode": e.exit_code(),
+                });
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            }
             Ok(ExitCode::from(e.exit_code()))
         }
     }
+}
+
+/// `--json`: what was checked, and how the signature fared.
+fn report_json(report: &VerifyReport) -> serde_json::Value {
+    let (status, key_id, comment, error) = match &report.signature {
+        SignatureStatus::Verified {
+            key_id,
+            trusted_comment,
+        } => (
+            "verified",
+            Some(key_id.to_string()),
+            Some(trusted_comment),
+            None,
+        ),
+        SignatureStatus::Unsigned => ("unsigned", None, None, None),
+        SignatureStatus::NotChecked => ("notChecked", None, None, None),
+        SignatureStatus::Failed(m) => ("failed", None, None, Some(m)),
+    };
+    let layers: Vec<_> = report
+        .descriptor
+        .layers
+        .iter()
+        .map(|l| serde_json::json!({"name": l.name, "rootHash": l.verity.root_hash}))
+        .collect();
+    serde_json::json!({
+        "verified": true,
+        "name": report.descriptor.name,
+        "version": report.descriptor.version,
+        "manifestDigest": report.manifest_digest,
+        "descriptorDigest": report.descriptor_digest,
+        "signature": {
+            "status": status,
+            "keyId": key_id,
+            "trustedComment": comment,
+            "error": error,
+        },
+        "layers": layers,
+    })
+}
+
+fn print_text(report: &VerifyReport) {
+    match &report.signature {
+        SignatureStatus::Verified {
+            key_id,
+            trusted_comment,
+        } => {
+            println!("signature  ok: key {key_id} ({trusted_comment})")
+        }
+        SignatureStatus::Unsigned => {
+            println!("signature  NONE (accepted: --allow-unsigned)")
+        }
+        SignatureStatus::NotChecked => {
+            println!("signature  present, not checked (no --trust-key)")
+        }
+        SignatureStatus::Failed(m) => {
+            println!("signature  FAILED: {m} (accepted: --allow-unsigned)")
+        }
+    }
+    println!("manifest   {}", report.manifest_digest);
+    println!("descriptor {}", report.descriptor_digest);
+    for l in &report.descriptor.layers {
+        println!(
+            "layer      {:<16} ok  root hash {}",
+            l.name, l.verity.root_hash
+        );
+    }
+    println!(
+        "verified {} {}: {} layers",
+        report.descriptor.name,
+        report.descriptor.version,
+        report.descriptor.layers.len()
+    );
 }

@@ -163,6 +163,7 @@ impl TreeOptions {
 
 /// The fields veritysetup prints, in its order.
 #[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct Report {
     uuid: String,
     hash_type: u32,

@@ -356,7 +356,7 @@ fn write_machine(p: &Published, fixture: &str, devices: &str, name: &str, cp: bo
         .unwrap_or_else(|e| panic!("materializing {fixture}: {e}"));
     let data = dir.path().join("bootstrap.data");
     fs::write(&data, bootstrap_data(cp)).unwrap();
-    let out = common::caph_command(
+    let cmd = common::caph_command(
         &p.registry.url,
         TOKEN,
         &data,
@@ -366,23 +366,8 @@ fn write_machine(p: &Published, fixture: &str, devices: &str, name: &str, cp: bo
         &dir.path().join("output.json"),
         &dir.path().join("events.jsonl"),
         &p.stack.public,
-    )
-    .arg("--no-reboot")
-    .args(["--kernel-arg", "console=ttyS0", "--kernel-arg", "panic=-1"])
-    .output()
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success()
-            && stdout
-                .lines()
-                .last()
-                .unwrap_or("")
-                .starts_with("IMAGE_URL_DONE"),
-        "{fixture}: writer failed: {:?}\n{stdout}\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
     );
+    common::caph_write_for_boot(cmd, fixture);
     let image = m.images["sda"].clone();
     let parts = partitions(&image);
     Written {

@@ -230,7 +230,7 @@ pub fn write(
     let output = m.dir.path().join("output.json");
     let events = m.dir.path().join("events.jsonl");
     let _ = fs::remove_file(&events);
-    let out = super::caph_command(
+    let cmd = super::caph_command(
         &p.registry.url,
         token,
         &repo_root().join("bootstrap/tests/fixtures").join(bootstrap),
@@ -240,23 +240,8 @@ pub fn write(
         &output,
         &events,
         &p.stack.public,
-    )
-    .arg("--no-reboot")
-    .args(["--kernel-arg", "console=ttyS0", "--kernel-arg", "panic=-1"])
-    .output()
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success()
-            && stdout
-                .lines()
-                .last()
-                .unwrap_or("")
-                .contains("IMAGE_URL_DONE"),
-        "{name}: writer failed: {:?}\n{stdout}\n{}",
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr)
     );
+    super::caph_write_for_boot(cmd, name);
     let image = m.images[disk].clone();
     let parts = partitions(&image);
     let cmdline = esp_cmdline(&image, &parts);

@@ -144,4 +144,27 @@ pub fn caph_command(
         .stderr(std::process::Stdio::piped());
     cmd
 }
+
+/// Runs a [`caph_command`] for a disk a boot test will boot (no reboot, the serial console, a
+/// panic that ends the VM) and asserts the run ended with `IMAGE_URL_DONE`.
+pub fn caph_write_for_boot(mut cmd: std::process::Command, what: &str) {
+    let out = cmd
+        .arg("--no-reboot")
+        .args(["--kernel-arg", "console=ttyS0", "--kernel-arg", "panic=-1"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success()
+            && stdout
+                .lines()
+                .last()
+                .unwrap_or("")
+                .starts_with("IMAGE_URL_DONE"),
+        "{what}: writer failed: {:?}\n{stdout}\n{}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 pub mod boot;

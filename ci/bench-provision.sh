@@ -34,6 +34,9 @@ if [ ! -d "$tree" ]; then
     cp -a "$root/tests/fixtures/demo/base/boot/." "$tree.partial/boot/"
     mv "$tree.partial" "$tree"
 fi
+# A layer ships nothing under /var (the node mounts its var partition there; ingot build refuses
+# it): apt's and dpkg's state stays out of the benchmark's layer, as manifests/debian/build does.
+find "$tree/var" -mindepth 1 -delete
 
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/ingot-bench-provision.XXXXXX")
 reg_pid= proxy_pid= loopdev=

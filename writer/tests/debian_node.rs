@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ingot_testkit::machine::materialize;
@@ -29,6 +29,7 @@ use ingot_testkit::qemu::{self, OVMF_CODE};
 use ingot_testkit::skip::{find_tool, in_ci, is_root};
 use sha2::{Digest, Sha256};
 
+use common::boot::run_ok;
 use common::{partitions, repo_root};
 
 const TOKEN: &str = "ghp_ingotDebianNodeToken0123456789abcdef";
@@ -58,18 +59,6 @@ fn usable(test: &str) -> bool {
     );
     eprintln!("skipping {test}: needs root, qemu-system-x86_64, OVMF and mmdebstrap");
     false
-}
-
-fn run_ok(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {

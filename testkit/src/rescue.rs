@@ -135,8 +135,8 @@ impl Rescue {
 }
 
 /// One imageURLCommand run as CAPH starts it: the binary copied to `/root/image-url-command`
-/// (with `/root/image-url-command.toml` beside it: `min_read_speed = 1000`, KiB/s, for TCG's
-/// emulated disks), the bootstrap data to `/root/bootstrap.data`, then
+/// (with the trusted key and `/root/image-url-command.toml` beside it, unless the binary has
+/// both built in), the bootstrap data to `/root/bootstrap.data`, then
 /// `OCI_REGISTRY_AUTH_TOKEN='TOKEN' nohup /root/image-url-command URL /root/bootstrap.data NAME 'DEVICES' > LOG`
 /// in the background, polled until it exits.
 pub struct Caph<'a> {
@@ -147,8 +147,13 @@ pub struct Caph<'a> {
     pub machine_name: &'a str,
     /// CAPH's fourth argument: `sda sdb` or WWNs, space-separated.
     pub devices: &'a str,
-    /// The stack's public key, put where the writer reads it without flags.
-    pub trust_key: &'a Path,
+    /// The stack's public key, put where the writer reads it without flags
+    /// (`INGOT_TRUST_KEY`); None: the command has it built in (a `ci/image-url-command` build).
+    pub trust_key: Option<&'a Path>,
+    /// `/root/image-url-command.toml`, beside the command; None: no such file. TCG's emulated
+    /// disks on a shared, loaded host read at a few MiB/s, which says nothing about a server's
+    /// disk, so a test lowers `min_read_speed` here or in the built-in settings.
+    pub settings_beside: Option<&'a str>,
     /// Shell run in the rescue system before the command (e.g. building an old installation).
     pub before: &'a str,
     /// Shell run after the command's results are saved (e.g. inspecting md arrays); its output
@@ -216,7 +221,15 @@ pub fn caph(
         fs::copy(run.command, j.join("image-url-command")).unwrap();
     }
     fs::copy(run.bootstrap, j.join("bootstrap.data")).unwrap();
-    fs::copy(run.trust_key, j.join("trust.pub")).unwrap();
+    let mut setup = String::new();
+    if let Some(key) = run.trust_key {
+        fs::copy(key, j.join("trust.pub")).unwrap();
+        setup += "cp $J/trust.pub /root/trust.pub\nexport INGOT_TRUST_KEY=/root/trust.pub\n";
+    }
+    if let Some(settings) = run.settings_beside {
+        fs::write(j.join("settings.toml"), settings).unwrap();
+        setup += "cp $J/settings.toml /root/image-url-command.toml\n";
+    }
     fs::write(j.join("before.sh"), run.before).unwrap();
     fs::write(j.join("after.sh"), run.after).unwrap();
     let script = format!(
@@ -225,12 +238,7 @@ sh $J/before.sh >$J/before.log 2>&1
 cp $J/image-url-command /root/image-url-command
 chmod 0755 /root/image-url-command
 cp $J/bootstrap.data /root/bootstrap.data
-cp $J/trust.pub /root/trust.pub
-# Settings beside the binary, as an operator's release has them: TCG's emulated disks on a
-# shared, loaded host read at a few MiB/s, which says nothing about a server's disk.
-echo 'min_read_speed = 1000' >/root/image-url-command.toml
-export INGOT_TRUST_KEY=/root/trust.pub
-cd /root
+{setup}cd /root
 OCI_REGISTRY_AUTH_TOKEN={token} nohup /root/image-url-command {url} /root/bootstrap.data {name} {devices}{extra} > /root/image-url-command.log 2>&1 &
 pid=$!
 echo "rescue: image-url-command started"
@@ -246,6 +254,7 @@ echo "rescue: image-url-command exited $(cat $J/exit)"
 sh $J/after.sh >$J/after.log 2>&1
 sync
 "#,
+        setup = setup,
         token = shell_quote(run.token),
         url = shell_quote(run.url),
         name = shell_quote(run.machine_name),

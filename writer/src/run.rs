@@ -62,6 +62,19 @@ impl Effective {
         })
     }
 
+    /// Where [`Effective::key`] takes the trusted key from, for the report.
+    fn key_source(&self, cli: &Cli) -> String {
+        if cli.trust_key.is_some() {
+            "--trust-key".into()
+        } else if std::env::var_os("INGOT_TRUST_KEY").is_some() {
+            "INGOT_TRUST_KEY".into()
+        } else if self.file.trust_key.is_some() {
+            self.from.join(" and ")
+        } else {
+            "the built-in key".into()
+        }
+    }
+
     /// The trusted key: `--trust-key`, else `INGOT_TRUST_KEY`, else the settings' `trust_key`,
     /// else the key compiled in.
     fn key(&self, cli: &Cli) -> Result<ingot_artifact::sign::PublicKey> {
@@ -236,6 +249,7 @@ fn provision(
         "settings",
         serde_json::json!({
             "from": eff.from,
+            "trust_key": eff.key_source(cli),
             "deadline_seconds": eff.deadline.as_secs(),
             "reboot": eff.reboot,
         }),

@@ -119,9 +119,9 @@ pub struct Target {
     zeroing: Zeroing,
 }
 
-const BLKZEROOUT: libc::c_ulong = 0x127f; // _IO(0x12, 127)
-const BLKRRPART: libc::c_ulong = 0x125f; // _IO(0x12, 95)
-const BLKROGET: libc::c_ulong = 0x125e; // _IO(0x12, 94)
+const BLKZEROOUT: libc::Ioctl = 0x127f; // _IO(0x12, 127)
+const BLKRRPART: libc::Ioctl = 0x125f; // _IO(0x12, 95)
+const BLKROGET: libc::Ioctl = 0x125e; // _IO(0x12, 94)
 
 /// How [`Target::open_with`] opens the target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

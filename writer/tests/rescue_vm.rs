@@ -22,6 +22,9 @@ use ingot_testkit::skip::{find_tool, in_ci, is_root};
 
 const TOKEN: &str = "ghp_ingotRescueVmToken0123456789abcdef";
 const WRITER: &str = env!("CARGO_BIN_EXE_ingot-writer");
+/// TCG's emulated disks on a shared, loaded host read at a few MiB/s, which says nothing about a
+/// server's disk: the read-speed gate's floor, in KiB/s, lowered as an operator's settings would.
+const TCG_SETTINGS: &str = "min_read_speed = 1000\n";
 
 fn have(tool: &str) -> bool {
     find_tool(tool).is_some()
@@ -78,7 +81,8 @@ fn run_caph(
             bootstrap: &worker_data(),
             machine_name,
             devices,
-            trust_key: &p.stack.public,
+            trust_key: Some(&p.stack.public),
+            settings_beside: Some(TCG_SETTINGS),
             before,
             after,
             extra_args,
@@ -184,15 +188,50 @@ fn assert_layout(disk: &Disk, layers: &[&str]) {
     );
 }
 
-/// A UEFI rescue VM with two disks; CAPH names the second by its WWN. The writer finds it
-/// through the kernel's sysfs and udev's links, writes it, and leaves the other disk's every
-/// byte alone.
+/// CAPH's image-url-command as `ci/release` makes it (`ci/image-url-command`): ingot-writer with
+/// the stack's public key and the settings built in, static where the musl toolchain is
+/// installed (ci/test installs it). Returns its path.
+fn release_binary(public: &Path) -> std::path::PathBuf {
+    let dir =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("release-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let settings = dir.join("image-url-command.toml");
+    std::fs::write(&settings, TCG_SETTINGS).unwrap();
+    let out = dir.join("image-url-command-ingot");
+    let o = Command::new(repo_root().join("ci/image-url-command"))
+        .arg(public)
+        .arg(&out)
+        .arg(&settings)
+        .output()
+        .expect("ci/image-url-command");
+    let said =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "ci/image-url-command: {said}");
+    eprintln!("{said}");
+    let elf = Command::new("readelf")
+        .arg("-lW")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let is_static = !String::from_utf8_lossy(&elf.stdout).contains("INTERP");
+    assert!(
+        is_static || !in_ci(),
+        "CI must build the static image-url-command (ci/test installs the musl toolchain): {said}"
+    );
+    out
+}
+
+/// A UEFI rescue VM with two disks; CAPH names the second by its WWN, and the command is the
+/// release binary, run exactly as CAPH runs it: no flags, no key or settings file beside it, the
+/// key and settings built in. The writer finds the disk through the kernel's sysfs and udev's
+/// links, writes it, and leaves the other disk's every byte alone.
 #[test]
-fn rescue_vm_provisions_one_disk_by_wwn() {
-    if !usable("rescue_vm_provisions_one_disk_by_wwn") {
+fn rescue_vm_release_binary_provisions_one_disk_by_wwn() {
+    if !usable("rescue_vm_release_binary_provisions_one_disk_by_wwn") {
         return;
     }
     let p = publish(TOKEN);
+    let command = release_binary(&p.stack.public);
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     let other = Disk::create(
         dir.path().join("other.img"),
@@ -207,17 +246,35 @@ fn rescue_vm_provisions_one_disk_by_wwn() {
         "S3Z9NB0K100002",
     );
     let other_before = other.sha256();
-    let run = run_caph(
-        &p,
+    let run = rescue::caph(
+        rescue_system(),
         Firmware::Uefi,
         &[&other, &target],
-        "worker-wwn-1",
-        &target.wwn,
-        "",
-        "ls -l /dev/disk/by-id/; cat /sys/block/sd*/device/wwid",
-        &[],
+        p.registry.front.port,
+        &Caph {
+            command: &command,
+            url: &p.registry.url,
+            token: TOKEN,
+            bootstrap: &worker_data(),
+            machine_name: "worker-wwn-1",
+            devices: &target.wwn,
+            trust_key: None,
+            settings_beside: None,
+            before: "",
+            after: "ls -l /dev/disk/by-id/; cat /sys/block/sd*/device/wwid; ls /root",
+            extra_args: &[],
+        },
     );
     assert_succeeded(&run);
+    // Nothing beside the command: the key and the settings came from inside it.
+    assert!(
+        !run.after.contains("image-url-command.toml"),
+        "{}",
+        run.after
+    );
+    let settings = &run.output_json["details"]["settings"];
+    assert_eq!(settings["trust_key"], "the built-in key", "{settings}");
+    assert_eq!(settings["from"][0], "built in", "{settings}");
     // The kernel's own names, not a fixture's: udev's link and sysfs' wwid for the target.
     assert!(
         run.after.contains(&format!("wwn-{} -> ", target.wwn)),

@@ -29,6 +29,8 @@ pub struct Compressed {
     pub size: u64,
     /// Uncompressed size.
     pub input_size: u64,
+    /// Compressed size of each frame, in order (the descriptor's frame index).
+    pub frames: Vec<u64>,
 }
 
 /// Why a blob does not decompress to what the descriptor says.
@@ -82,6 +84,7 @@ pub fn compress_file(
     let mut hasher = Sha256::new();
     let batch_frames = rayon::current_num_threads().max(1) * 2;
     let (mut size, mut input_size) = (0u64, 0u64);
+    let mut sizes = Vec::new();
     loop {
         let mut frames = Vec::with_capacity(batch_frames);
         for _ in 0..batch_frames {
@@ -111,6 +114,7 @@ pub fn compress_file(
             writer.write_all(c)?;
             size += c.len() as u64;
             input_size += raw.len() as u64;
+            sizes.push(c.len() as u64);
         }
         progress(input_size);
         if done {
@@ -126,6 +130,7 @@ pub fn compress_file(
         digest: format!("sha256:{}", hex::encode(hasher.finalize())),
         size,
         input_size,
+        frames: sizes,
     })
 }
 

@@ -12,18 +12,61 @@ use std::sync::Arc;
 use ext4_view::{Ext4, Ext4Read};
 use ingot_verity::Verifier;
 
+/// Fetches compressed zstd frame `n` of a layer's blob (with a registry's `Range` request).
+pub type FetchFrame = Box<dyn FnMut(usize) -> Result<Vec<u8>, String>>;
+
+/// Where a layer blob's compressed frames come from.
+enum Frames {
+    /// The whole blob, mapped; the byte range of each frame.
+    Mapped {
+        map: Arc<memmap2::Mmap>,
+        frames: Vec<Range<usize>>,
+    },
+    /// One frame at a time, from the frame index's offsets.
+    Fetched { count: usize, fetch: FetchFrame },
+}
+
+impl Frames {
+    fn count(&self) -> usize {
+        match self {
+            Frames::Mapped { frames, .. } => frames.len(),
+            Frames::Fetched { count, .. } => *count,
+        }
+    }
+
+    /// Frame `n`, decompressed (at most `frame_size` bytes).
+    fn decode(&mut self, n: usize, frame_size: u64) -> Result<Vec<u8>, String> {
+        let fetched;
+        let compressed: &[u8] = match self {
+            Frames::Mapped { map, frames } => &map[frames[n].clone()],
+            Frames::Fetched { fetch, .. } => {
+                fetched = fetch(n).map_err(|e| format!("zstd frame {n}: {e}"))?;
+                &fetched
+            }
+        };
+        let mut frame = vec![0; frame_size as usize];
+        let got = zstd::bulk::Decompressor::new()
+            .and_then(|mut d| d.decompress_to_buffer(compressed, &mut frame))
+            .map_err(|e| format!("zstd frame {n}: {e}"))?;
+        frame.truncate(got);
+        Ok(frame)
+    }
+}
+
+/// Decompressed frames kept: reading a file goes back and forth between the inode tables
+/// and the data, and a fetched frame costs a request.
+const FRAME_CACHE: usize = 4;
+
 /// Where the image's bytes come from.
 enum Backing {
     /// A data partition on the target.
     Partition { file: File, offset: u64 },
     /// The layer's blob: independent zstd frames of `frame_size` image bytes each.
     Blob {
-        map: Arc<memmap2::Mmap>,
-        frames: Vec<Range<usize>>,
+        frames: Frames,
         frame_size: u64,
-        /// The decompressed frame last used, and its index.
-        frame: Vec<u8>,
-        current: Option<usize>,
+        /// Recently decompressed frames and their indexes, the latest last.
+        cache: Vec<(usize, Vec<u8>)>,
     },
 }
 
@@ -34,26 +77,29 @@ impl Backing {
                 .read_exact_at(out, *offset + index * bs)
                 .map_err(|e| e.to_string()),
             Backing::Blob {
-                map,
                 frames,
                 frame_size,
-                frame,
-                current,
+                cache,
             } => {
                 let at = index * bs;
                 let n = (at / *frame_size) as usize;
-                let range = frames
-                    .get(n)
-                    .ok_or_else(|| format!("block {index} lies past the last zstd frame"))?;
-                if *current != Some(n) {
-                    *current = None;
-                    frame.resize(*frame_size as usize, 0);
-                    let got = zstd::bulk::Decompressor::new()
-                        .and_then(|mut d| d.decompress_to_buffer(&map[range.clone()], frame))
-                        .map_err(|e| format!("zstd frame {n}: {e}"))?;
-                    frame.truncate(got);
-                    *current = Some(n);
+                if n >= frames.count() {
+                    return Err(format!("block {index} lies past the last zstd frame"));
                 }
+                match cache.iter().position(|(i, _)| *i == n) {
+                    Some(p) => {
+                        let hit = cache.remove(p);
+                        cache.push(hit);
+                    }
+                    None => {
+                        let frame = frames.decode(n, *frame_size)?;
+                        if cache.len() == FRAME_CACHE {
+                            cache.remove(0);
+                        }
+                        cache.push((n, frame));
+                    }
+                }
+                let frame = &cache.last().expect("just pushed").1;
                 let within = (at % *frame_size) as usize;
                 let src = frame
                     .get(within..within + out.len())
@@ -204,23 +250,45 @@ impl LayerFs {
                 start..start + f.len()
             })
             .collect();
+        Self::in_frames(layer, Frames::Mapped { map, frames }, frame_size, verifier)
+    }
+
+    /// The layer in a blob read one frame at a time: `fetch(n)` returns compressed frame `n`
+    /// of `count` (found with the descriptor's frame index). Only the frames holding the
+    /// blocks a read touches are fetched.
+    pub fn fetched(
+        layer: &str,
+        count: usize,
+        fetch: FetchFrame,
+        frame_size: u64,
+        verifier: Arc<Verifier>,
+    ) -> Result<Self, LayerFsError> {
+        Self::in_frames(
+            layer,
+            Frames::Fetched { count, fetch },
+            frame_size,
+            verifier,
+        )
+    }
+
+    fn in_frames(
+        layer: &str,
+        frames: Frames,
+        frame_size: u64,
+        verifier: Arc<Verifier>,
+    ) -> Result<Self, LayerFsError> {
         if frame_size == 0 {
             return Err(LayerFsError::Load {
                 layer: layer.to_string(),
                 reason: "frame size 0".into(),
             });
         }
-        Self::open(
-            layer,
-            Backing::Blob {
-                map,
-                frames,
-                frame_size,
-                frame: Vec::new(),
-                current: None,
-            },
-            verifier,
-        )
+        let backing = Backing::Blob {
+            frames,
+            frame_size,
+            cache: Vec::new(),
+        };
+        Self::open(layer, backing, verifier)
     }
 
     /// Every inode below `/` (not `/` itself, not `lost+found`), sorted by path.

@@ -425,6 +425,7 @@ fn build_layer(
             compression: Compression {
                 algorithm: ZSTD.to_owned(),
                 frame_size: opts.frame_size as u64,
+                frames: compressed.frames.clone(),
             },
         },
         hash: BlobRef {

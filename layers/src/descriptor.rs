@@ -126,6 +126,11 @@ pub struct Compression {
     pub algorithm: String,
     /// Uncompressed bytes per frame.
     pub frame_size: u64,
+    /// The frame index: the compressed size of each frame, in order, so that a reader can fetch
+    /// one frame with a `Range` request (the writer reads the base layer's `/etc/passwd` this
+    /// way without downloading the blob). Empty in stacks built before it existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frames: Vec<u64>,
 }
 
 /// dm-verity parameters of a layer (format 1, veritysetup's meaning for every field).
@@ -192,6 +197,35 @@ pub fn is_sha256_digest(s: &str) -> bool {
 }
 
 /// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hex digits.
+/// A frame index, when present, has one non-zero entry per frame and adds up to the blob.
+fn check_frame_index(layer: &LayerEntry) -> Result<(), String> {
+    let c = &layer.data.compression;
+    if c.frames.is_empty() {
+        return Ok(());
+    }
+    let want = layer.size.div_ceil(c.frame_size);
+    if c.frames.len() as u64 != want {
+        return Err(format!(
+            "the frame index has {} entries, a {}-byte image in {}-byte frames has {want}",
+            c.frames.len(),
+            layer.size,
+            c.frame_size
+        ));
+    }
+    if c.frames.contains(&0) {
+        return Err("the frame index holds a 0-byte frame".into());
+    }
+    let sum = c.frames.iter().try_fold(0u64, |a, &f| a.checked_add(f));
+    if sum != Some(layer.data.size) {
+        return Err(format!(
+            "the frame index adds up to {} bytes, the data blob is {}",
+            sum.map_or("more than 2^64".to_string(), |s| s.to_string()),
+            layer.data.size
+        ));
+    }
+    Ok(())
+}
+
 fn is_uuid(s: &str) -> bool {
     s.len() == 36
         && s.bytes().enumerate().all(|(i, b)| match i {
@@ -268,6 +302,7 @@ impl StackDescriptor {
             if layer.data.compression.frame_size == 0 {
                 return Err(invalid(format!("{at}: frameSize is 0")));
             }
+            check_frame_index(layer).map_err(|e| invalid(format!("{at}: {e}")))?;
             let v = &layer.verity;
             if !is_lower_hex(&v.salt) || v.salt.len() % 2 != 0 {
                 return Err(invalid(format!("{at}: salt is not lowercase hex")));
@@ -422,6 +457,7 @@ mod tests {
                 compression: Compression {
                     algorithm: ZSTD.into(),
                     frame_size: 4 << 20,
+                    frames: vec![100],
                 },
             },
             hash: BlobRef {
@@ -551,6 +587,21 @@ mod tests {
                 Box::new(|v| v["layers"][0]["verity"]["uuid"] = "nope".into()),
             ),
             (
+                "the frame index has 2 entries",
+                Box::new(|v| v["layers"][0]["data"]["compression"]["frames"] = vec![50, 50].into()),
+            ),
+            (
+                "adds up to 99 bytes, the data blob is 100",
+                Box::new(|v| v["layers"][0]["data"]["compression"]["frames"] = vec![99].into()),
+            ),
+            (
+                "a 0-byte frame",
+                Box::new(|v| {
+                    v["layers"][0]["data"]["size"] = 0.into();
+                    v["layers"][0]["data"]["compression"]["frames"] = vec![0].into();
+                }),
+            ),
+            (
                 "missing field `root",
                 Box::new(|v| {
                     v["layers"][0]["verity"]
@@ -568,6 +619,17 @@ mod tests {
                 .unwrap_or_else(|| panic!("accepted: {want}"));
             assert!(err.to_string().contains(want), "{want}: {err}");
         }
+    }
+
+    #[test]
+    fn frame_index_is_optional() {
+        let mut d = sample();
+        for l in &mut d.layers {
+            l.data.compression.frames.clear();
+        }
+        let json = d.to_canonical_json();
+        assert!(!String::from_utf8_lossy(&json).contains("frames"));
+        assert_eq!(StackDescriptor::from_json(&json).unwrap(), d);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -181,6 +181,17 @@ pub struct Front {
     pub auth_seen: Arc<Mutex<Vec<String>>>,
     /// Requests refused for a missing or wrong token.
     pub refused: Arc<AtomicUsize>,
+    /// What went through: response bytes, and requests that carried a `Range` header.
+    pub traffic: Arc<Traffic>,
+}
+
+/// Counts of what a [`Front`] forwarded.
+#[derive(Default)]
+pub struct Traffic {
+    /// Response bytes (heads and bodies) sent to clients.
+    pub bytes: AtomicU64,
+    /// Requests with a `Range` header.
+    pub ranged: AtomicUsize,
 }
 
 impl Front {
@@ -191,15 +202,26 @@ impl Front {
         let stop = Arc::new(AtomicBool::new(false));
         let auth_seen = Arc::new(Mutex::new(Vec::new()));
         let refused = Arc::new(AtomicUsize::new(0));
+        let traffic = Arc::new(Traffic::default());
         let (stop2, seen2, refused2) = (stop.clone(), auth_seen.clone(), refused.clone());
+        let traffic2 = traffic.clone();
         std::thread::spawn(move || {
             while !stop2.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((conn, _)) => {
-                        let (options, seen, refused) =
-                            (options.clone(), seen2.clone(), refused2.clone());
+                        let (options, seen, refused, traffic) = (
+                            options.clone(),
+                            seen2.clone(),
+                            refused2.clone(),
+                            traffic2.clone(),
+                        );
                         std::thread::spawn(move || {
-                            let _ = serve(conn, upstream, &options, &seen, &refused);
+                            let counters = Counters {
+                                seen: &seen,
+                                refused: &refused,
+                                traffic: &traffic,
+                            };
+                            let _ = serve(conn, upstream, &options, &counters);
                         });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -211,6 +233,7 @@ impl Front {
             stop,
             auth_seen,
             refused,
+            traffic,
         }
     }
 
@@ -225,13 +248,24 @@ impl Drop for Front {
     }
 }
 
+/// What one connection's [`serve`] records.
+struct Counters<'a> {
+    seen: &'a Mutex<Vec<String>>,
+    refused: &'a AtomicUsize,
+    traffic: &'a Traffic,
+}
+
 fn serve(
     client: TcpStream,
     upstream: u16,
     options: &FrontOptions,
-    seen: &Mutex<Vec<String>>,
-    refused: &AtomicUsize,
+    counters: &Counters<'_>,
 ) -> std::io::Result<()> {
+    let Counters {
+        seen,
+        refused,
+        traffic,
+    } = *counters;
     client.set_nonblocking(false)?;
     let mut reader = BufReader::new(client.try_clone()?);
     let mut client = client;
@@ -255,6 +289,9 @@ fn serve(
                 .then(|| v.trim().to_owned())
         })
     };
+    if header("range").is_some() {
+        traffic.ranged.fetch_add(1, Ordering::Relaxed);
+    }
     let authorization = header("authorization");
     if let Some(a) = &authorization {
         seen.lock().unwrap().push(a.clone());
@@ -332,6 +369,7 @@ fn serve(
             break;
         }
         client.write_all(&buf[..n])?;
+        traffic.bytes.fetch_add(n as u64, Ordering::Relaxed);
         sent += n as u64;
         if let Some(rate) = options.rate {
             let due = Duration::from_secs_f64(sent as f64 / rate as f64);

@@ -1118,3 +1118,74 @@ fn a_preload_kubeadm_would_not_use_is_a_stage_warning() {
         run.show()
     );
 }
+
+/// Staging reads the base layer's `/etc/passwd` and `/etc/group` from the registry frame by
+/// frame (`Range` requests found through the descriptor's frame index), and the `write` step
+/// streams the blob: the base layer crosses the network about once, never whole into a
+/// temporary file first. The base here is the demo's plus 6 MiB of incompressible data, in
+/// 64 KiB frames (about a hundred of them).
+#[test]
+fn the_base_layer_crosses_the_network_once() {
+    if !usable("the_base_layer_crosses_the_network_once") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = repo_root().canonicalize().unwrap();
+    let base = dir.path().join("base");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(root.join("tests/fixtures/demo/base"))
+        .arg(&base)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let mut noise = vec![0u8; 6 << 20];
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for b in noise.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    fs::create_dir_all(base.join("usr/share/noise")).unwrap();
+    fs::write(base.join("usr/share/noise/data"), &noise).unwrap();
+    let manifest = dir.path().join("stack.toml");
+    fs::write(
+        &manifest,
+        format!(
+            "name = \"demo\"\nversion = \"1.0.0\"\nsource_date_epoch = 1700000000\n\
+             [boot]\nkernel = \"/boot/vmlinuz\"\ninitrd = \"/boot/initrd.img\"\n\
+             efi = \"/boot/efi/EFI/BOOT/BOOTX64.EFI\"\n\
+             [[layer]]\nname = \"base\"\nkind = \"base\"\nsource = {{ dir = \"{}\" }}\n",
+            base.display()
+        ),
+    )
+    .unwrap();
+    let stack = common::build_stack_framed(&manifest, 64 << 10);
+    let blobs: u64 = fs::read_dir(stack.layout.join("blobs/sha256"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum();
+    let published = common::publish_behind_token(
+        &stack.layout,
+        "stacks/demo:1.0.0",
+        TOKEN,
+        &stack.dir.path().join("registry"),
+    );
+    let p = Fixture { stack, published };
+    let m = machine("cpu-worker");
+    let data = bootstrap_fixture("cloud-config-worker-join.yaml");
+    let run = caph(&p, &m, &data, "node-7", "sda", &[]);
+    assert_eq!(run.out.status.code(), Some(0), "{}", run.show());
+    let traffic = &p.published.front.traffic;
+    let served = traffic.bytes.load(std::sync::atomic::Ordering::Relaxed);
+    let ranged = traffic.ranged.load(std::sync::atomic::Ordering::Relaxed);
+    // Before the frame index: the base blob came twice (staging, then the write), 2x.
+    assert!(
+        served < blobs + blobs / 4,
+        "{served} bytes served for {blobs} bytes of blobs\n{}",
+        run.show()
+    );
+    assert!(ranged > 0, "no Range request: {}", run.show());
+    assert!(run.stderr.contains("fetching zstd frame"), "{}", run.show());
+}

@@ -156,6 +156,8 @@ enum Failure {
 struct Received<'a, W: Write + ?Sized> {
     digest: &'a str,
     size: u64,
+    /// Where this transfer stops: `size`, or the end of the range asked for.
+    end: u64,
     offset: &'a mut u64,
     hasher: &'a mut Sha256,
     sink: &'a mut W,
@@ -176,9 +178,9 @@ impl<W: Write + ?Sized> Received<'_, W> {
         S: futures_util::Stream<Item = Result<Bytes, E>> + Unpin,
         E: std::fmt::Display,
     {
-        let (size, digest) = (self.size, self.digest);
+        let (size, end, digest) = (self.size, self.end, self.digest);
         let mut pace = Throughput::start(speed);
-        while *self.offset < size {
+        while *self.offset < end {
             let next = match tokio::time::timeout_at(pace.window_end(), stream.next()).await {
                 Ok(next) => next,
                 Err(_) => match pace.check() {
@@ -205,6 +207,10 @@ impl<W: Write + ?Sized> Received<'_, W> {
                     continue;
                 }
             }
+            if end < size && chunk.len() as u64 > end - *self.offset {
+                // A range inside the blob: a registry that ignored the Range request goes on.
+                chunk = chunk.slice(..(end - *self.offset) as usize);
+            }
             if chunk.len() as u64 > size - *self.offset {
                 return Err(RegistryError::Integrity {
                     blob: digest.to_owned(),
@@ -230,6 +236,13 @@ impl<W: Write + ?Sized> Received<'_, W> {
         }
         Ok(None)
     }
+}
+
+/// One blob of a repository.
+struct BlobAt<'a> {
+    reference: &'a RegistryRef,
+    digest: &'a str,
+    size: u64,
 }
 
 /// The media types a tag may resolve to (what `oci-client` asks for in a HEAD request).
@@ -690,6 +703,77 @@ impl Registry {
         sink: &mut W,
         progress: Option<&ProgressBar>,
     ) -> Result<(), RegistryError> {
+        let mut hasher = Sha256::new();
+        let blob = BlobAt {
+            reference,
+            digest,
+            size,
+        };
+        self.stream_range_async(&blob, 0..size, &mut hasher, sink, progress)
+            .await?;
+        sink.flush().map_err(|e| RegistryError::Io {
+            path: format!("(destination of blob {digest})").into(),
+            source: e,
+        })?;
+        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+        if actual != digest {
+            return Err(RegistryError::Integrity {
+                blob: digest.to_owned(),
+                detail: format!(
+                    "the registry's bytes hash to {actual}; discarded (the registry's copy is \
+                     corrupt or was replaced)"
+                ),
+            });
+        }
+        debug!("blob {digest}: {size} bytes, digest ok");
+        Ok(())
+    }
+
+    /// Bytes `range` of a blob, read into memory (one zstd frame of a layer, say). Not checked
+    /// against the digest, which covers the whole blob: the caller checks what it reads (the
+    /// writer checks every block against the layer's signed verity tree).
+    pub fn fetch_range(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+        range: std::ops::Range<u64>,
+    ) -> Result<Vec<u8>, RegistryError> {
+        if range.start > range.end || range.end > size {
+            return Err(RegistryError::Protocol(format!(
+                "blob {digest}: bytes {range:?} lie outside its {size} bytes"
+            )));
+        }
+        if range.end - range.start > MAX_IN_MEMORY_BLOB {
+            return Err(RegistryError::Protocol(format!(
+                "blob {digest}: {} bytes at once are too many to read into memory",
+                range.end - range.start
+            )));
+        }
+        let mut sink = Vec::with_capacity((range.end - range.start) as usize);
+        let blob = BlobAt {
+            reference,
+            digest,
+            size,
+        };
+        let mut hasher = Sha256::new(); // unused: a range has no digest of its own
+        self.block_on(self.stream_range_async(&blob, range, &mut hasher, &mut sink, None))?;
+        Ok(sink)
+    }
+
+    /// Streams bytes `range` of a blob into `sink` and `hasher`, resuming with `Range` requests
+    /// after transient failures. Every byte of the range reaches the sink once, in order (a
+    /// registry that ignores a `Range` request sends the blob from its start; the bytes before
+    /// the range, or already in the sink, are dropped).
+    async fn stream_range_async<W: Write + ?Sized>(
+        &self,
+        blob: &BlobAt<'_>,
+        range: std::ops::Range<u64>,
+        hasher: &mut Sha256,
+        sink: &mut W,
+        progress: Option<&ProgressBar>,
+    ) -> Result<(), RegistryError> {
+        let (reference, digest, size) = (blob.reference, blob.digest, blob.size);
         if !ingot_layers::descriptor::is_sha256_digest(digest) {
             return Err(RegistryError::Protocol(format!(
                 "`{digest}` is not a sha256 digest"
@@ -703,26 +787,25 @@ impl Registry {
             ..Default::default()
         };
         let what = format!("blob {digest}");
-        let sink_err = |e: std::io::Error| RegistryError::Io {
-            path: format!("(destination of blob {digest})").into(),
-            source: e,
-        };
         let policy = self.options.retry;
-        let mut hasher = Sha256::new();
-        let mut offset = 0u64;
+        let mut offset = range.start;
         let mut failures = 0u32;
-        while offset < size {
+        while offset < range.end {
             let start = offset;
-            // A first request without Range (a plain 200); later ones from the last good byte.
-            let response = if offset == 0 {
+            // A whole blob starts with a plain request (a 200); anything else asks for a Range,
+            // to the end of the range when it ends inside the blob.
+            let response = if offset == 0 && range.end == size {
                 self.client
                     .pull_blob_stream(&oref, &desc)
                     .await
                     .map(BlobResponse::Full)
             } else {
-                info!("{what}: resuming at byte {offset} of {size}");
+                if offset > range.start {
+                    info!("{what}: resuming at byte {offset} of {size}");
+                }
+                let length = (range.end < size).then(|| range.end - offset);
                 self.client
-                    .pull_blob_stream_partial(&oref, &desc, offset, None)
+                    .pull_blob_stream_partial(&oref, &desc, offset, length)
                     .await
             };
             let failure = match response {
@@ -746,8 +829,9 @@ impl Registry {
                     let mut into = Received {
                         digest,
                         size,
+                        end: range.end,
                         offset: &mut offset,
-                        hasher: &mut hasher,
+                        hasher: &mut *hasher,
                         sink: &mut *sink,
                         progress,
                     };
@@ -780,18 +864,6 @@ impl Registry {
             );
             tokio::time::sleep(wait).await;
         }
-        sink.flush().map_err(sink_err)?;
-        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
-        if actual != digest {
-            return Err(RegistryError::Integrity {
-                blob: digest.to_owned(),
-                detail: format!(
-                    "the registry's bytes hash to {actual}; discarded (the registry's copy is \
-                     corrupt or was replaced)"
-                ),
-            });
-        }
-        debug!("{what}: {size} bytes, digest ok");
         Ok(())
     }
 

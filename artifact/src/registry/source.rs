@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use super::client::{Registry, RegistryOptions};
 use super::progress::{short, Progress};
@@ -15,7 +16,7 @@ use crate::verify::{ArtifactSource, VerifyError};
 /// An artifact in a registry.
 #[derive(Debug)]
 pub struct RegistrySource {
-    registry: Registry,
+    registry: Arc<Registry>,
     reference: RegistryRef,
     digest: String,
     tmp: tempfile::TempDir,
@@ -48,7 +49,7 @@ impl RegistrySource {
             .tempdir()
             .map_err(RegistryError::io(&std::env::temp_dir()))?;
         Ok(RegistrySource {
-            registry,
+            registry: Arc::new(registry),
             reference: reference.with_digest(&digest),
             digest,
             tmp,
@@ -70,6 +71,11 @@ impl RegistrySource {
     /// The connection (for callers that want more than the trait offers).
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+
+    /// The connection, for a reader that outlives this borrow (a layer read frame by frame).
+    pub fn shared_registry(&self) -> Arc<Registry> {
+        Arc::clone(&self.registry)
     }
 }
 

@@ -9,13 +9,14 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use ingot_artifact::registry::source::RegistrySource;
 use ingot_artifact::verify::{verify_metadata, verity_params, Trust, VerifyReport};
-use ingot_layers::descriptor::{LayerEntry, StackDescriptor};
+use ingot_layers::descriptor::{DataBlob, LayerEntry, StackDescriptor};
 use ingot_layers::select::Machine;
 use ingot_verity::Verifier;
 
 use crate::error::WriteError;
-use crate::layerfs::LayerFs;
+use crate::layerfs::{FetchFrame, LayerFs};
 use crate::report::{Reporter, Stage};
 use crate::steps::plan::{LayerKind, PlanLayer};
 use crate::steps::resolve::Source;
@@ -70,18 +71,37 @@ impl OpenedStack {
     }
 
     /// The base layer's file system, read from its blob with every block checked against the
-    /// signed tree (for staging, before anything is written). From a registry, the base
-    /// layer's blob is fetched whole for this (and then written from that copy): staging needs
-    /// files from it before the disk plan exists, and a blob has no index of its frames.
+    /// signed tree (for staging, before anything is written). From a registry, only the zstd
+    /// frames holding the blocks read are fetched, each with a `Range` request found through the
+    /// descriptor's frame index; the `write` step streams the whole blob later. A stack built
+    /// before the frame index existed has its base blob fetched whole for this (and then
+    /// written from that copy).
     pub fn base_fs(&self) -> Result<LayerFs, WriteError> {
         let base = &self.layers[0];
+        let data = &base.entry.data;
+        if let (Source::Registry(r), None) = (&self.source, base.data_path.get()) {
+            if !data.compression.frames.is_empty() {
+                return Ok(LayerFs::fetched(
+                    &base.entry.name,
+                    data.compression.frames.len(),
+                    frame_fetcher(r, data),
+                    data.compression.frame_size,
+                    base.verifier.clone(),
+                )?);
+            }
+            tracing::warn!(
+                "the stack's descriptor has no frame index: fetching the base layer's whole \
+                 blob ({} bytes) to read its /etc/passwd",
+                data.size
+            );
+        }
         let path = match base.data_path.get() {
             Some(p) => p.clone(),
             None => {
                 let p = self
                     .source
                     .get()
-                    .blob_file_unhashed(&base.entry.data.digest, base.entry.data.size)?;
+                    .blob_file_unhashed(&data.digest, data.size)?;
                 base.data_path.get_or_init(|| p).clone()
             }
         };
@@ -89,7 +109,7 @@ impl OpenedStack {
         Ok(LayerFs::in_blob(
             &base.entry.name,
             Arc::new(map),
-            base.entry.data.compression.frame_size,
+            data.compression.frame_size,
             base.verifier.clone(),
         )?)
     }
@@ -123,6 +143,27 @@ impl OpenedStack {
         }
         out
     }
+}
+
+/// Fetches frame `n` of a data blob from the registry: its byte range is the sum of the
+/// frame index's sizes before it. What comes back is checked block by block by the reader.
+fn frame_fetcher(r: &RegistrySource, data: &DataBlob) -> FetchFrame {
+    let (registry, reference) = (r.shared_registry(), r.reference().clone());
+    let (digest, size) = (data.digest.clone(), data.size);
+    let mut starts = Vec::with_capacity(data.compression.frames.len() + 1);
+    let mut at = 0u64;
+    starts.push(0);
+    for f in &data.compression.frames {
+        at += f; // the descriptor's check: the sizes add up to the blob's
+        starts.push(at);
+    }
+    Box::new(move |n| {
+        let range = starts[n]..starts[n + 1];
+        tracing::debug!("fetching zstd frame {n} (bytes {range:?}) of blob {digest}");
+        registry
+            .fetch_range(&reference, &digest, size, range)
+            .map_err(|e| e.to_string())
+    })
 }
 
 /// Maps a layer's data blob from the source store.

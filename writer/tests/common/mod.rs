@@ -28,6 +28,11 @@ pub struct Stack {
 
 /// Builds `manifest` signed with a fresh key (4 MiB zstd frames, level 3).
 pub fn build_stack(manifest: &Path) -> Stack {
+    build_stack_framed(manifest, 4 << 20)
+}
+
+/// Builds `manifest` signed with a fresh key, in zstd frames of `frame_size` bytes (level 3).
+pub fn build_stack_framed(manifest: &Path, frame_size: usize) -> Stack {
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
     let public = dir.path().join("ingot.pub");
@@ -39,7 +44,7 @@ pub fn build_stack(manifest: &Path) -> Stack {
         &BuildOptions {
             out: layout.clone(),
             sign_key: Some(key),
-            frame_size: 4 << 20,
+            frame_size,
             zstd_level: 3,
             revision: None,
             force: false,

@@ -359,6 +359,12 @@ impl Target {
         }
     }
 
+    /// Flushes what the O_DIRECT handle wrote to stable storage (the device's write cache
+    /// included).
+    pub fn flush_data(&self) -> Result<(), TargetError> {
+        self.direct.sync_data().map_err(self.err("flushing".into()))
+    }
+
     /// Flushes everything written to stable storage.
     pub fn sync(&self) -> Result<(), TargetError> {
         self.direct.sync_all().map_err(self.err("syncing".into()))?;

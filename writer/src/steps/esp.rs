@@ -97,7 +97,7 @@ pub fn run(
     let mut stats = write_bytes(
         target,
         "esp",
-        &image,
+        &image[..used_len(&image)],
         esp_part.offset,
         zeroed,
         settings.options,
@@ -123,6 +123,29 @@ pub fn run(
         mbr_code = Some(boot_img);
     }
     Ok((cmdline, stats, mbr_code))
+}
+
+/// The volume up to its last non-zero byte, in whole MiB: the boot sector, both FATs, the
+/// directories and the files (FAT32 allocates from the front). Only this is written and read
+/// back: what lies past it are free clusters, which the FATs mark free and nothing reads, so
+/// a disk's old bytes there (where the target could not be zeroed) do not matter, and a
+/// 256 MiB ESP costs what its files cost.
+fn used_len(image: &[u8]) -> usize {
+    const MIB: usize = 1 << 20;
+    static ZERO: [u8; 4096] = [0; 4096];
+    // Page by page from the end (a memcmp each): the free area is most of the volume.
+    let pages = image.len().div_ceil(ZERO.len());
+    let used_pages = (0..pages)
+        .rev()
+        .find(|&p| {
+            let page = &image[p * ZERO.len()..((p + 1) * ZERO.len()).min(image.len())];
+            page != &ZERO[..page.len()]
+        })
+        .map_or(0, |p| p + 1);
+    (used_pages * ZERO.len())
+        .div_ceil(MIB)
+        .saturating_mul(MIB)
+        .min(image.len())
 }
 
 /// What goes on the ESP.
@@ -313,6 +336,23 @@ pub fn loader_entry(title: &str, options: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn used_len_ends_at_the_last_mib_with_data() {
+        let mut v = vec![0u8; 8 << 20];
+        assert_eq!(used_len(&v), 0);
+        v[0] = 1;
+        assert_eq!(used_len(&v), 1 << 20);
+        v[(3 << 20) + 5] = 1;
+        assert_eq!(used_len(&v), 4 << 20);
+        let last = v.len() - 1;
+        v[last] = 1;
+        assert_eq!(used_len(&v), 8 << 20);
+        // A volume whose size is not whole MiB ends where it ends.
+        let mut w = vec![0u8; (1 << 20) + 10];
+        w[(1 << 20) + 3] = 1;
+        assert_eq!(used_len(&w), (1 << 20) + 10);
+    }
 
     #[test]
     fn cluster_sizes_keep_fat32_valid() {

@@ -359,14 +359,25 @@ pub fn write_layer(
     let pool: Mutex<Vec<AlignedBuf>> = Mutex::new(Vec::new());
     let (write_tx, write_rx) = mpsc::sync_channel::<Frame>(depth);
     let (check_tx, check_rx) = mpsc::sync_channel::<Frame>(depth);
+    let (flush_tx, flush_rx) = mpsc::sync_channel::<()>(0);
     let (decoded, written, checked) = std::thread::scope(|s| {
-        let writer = s.spawn(|| write_stage(target, layer, zeroed, write_rx, check_tx));
+        // A flush every FLUSH_EVERY bytes, beside the writes, while later frames still arrive:
+        // the flush the partition table waits for then has little left to do. Its errors come
+        // back at the end (the read-back checks every byte in any case).
+        let flusher = s.spawn(move || -> Result<(), EngineError> {
+            for () in flush_rx {
+                target.flush_data()?;
+            }
+            Ok(())
+        });
+        let writer = s.spawn(|| write_stage(target, layer, zeroed, write_rx, check_tx, flush_tx));
         let checker = s.spawn(|| check_stage(target, layer, check_rx, &pool, opts, reporter));
         let decoded = decode_stage(layer, frames, batch, &pool, &write_tx, opts);
         drop(write_tx);
         let written = writer.join().expect("write stage panicked");
         let checked = checker.join().expect("read-back stage panicked");
-        (decoded, written, checked)
+        let flushed = flusher.join().expect("flusher panicked");
+        (decoded, written.and_then(|w| flushed.map(|()| w)), checked)
     });
     // A later stage's error explains an earlier stage's stop; a decode error stands on its own.
     let (written, checked) = (written?, checked?);
@@ -469,18 +480,31 @@ fn decode_stage(
     Ok((wait, decode))
 }
 
-/// Writes each frame, then hands it on to be read back. Returns (written, skipped, time).
+/// Bytes written between two background flushes.
+const FLUSH_EVERY: u64 = 256 << 20;
+
+/// Writes each frame, then hands it on to be read back; asks `flush_tx` for a flush every
+/// [`FLUSH_EVERY`] bytes. Returns (written, skipped, time).
 fn write_stage(
     target: &Target,
     layer: &LayerData<'_>,
     zeroed: bool,
     write_rx: mpsc::Receiver<Frame>,
     check_tx: mpsc::SyncSender<Frame>,
+    flush_tx: mpsc::SyncSender<()>,
 ) -> Result<(u64, u64, Duration), EngineError> {
     let (mut written, mut skipped, mut time) = (0, 0, Duration::ZERO);
+    let mut unflushed = 0u64;
     for f in write_rx {
         let t = Instant::now();
         let (w, sk) = write_runs(target, &f.data[..f.len], layer.offset + f.at, zeroed)?;
+        unflushed += w;
+        if unflushed >= FLUSH_EVERY {
+            // Skipped while the flusher is still busy with the last one.
+            if flush_tx.try_send(()).is_ok() {
+                unflushed = 0;
+            }
+        }
         time += t.elapsed();
         written += w;
         skipped += sk;

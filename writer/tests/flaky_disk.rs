@@ -384,13 +384,15 @@ fn a_deadline_that_passes_mid_write_leaves_no_partition_table() {
     }
     let stack = demo();
     let work = tempfile::tempdir().unwrap();
-    // 20 ms per FUSE write (at most 128 KiB each): the 256 MiB ESP alone takes over 40 s.
+    // 150 ms per FUSE write (at most 128 KiB each): the wipe (1 MiB at each end) takes about
+    // 2.4 s, the base layer's 2 MB as long again, so the 4 s deadline passes while the layer is
+    // written, with a margin of more than a second either side.
     let (session, target, backing, _shared) =
-        slow_flaky(work.path(), 1024 * MIB, 0, 0, 0, Duration::from_millis(20));
+        slow_flaky(work.path(), 1024 * MIB, 0, 0, 0, Duration::from_millis(150));
     let report = work.path().join("report.json");
     let started = std::time::Instant::now();
     let events = work.path().join("events.jsonl");
-    let out = run_writer(&stack, &target, &report, &events, &["--deadline", "3s"]);
+    let out = run_writer(&stack, &target, &report, &events, &["--deadline", "4s"]);
     let took = started.elapsed();
     drop(session);
     let stderr = String::from_utf8_lossy(&out.stderr);

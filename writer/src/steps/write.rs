@@ -268,7 +268,7 @@ pub fn run(
     if !target.zero_range(var.offset, MIB)? {
         target.write_direct(&AlignedBuf::new(MIB as usize), var.offset)?;
     }
-    opts.check_deadline("write")?;
+    opts.check_deadline("writing the layers")?;
     Ok(total)
 }
 

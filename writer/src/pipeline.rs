@@ -25,6 +25,7 @@ use crate::request::{
 };
 use crate::steps::seal::NodeLayer;
 use crate::steps::verify::OpenedStack;
+pub use crate::steps::write::CopyFrom;
 use crate::steps::{self, plan::DiskPlan};
 use crate::target::Target;
 
@@ -176,9 +177,26 @@ fn write_every_target(
     // The first disk's outcome (plan, command line), with the bytes and rewrites of all.
     let mut first: Option<Outcome> = None;
     let created = mirror_created();
+    // Disks after the first copy the stack's layers from the first (read back and checked
+    // against the signed trees, as any source is) instead of downloading them again.
+    let mut copy: Option<CopyFrom> = None;
     for (index, disk) in targets.iter().enumerate() {
         let settings = disk_settings(opened, settings, index, targets.len(), created);
-        match write_opened(opened, Some(node), &disk.node, &settings, reporter) {
+        let written = write_opened(
+            opened,
+            Some(node),
+            &disk.node,
+            &settings,
+            copy.as_ref(),
+            reporter,
+        );
+        if let (Ok(outcome), None, Some(_)) = (&written, &copy, targets.get(index + 1)) {
+            copy = Some(CopyFrom {
+                target: Target::probe(&disk.node)?,
+                plan: outcome.plan.clone(),
+            });
+        }
+        match written {
             Ok(outcome) => match &mut first {
                 None => first = Some(outcome),
                 Some(total) => {
@@ -209,7 +227,7 @@ pub fn write_stack(req: &WriteRequest, reporter: &Reporter) -> Result<Outcome, W
         &req.settings.registry,
         reporter,
     )?;
-    write_opened(&opened, None, &req.target, &req.settings, reporter)
+    write_opened(&opened, None, &req.target, &req.settings, None, reporter)
 }
 
 /// A dry run of [`write_stack`]: resolve, verify and plan, and nothing written.
@@ -251,11 +269,12 @@ pub fn write_opened(
     node: Option<&NodeLayer>,
     target: &Path,
     settings: &WriteSettings,
+    copy: Option<&CopyFrom>,
     reporter: &Reporter,
 ) -> Result<Outcome, WriteError> {
     let (target, plan) = steps::plan::run(target, opened, node, settings, reporter)?;
     steps::wipe::run(&target, reporter)?;
-    write_planned(&target, opened, node, &plan, settings, reporter).inspect_err(|_| {
+    write_planned(&target, opened, node, &plan, settings, copy, reporter).inspect_err(|_| {
         steps::wipe::after_failure(&target);
     })
 }
@@ -266,9 +285,11 @@ fn write_planned(
     node: Option<&NodeLayer>,
     plan: &DiskPlan,
     settings: &WriteSettings,
+    copy: Option<&CopyFrom>,
     reporter: &Reporter,
 ) -> Result<Outcome, WriteError> {
-    let mut stats = steps::write::run(target, opened, node, plan, settings.options, reporter)?;
+    let mut stats =
+        steps::write::run(target, opened, node, plan, copy, settings.options, reporter)?;
     if let Some(m) = &settings.mirror {
         stats += crate::mirror::write_member(target, plan, m, settings.options, reporter)?;
     }

@@ -169,20 +169,24 @@ impl LayerData<'_> {
     }
 }
 
-/// One compressed zstd frame: borrowed from a mapped blob, or received from a download.
+/// One zstd frame: borrowed from a mapped blob, or received from a download; or a frame's
+/// image bytes as they are (read from a disk written before).
 pub enum Compressed<'a> {
     Mapped(&'a [u8]),
     Owned(Vec<u8>),
+    Raw(AlignedBuf),
 }
 
-impl std::ops::Deref for Compressed<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Compressed::Mapped(s) => s,
-            Compressed::Owned(v) => v,
-        }
-    }
+/// The image bytes of a layer as written at `offset` of `source`, one frame's worth at a time.
+fn copied_frames<'a>(source: &'a Target, offset: u64, layer: &LayerData<'_>) -> Frames<'a> {
+    let (frame_size, image_size) = (layer.frame_size, layer.image_size);
+    Box::new((0..image_size.div_ceil(frame_size)).map(move |i| {
+        let at = i * frame_size;
+        let len = frame_size.min(image_size - at) as usize; // image sizes are ALIGN multiples
+        let mut buf = AlignedBuf::new(len);
+        source.read_direct(&mut buf[..len], offset + at)?;
+        Ok(Compressed::Raw(buf))
+    }))
 }
 
 /// A layer's compressed frames, in order; an error ends the layer.
@@ -206,22 +210,30 @@ struct Frame {
     data: AlignedBuf,
 }
 
+/// A disk this run has already written: the layers of the next disk are copied from it
+/// rather than downloaded again.
+pub struct CopyFrom {
+    pub target: Target,
+    pub plan: DiskPlan,
+}
+
 /// The `write` step; see the module docs.
 pub fn run(
     target: &Target,
     opened: &OpenedStack,
     node: Option<&NodeLayer>,
     plan: &DiskPlan,
+    copy: Option<&CopyFrom>,
     opts: WriteOptions,
     reporter: &Reporter,
 ) -> Result<WriteStats, WriteError> {
     let mut total = WriteStats::default();
     // Blobs not on this machine stream from the registry, the next one downloading while
-    // this one is written.
+    // this one is written (unless they come from a disk written before).
     let jobs: Vec<stream::Job> = opened
         .layers()
         .iter()
-        .filter(|p| p.data_path.get().is_none())
+        .filter(|p| p.data_path.get().is_none() && copy.is_none())
         .map(|p| stream::Job {
             layer: p.entry.name.clone(),
             digest: p.entry.data.digest.clone(),
@@ -239,7 +251,11 @@ pub fn run(
         }
         .into_iter();
         for (index, p) in opened.layers().iter().enumerate() {
-            total += stack_layer(target, index, p, plan, &mut streams, opts, reporter)?;
+            let source = LayerSource {
+                streams: &mut streams,
+                copy,
+            };
+            total += stack_layer(target, index, p, plan, source, opts, reporter)?;
         }
         Ok(())
     })?;
@@ -272,14 +288,21 @@ pub fn run(
     Ok(total)
 }
 
-/// One layer of the stack: its image (from its local blob, or the next registry stream), then
-/// its hash device, each read back and checked.
-fn stack_layer(
+/// Where a layer not on this machine comes from: the next registry stream, or a disk written
+/// before.
+struct LayerSource<'s, I: Iterator<Item = stream::Stream>> {
+    streams: &'s mut I,
+    copy: Option<&'s CopyFrom>,
+}
+
+/// One layer of the stack: its image (from its local blob, a disk written before, or the next
+/// registry stream), then its hash device, each read back and checked.
+fn stack_layer<I: Iterator<Item = stream::Stream>>(
     target: &Target,
     index: usize,
     p: &Prepared,
     plan: &DiskPlan,
-    streams: &mut impl Iterator<Item = stream::Stream>,
+    source: LayerSource<'_, I>,
     opts: WriteOptions,
     reporter: &Reporter,
 ) -> Result<WriteStats, WriteError> {
@@ -313,12 +336,17 @@ fn stack_layer(
         partition_size: data.size,
     };
     let map;
-    let frames = match p.data_path.get() {
-        Some(path) => {
+    let frames = match (p.data_path.get(), source.copy) {
+        (Some(path), _) => {
             map = map_blob(path)?;
             mapped_frames(&layer, &map)?
         }
-        None => streams
+        (None, Some(copy)) => {
+            let from = copy.plan.part(&Content::LayerData { index }).offset;
+            copied_frames(&copy.target, from, &layer)
+        }
+        (None, None) => source
+            .streams
             .next()
             .expect("one stream per layer not on this machine")
             .frames(),
@@ -581,14 +609,27 @@ fn check_stage(
 fn decode_frame(
     layer: &LayerData<'_>,
     index: u64,
-    frame: &[u8],
+    frame: &Compressed<'_>,
     buf: Option<AlignedBuf>,
 ) -> Result<Frame, EngineError> {
     let at = index * layer.frame_size;
     let len = layer.frame_size.min(layer.image_size - at) as usize;
     let mut data = buf.unwrap_or_else(|| AlignedBuf::new(layer.frame_size as usize));
+    let compressed = match frame {
+        Compressed::Mapped(s) => *s,
+        Compressed::Owned(v) => v.as_slice(),
+        Compressed::Raw(raw) => {
+            data[..len].copy_from_slice(&raw[..len]);
+            return Ok(Frame {
+                index,
+                at,
+                len,
+                data,
+            });
+        }
+    };
     let n = zstd::bulk::Decompressor::new()
-        .and_then(|mut d| d.decompress_to_buffer(frame, &mut data[..]))
+        .and_then(|mut d| d.decompress_to_buffer(compressed, &mut data[..]))
         .map_err(|e| layer.blob_err(format!("zstd frame {index}: {e}")))?;
     if n != len {
         return Err(layer.blob_err(format!(

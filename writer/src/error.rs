@@ -86,8 +86,60 @@ impl ProvisionError {
             ProvisionError::Write(WriteError::Engine(EngineError::Interrupted { .. })) => {
                 "interrupted".into()
             }
-            ProvisionError::Write(WriteError::Source(_)) => "image-invalid".into(),
+            ProvisionError::Write(WriteError::Source(_))
+            | ProvisionError::Write(WriteError::Engine(
+                EngineError::Blob { .. } | EngineError::BadSource { .. },
+            )) => "image-invalid".into(),
+            ProvisionError::Write(WriteError::Engine(EngineError::Download { .. })) => {
+                "download-failed".into()
+            }
             ProvisionError::Write(_) => "write-failed".into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What the operator reads in CAPH: a registry or network problem in `write` is not a disk
+    /// problem.
+    #[test]
+    fn write_failures_name_their_cause() {
+        let engine = |e: EngineError| ProvisionError::Write(WriteError::Engine(e)).reason();
+        let (layer, blob) = ("base".to_string(), "sha256:00".to_string());
+        assert_eq!(
+            engine(EngineError::Download {
+                layer: layer.clone(),
+                blob: blob.clone(),
+                reason: "the response ended".into(),
+            }),
+            "download-failed"
+        );
+        assert_eq!(
+            engine(EngineError::BadSource {
+                layer: layer.clone(),
+                blob: blob.clone(),
+                frame: 3,
+                block: 7,
+            }),
+            "image-invalid"
+        );
+        assert_eq!(
+            engine(EngineError::Blob {
+                layer: layer.clone(),
+                blob,
+                reason: "zstd frame 3: corrupt".into(),
+            }),
+            "image-invalid"
+        );
+        assert_eq!(
+            engine(EngineError::TooLarge {
+                layer,
+                need: 2,
+                have: 1,
+            }),
+            "write-failed"
+        );
     }
 }

@@ -848,7 +848,12 @@ fn a_rerun_resumes_a_partial_blob_with_a_range_request() {
     // (case, partial file's bytes, whether its bytes are kept, what stderr says)
     let cases: [(&str, &[u8], bool, &str); 3] = [
         ("prefix", &blob[..half], true, "resuming at byte"),
-        ("wrong bytes", &wrong, false, "do not give its digest; discarded"),
+        (
+            "wrong bytes",
+            &wrong,
+            false,
+            "do not give its digest; discarded",
+        ),
         ("longer", &longer, false, "more than the"),
     ];
     for (case, partial, kept, says) in cases {
@@ -890,7 +895,10 @@ fn a_rerun_resumes_a_partial_blob_with_a_range_request() {
         assert_eq!(tree_digests(&out), tree_digests(&layout), "{case}");
         for e in fs::read_dir(&blobs_dir).unwrap() {
             let name = e.unwrap().file_name().to_string_lossy().into_owned();
-            assert!(!name.starts_with(".partial-"), "{case}: left behind: {name}");
+            assert!(
+                !name.starts_with(".partial-"),
+                "{case}: left behind: {name}"
+            );
         }
         ok(ingot_with(
             &["verify", p(&out), "--trust-key", p(&pk)],

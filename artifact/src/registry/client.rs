@@ -9,7 +9,7 @@
 //!   handed to the sink; after a failure it asks for `Range: bytes=OFFSET-` from the last good
 //!   byte (`pull_blob_stream_partial`; a partial response is not verified by `oci-client`, so the
 //!   digest is always checked here, over the whole blob); a download to a file starts the same
-//!   way from the length of the partial file an interrupted run left ([`super::partial`]);
+//!   way from the length of the partial file an interrupted run left (`partial`);
 //! - **digests**: a blob is accepted only if its size and SHA-256 match; manifests are re-hashed;
 //! - **uploads** are streamed from the file in large items (never the whole blob in memory). An
 //!   interrupted upload restarts that blob: `oci-client` cannot resume an upload session.

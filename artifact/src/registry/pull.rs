@@ -157,7 +157,10 @@ fn remove_stale_partials(dir: &Path, blobs: &[(String, u64)]) -> Result<(), Regi
         let path = entry.path();
         let wanted = partial::digest_of(&name).is_some_and(|d| blobs.iter().any(|(b, _)| *b == d));
         if wanted {
-            tracing::info!("keeping {}, left by an interrupted pull, to resume from", path.display());
+            tracing::info!(
+                "keeping {}, left by an interrupted pull, to resume from",
+                path.display()
+            );
         } else {
             tracing::info!("removing {}, left by an interrupted pull", path.display());
             std::fs::remove_file(&path).map_err(RegistryError::io(&path))?;

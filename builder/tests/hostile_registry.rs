@@ -1,7 +1,8 @@
 //! Hostile registries and layouts (issue 15): what a server or a file can make `ingot pull` and
 //! `ingot verify` spend. The server here is a small HTTP/1.1 responder on 127.0.0.1 serving a real
 //! built layout, and misbehaving on purpose: a 4 GiB manifest (declared and chunked), blobs at
-//! one byte a second, a descriptor signed by the trusted key but breaking the manifest's rules.
+//! one byte a second, a descriptor signed by the trusted key but breaking the manifest's rules,
+//! blob responses held after their headers until the test lets them go.
 //! Every server thread stops by itself: when the client goes, when its byte budget is spent, or
 //! when the test drops the server.
 //!
@@ -19,8 +20,8 @@ use std::net::{TcpListener, TcpStream};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -39,6 +40,19 @@ enum Mode {
     HugeChunkedManifest,
     /// Manifests are fine; every blob comes at one byte a second.
     OneBytePerSecond,
+    /// Manifests are fine; a GET of a blob not in [`Hold::pass`] sends its headers, then waits
+    /// until [`Server::release`].
+    HoldBlobs,
+}
+
+/// The blob responses [`Mode::HoldBlobs`] holds.
+#[derive(Default)]
+struct Hold {
+    /// Digests served at once.
+    pass: Mutex<Vec<String>>,
+    /// Responses held so far.
+    held: AtomicUsize,
+    released: AtomicBool,
 }
 
 const FOUR_GIB: u64 = 4 << 30;
@@ -47,6 +61,7 @@ const FOUR_GIB: u64 = 4 << 30;
 struct Server {
     port: u16,
     stop: Arc<AtomicBool>,
+    hold: Arc<Hold>,
 }
 
 impl Server {
@@ -55,21 +70,41 @@ impl Server {
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
-        let (stop2, root) = (stop.clone(), root.to_owned());
+        let hold = Arc::new(Hold::default());
+        let (stop2, hold2, root) = (stop.clone(), hold.clone(), root.to_owned());
         std::thread::spawn(move || {
             while !stop2.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((conn, _)) => {
-                        let (root, stop) = (root.clone(), stop2.clone());
+                        let (root, stop, hold) = (root.clone(), stop2.clone(), hold2.clone());
                         std::thread::spawn(move || {
-                            let _ = serve(conn, &root, mode, &stop);
+                            let _ = serve(conn, &root, mode, &stop, &hold);
                         });
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
                 }
             }
         });
-        Server { port, stop }
+        Server { port, stop, hold }
+    }
+
+    /// [`Mode::HoldBlobs`]: serve this blob at once.
+    fn pass(&self, digest: &str) {
+        self.hold.pass.lock().unwrap().push(digest.to_owned());
+    }
+
+    /// Waits until a blob response is being held (at most a minute).
+    fn wait_held(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.hold.held.load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < deadline, "no blob request came");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Lets every held response (and every later one) go.
+    fn release(&self) {
+        self.hold.released.store(true, Ordering::Relaxed);
     }
 
     fn url(&self, rest: &str) -> String {
@@ -83,7 +118,13 @@ impl Drop for Server {
     }
 }
 
-fn serve(conn: TcpStream, root: &Path, mode: Mode, stop: &AtomicBool) -> std::io::Result<()> {
+fn serve(
+    conn: TcpStream,
+    root: &Path,
+    mode: Mode,
+    stop: &AtomicBool,
+    hold: &Hold,
+) -> std::io::Result<()> {
     conn.set_nonblocking(false)?;
     conn.set_write_timeout(Some(Duration::from_secs(30)))?;
     let mut reader = BufReader::new(conn.try_clone()?);
@@ -155,6 +196,12 @@ fn serve(conn: TcpStream, root: &Path, mode: Mode, stop: &AtomicBool) -> std::io
         } else {
             "200 OK"
         };
+        if mode == Mode::HoldBlobs
+            && !body_of_head
+            && !hold.pass.lock().unwrap().iter().any(|d| d == digest)
+        {
+            return held(&mut out, status, rest, hold, stop);
+        }
         if mode != Mode::OneBytePerSecond || body_of_head {
             return respond(
                 &mut out,
@@ -211,6 +258,32 @@ fn respond(
     if !head_only {
         out.write_all(body)?;
     }
+    out.flush()
+}
+
+/// A blob response whose body waits until the test releases it (or drops the server).
+fn held(
+    out: &mut TcpStream,
+    status: &str,
+    body: &[u8],
+    hold: &Hold,
+    stop: &AtomicBool,
+) -> std::io::Result<()> {
+    write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Type: application/octet-stream\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )?;
+    out.flush()?;
+    hold.held.fetch_add(1, Ordering::Relaxed);
+    while !hold.released.load(Ordering::Relaxed) {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    out.write_all(body)?;
     out.flush()
 }
 
@@ -516,4 +589,66 @@ fn a_local_layout_with_a_huge_manifest_or_index_is_refused_unread() {
             run.max_rss_kib
         );
     }
+}
+
+/// The `ingot-registry-*` directories in `dir`.
+fn registry_temp_dirs(dir: &Path) -> Vec<String> {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("ingot-registry-"))
+        .collect()
+}
+
+/// Issue 15, item 11: `verify oci://` (and `ingot-writer oci://`, through the same source) made
+/// its `ingot-registry-*` temporary directory as soon as the tag resolved, so a run killed
+/// before any blob was downloaded left an empty one in $TMPDIR. It is now made for the first
+/// blob that needs a file, and removed at the end.
+#[test]
+fn the_registry_temp_dir_is_made_only_for_a_downloaded_blob() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, _, pk) = demo(tmp.path());
+    let pk = pk.to_str().unwrap();
+    let descriptor = read_layout(&layout).manifest["config"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let verify = |tmpdir: &Path, url: &str| {
+        fs::create_dir(tmpdir).unwrap();
+        Command::new(env!("CARGO_BIN_EXE_ingot"))
+            .args(["verify", url, "--trust-key", pk])
+            .env("TMPDIR", tmpdir)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+
+    // Killed while the descriptor (read into memory, no file) is on its way.
+    let server = Server::start(&layout, Mode::HoldBlobs);
+    let killed = tmp.path().join("tmp-killed");
+    let mut child = verify(&killed, &server.url("demo:1.0.0"));
+    server.wait_held();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(registry_temp_dirs(&killed), Vec::<String>::new());
+
+    // A whole verify: the directory is there while the first layer blob downloads into it,
+    // and gone at the end.
+    let server = Server::start(&layout, Mode::HoldBlobs);
+    server.pass(&descriptor);
+    let whole = tmp.path().join("tmp-whole");
+    let child = verify(&whole, &server.url("demo:1.0.0"));
+    server.wait_held();
+    assert_eq!(registry_temp_dirs(&whole).len(), 1);
+    server.release();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(registry_temp_dirs(&whole), Vec::<String>::new());
 }

@@ -2,7 +2,8 @@
 //! `docker-registry` (distribution 2.8) on 127.0.0.1: round trips, skopeo interop, basic auth
 //! (htpasswd, docker config.json), a bearer token (OCI_REGISTRY_AUTH_TOKEN) demanded by a front
 //! forwarding to the real registry, a registry killed and restarted mid-download (the pull
-//! resumes with a Range request), and a corrupted blob in the registry's storage.
+//! resumes with a Range request), an interrupted pull's partial file resumed by a rerun (bytes
+//! counted by `ingot-testproxy`), and a corrupted blob in the registry's storage.
 
 mod common;
 use ingot_testkit::registry as registry_support;
@@ -807,4 +808,102 @@ fn a_killed_pull_rerun_keeps_the_finished_blobs_and_completes() {
         &[],
         None,
     ));
+}
+
+/// Issue 15, item 11: a rerun of an interrupted pull deleted its `.partial-*` files and fetched
+/// those blobs again from their first byte. Now each partial file (named by its blob's digest)
+/// is resumed with a Range request from its length; one with wrong bytes, or longer than its
+/// blob, is discarded with a warning and the blob fetched again from the start. Bytes over the
+/// wire are counted by `ingot-testproxy` between ingot and the real registry.
+#[test]
+fn a_rerun_resumes_a_partial_blob_with_a_range_request() {
+    let test = "a_rerun_resumes_a_partial_blob_with_a_range_request";
+    if !have_registry(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (sk, pk) = keypair(tmp.path(), "release");
+    let manifest = bulk_manifest(&repo(), tmp.path(), 8 << 20);
+    let layout = tmp.path().join("bulk");
+    build(&manifest, &layout, Some(&sk));
+    let reg = Registry::start(&tmp.path().join("reg"), None);
+    ok(ingot_with(
+        &["publish", p(&layout), &reg.url("stacks/bulk:1.0.0"), "-q"],
+        &[],
+        None,
+    ));
+    let built = read_layout(&layout);
+    let big = built.layer("bulk")["data"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let hex = big.strip_prefix("sha256:").unwrap();
+    let blob = fs::read(common::blob_path(&layout, &big)).unwrap();
+    let size = blob.len() as u64;
+    let half = blob.len() / 2;
+    let mut wrong = blob[..half].to_vec();
+    wrong[half / 2] ^= 0x40;
+    let longer = [blob.as_slice(), b"x"].concat();
+
+    // (case, partial file's bytes, whether its bytes are kept, what stderr says)
+    let cases: [(&str, &[u8], bool, &str); 3] = [
+        ("prefix", &blob[..half], true, "resuming at byte"),
+        (
+            "wrong bytes",
+            &wrong,
+            false,
+            "do not give its digest; discarded",
+        ),
+        ("longer", &longer, false, "more than the"),
+    ];
+    for (case, partial, kept, says) in cases {
+        // What an interrupted pull leaves: the other blobs, no index.json, a partial file.
+        let out = tmp.path().join(format!("pulled-{case}"));
+        ok(ingot_with(
+            &["pull", &reg.url("stacks/bulk:1.0.0"), p(&out), "-q"],
+            &[],
+            None,
+        ));
+        fs::remove_file(out.join("index.json")).unwrap();
+        fs::remove_file(common::blob_path(&out, &big)).unwrap();
+        let blobs_dir = out.join("blobs/sha256");
+        fs::write(blobs_dir.join(format!(".partial-{hex}")), partial).unwrap();
+        // A partial file of no blob this manifest names: removed.
+        fs::write(blobs_dir.join(".partial-Ab12Cd"), b"stale").unwrap();
+
+        let proxy = ingot_testproxy::Proxy::start(
+            "127.0.0.1:0".parse().unwrap(),
+            reg.host().parse().unwrap(),
+            ingot_testproxy::Faults::default(),
+        )
+        .unwrap();
+        let source = format!("oci://{}/stacks/bulk:1.0.0", proxy.host());
+        let o = ingot_with(&["-v", "pull", &source, p(&out), "-q"], &[], None);
+        assert!(o.status.success(), "{case}: {}", text(&o));
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains(says), "{case}: {stderr}");
+        let wire = proxy.stats.bytes.load(std::sync::atomic::Ordering::SeqCst);
+        let ranged = proxy.stats.ranged.load(std::sync::atomic::Ordering::SeqCst);
+        eprintln!("{case}: {wire} bytes over the wire for a {size}-byte blob, {ranged} ranged");
+        if kept {
+            // Headers and the manifest included, still less than the blob: the prefix was kept.
+            assert!(wire < size, "{case}: {wire} bytes fetched for {size}");
+            assert_eq!(ranged, 1, "{case}");
+        } else {
+            assert!(wire > size, "{case}: {wire} bytes fetched for {size}");
+        }
+        assert_eq!(tree_digests(&out), tree_digests(&layout), "{case}");
+        for e in fs::read_dir(&blobs_dir).unwrap() {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            assert!(
+                !name.starts_with(".partial-"),
+                "{case}: left behind: {name}"
+            );
+        }
+        ok(ingot_with(
+            &["verify", p(&out), "--trust-key", p(&pk)],
+            &[],
+            None,
+        ));
+    }
 }

@@ -1201,3 +1201,166 @@ fn the_base_layer_crosses_the_network_once() {
     let ranged = traffic.ranged.load(std::sync::atomic::Ordering::Relaxed);
     assert!(ranged > 0, "no Range request");
 }
+
+/// A stack big enough to be caught mid-write: the demo's base, and a second layer (every UEFI
+/// machine's) holding `bytes` of random (incompressible) data, which the writer streams from
+/// the registry while it writes (the base it downloads before, to stage files from it).
+fn bulky_stack(work: &Path, bytes: usize) -> common::Stack {
+    let tree = work.join("bulky-tree");
+    fs::create_dir_all(tree.join("opt")).unwrap();
+    let mut data = vec![0u8; bytes];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for chunk in data.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+    fs::write(tree.join("opt/random.bin"), data).unwrap();
+    let manifest = work.join("bulky.toml");
+    fs::write(
+        &manifest,
+        format!(
+            "name = \"bulky\"\nversion = \"1\"\nsource_date_epoch = 1700000000\n\n[boot]\n\
+             kernel = \"/boot/vmlinuz\"\ninitrd = \"/boot/initrd.img\"\n\
+             efi = \"/boot/efi/EFI/BOOT/BOOTX64.EFI\"\n\n[[layer]]\nname = \"base\"\n\
+             kind = \"base\"\nsource = {{ dir = \"{}\" }}\n\n[[layer]]\nname = \"bulky\"\n\
+             kind = \"bulky\"\nwhen = \"uefi\"\nsource = {{ dir = \"{}\" }}\n",
+            repo_root().join("tests/fixtures/demo/base").display(),
+            tree.display()
+        ),
+    )
+    .unwrap();
+    common::build_stack(&manifest)
+}
+
+/// Whether a disk image has a partition table: a protective MBR, a primary or backup GPT
+/// header, or anything else `sfdisk` recognizes.
+fn has_partition_table(image: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
+    let f = fs::File::open(image).unwrap();
+    let mut head = [0u8; 1024];
+    f.read_exact_at(&mut head, 0).unwrap();
+    let mut last = [0u8; 8];
+    f.read_exact_at(&mut last, f.metadata().unwrap().len() - 512)
+        .unwrap();
+    head[510..512] == [0x55, 0xAA]
+        || &head[512..520] == b"EFI PART"
+        || &last == b"EFI PART"
+        || Command::new("sfdisk")
+            .arg("--dump")
+            .arg(image)
+            .output()
+            .unwrap()
+            .status
+            .success()
+}
+
+/// SIGTERM while CAPH's command writes the layers (CAPH, or an operator, stopping it): the last
+/// stdout line is CAPH's `FAILED (interrupted)` line saying the disk was left without a
+/// partition table, never IMAGE_URL_DONE; output.json says failed; and the disk, which held a
+/// previous install's table, has none.
+#[test]
+fn sigterm_mid_write_ends_caph_mode_with_its_failed_line() {
+    if !usable("sigterm_mid_write_ends_caph_mode_with_its_failed_line") {
+        return;
+    }
+    use base64::Engine;
+    let m = machine("cpu-worker");
+    let image = m.m.images["sda"].clone();
+    let data = bootstrap_fixture("cloud-config-worker-join.yaml");
+    let stack = bulky_stack(m.dir.path(), 48 << 20);
+    let published = common::publish_behind_token(
+        &stack.layout,
+        "stacks/bulky:1",
+        TOKEN,
+        &m.dir.path().join("registry"),
+    );
+    let output = m.dir.path().join("output.json");
+    let events = m.dir.path().join("events.jsonl");
+    let command = |url: &str| {
+        let mut cmd = common::caph_command(
+            url,
+            TOKEN,
+            &data,
+            "node-9",
+            "sda",
+            &m.m.root,
+            &output,
+            &events,
+            &stack.public,
+        );
+        cmd.args(["--no-reboot", "--esp-size", "64"]);
+        cmd
+    };
+
+    // A previous install: the interrupted run must not leave its table either.
+    let out = command(&published.url).output().unwrap();
+    assert!(
+        out.status.success(),
+        "first install: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(has_partition_table(&image));
+
+    // Blobs at 8 MB/s, so the 48 MiB layer takes seconds to write.
+    let slow = ingot_testkit::registry::Front::start(
+        published.registry.port,
+        ingot_testkit::registry::FrontOptions {
+            bearer: Some(base64::engine::general_purpose::STANDARD.encode(TOKEN)),
+            rate: Some(8_000_000),
+        },
+    );
+    let _ = fs::remove_file(&events);
+    let child = command(&slow.url("stacks/bulky:1")).spawn().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let writing = |line: &str| {
+        serde_json::from_str::<serde_json::Value>(line)
+            .is_ok_and(|e| e["event"] == "progress" && e["stage"] == "write")
+    };
+    while !fs::read_to_string(&events)
+        .unwrap_or_default()
+        .lines()
+        .any(writing)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no write progress: {}",
+            fs::read_to_string(&events).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let show = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{show}");
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("ingot-writer: FAILED (interrupted): ")
+            && last.ends_with("; the target disk was left without a partition table"),
+        "last line {last:?}\n{show}"
+    );
+    assert!(!stdout.contains("IMAGE_URL_DONE"), "{show}");
+    let status: serde_json::Value = serde_json::from_slice(&fs::read(&output).unwrap()).unwrap();
+    eprintln!(
+        "last line: {last}\noutput.json message: {}",
+        status["message"]
+    );
+    assert_eq!(status["state"], "failed", "{status}");
+    assert!(
+        status["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("interrupted by a signal while writing"),
+        "{status}"
+    );
+    assert!(
+        !has_partition_table(&image),
+        "an interrupted write leaves no partition table"
+    );
+}

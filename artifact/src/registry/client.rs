@@ -8,7 +8,8 @@
 //! - **resume**: [`Registry::stream_blob`] keeps the running SHA-256 of the bytes it has
 //!   handed to the sink; after a failure it asks for `Range: bytes=OFFSET-` from the last good
 //!   byte (`pull_blob_stream_partial`; a partial response is not verified by `oci-client`, so the
-//!   digest is always checked here, over the whole blob);
+//!   digest is always checked here, over the whole blob); a download to a file starts the same
+//!   way from the length of the partial file an interrupted run left (`partial`);
 //! - **digests**: a blob is accepted only if its size and SHA-256 match; manifests are re-hashed;
 //! - **uploads** are streamed from the file in large items (never the whole blob in memory). An
 //!   interrupted upload restarts that blob: `oci-client` cannot resume an upload session.
@@ -16,7 +17,7 @@
 //!   every download must keep up a minimum throughput or it is dropped and retried.
 
 use std::future::Future;
-use std::io::{Read, Write};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::time::Duration;
 
@@ -32,6 +33,7 @@ use tracing::{debug, info, warn};
 
 use super::auth::{self, Credentials, ExplicitAuth, ResolvedAuth};
 use super::limits::{self, GetError, SpeedLimit, Throughput, MAX_MANIFEST_SIZE};
+use super::partial::{self, Prefix};
 use super::reference::RegistryRef;
 use super::RegistryError;
 use crate::oci_layout::{sha256_digest, ImageManifest, INDEX_MEDIA_TYPE, MANIFEST_MEDIA_TYPE};
@@ -703,13 +705,33 @@ impl Registry {
         sink: &mut W,
         progress: Option<&ProgressBar>,
     ) -> Result<(), RegistryError> {
-        let mut hasher = Sha256::new();
+        let from_zero = Prefix::default();
+        self.stream_blob_after_async(reference, digest, size, from_zero, sink, progress)
+            .await
+    }
+
+    /// [`Registry::stream_blob`] into a sink that already holds the blob's first `prefix.len`
+    /// bytes (an interrupted run's partial file): the first request is a `Range` request from
+    /// there, as after a dropped connection, and the digest check covers the prefix too.
+    pub(crate) async fn stream_blob_after_async<W: Write + ?Sized>(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+        prefix: Prefix,
+        sink: &mut W,
+        progress: Option<&ProgressBar>,
+    ) -> Result<(), RegistryError> {
+        let Prefix { len, mut hasher } = prefix;
+        if let Some(p) = progress {
+            p.set_position(len);
+        }
         let blob = BlobAt {
             reference,
             digest,
             size,
         };
-        self.stream_range_async(&blob, 0..size, &mut hasher, sink, progress)
+        self.stream_range_async(&blob, len..size, &mut hasher, sink, progress)
             .await?;
         sink.flush().map_err(|e| RegistryError::Io {
             path: format!("(destination of blob {digest})").into(),
@@ -867,8 +889,11 @@ impl Registry {
         Ok(())
     }
 
-    /// Download a blob to `dest`: into a temporary file beside it, renamed into place only
-    /// after the size and digest check. Bad bytes are never left at `dest`.
+    /// Download a blob to `dest`: into its partial file beside it (`.partial-<hex>`), renamed
+    /// into place only after the size and digest check. Bad bytes are never left at `dest`.
+    /// A partial file an interrupted run left is resumed from its length; if the whole then
+    /// fails the digest check, it is discarded and the blob fetched again from the start. A
+    /// download that fails for another reason keeps its partial file for the next run.
     pub fn pull_blob_to_file(
         &self,
         reference: &RegistryRef,
@@ -888,28 +913,61 @@ impl Registry {
         dest: &Path,
         progress: Option<&ProgressBar>,
     ) -> Result<(), RegistryError> {
-        let dir = dest.parent().unwrap_or(Path::new("."));
-        let tmp = tempfile::Builder::new()
-            .prefix(".partial-")
-            .tempfile_in(dir)
-            .map_err(RegistryError::io(dir))?;
-        let (file, tmp_path) = tmp.into_parts();
+        let path = partial::path_for(dest, digest)?;
+        let prefix = partial::resume(&path, digest, size)?;
+        let kept = prefix.len;
+        let mut result = self
+            .fill_partial(reference, digest, size, &path, prefix, progress)
+            .await;
+        if kept > 0 && matches!(result, Err(RegistryError::Integrity { .. })) {
+            warn!(
+                "blob {digest}: the {kept} bytes an interrupted download left in {} and the \
+                 rest do not give its digest; discarded, fetching the blob from the start",
+                path.display()
+            );
+            result = self
+                .fill_partial(reference, digest, size, &path, Prefix::default(), progress)
+                .await;
+        }
+        if let Err(e) = result {
+            if matches!(e, RegistryError::Integrity { .. }) {
+                partial::discard(&path)?;
+            }
+            return Err(e);
+        }
+        std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .map_err(RegistryError::io(&path))?;
+        std::fs::rename(&path, dest).map_err(RegistryError::io(dest))?;
+        Ok(())
+    }
+
+    /// Streams the rest of a blob into its partial file, which holds `prefix` (cut to its
+    /// length: nothing past what was hashed stays), and syncs it.
+    async fn fill_partial(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+        path: &Path,
+        prefix: Prefix,
+        progress: Option<&ProgressBar>,
+    ) -> Result<(), RegistryError> {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(RegistryError::io(path))?;
+        file.set_len(prefix.len).map_err(RegistryError::io(path))?;
+        file.seek(SeekFrom::Start(prefix.len))
+            .map_err(RegistryError::io(path))?;
         let mut writer = std::io::BufWriter::with_capacity(1 << 20, file);
-        self.stream_blob_async(reference, digest, size, &mut writer, progress)
+        self.stream_blob_after_async(reference, digest, size, prefix, &mut writer, progress)
             .await?;
         let file = writer
             .into_inner()
-            .map_err(|e| RegistryError::io(&tmp_path)(e.into_error()))?;
-        file.sync_all().map_err(RegistryError::io(&tmp_path))?;
-        std::fs::set_permissions(
-            &tmp_path,
-            std::os::unix::fs::PermissionsExt::from_mode(0o644),
-        )
-        .map_err(RegistryError::io(&tmp_path))?;
-        tmp_path
-            .persist(dest)
-            .map_err(|e| RegistryError::io(dest)(e.error))?;
-        Ok(())
+            .map_err(|e| RegistryError::io(path)(e.into_error()))?;
+        file.sync_all().map_err(RegistryError::io(path))
     }
 
     /// Whether the repository already has a blob (a HEAD request).

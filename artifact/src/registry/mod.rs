@@ -7,6 +7,8 @@
 //! - [`client`]: the transport (`oci-client` over rustls), retries with backoff, and
 //!   [`client::Registry::stream_blob`]: one blob to a sink, its digest checked, an interrupted
 //!   transfer resumed with an HTTP `Range` request from the last good byte.
+//! - `partial`: a blob's `.partial-<hex>` file while it downloads, and resuming from one an
+//!   interrupted run left.
 //! - [`limits`]: the most a registry can make ingot spend: 4 MiB per manifest, a minimum
 //!   throughput per download.
 //! - [`push`] / [`pull`]: whole artifacts, with progress bars.
@@ -18,6 +20,7 @@ pub mod args;
 pub mod auth;
 pub mod client;
 pub mod limits;
+pub(crate) mod partial;
 pub mod progress;
 pub mod pull;
 pub mod push;

@@ -2,9 +2,10 @@
 //! every blob byte-identical, the manifest's exact bytes, and an `index.json` naming it by the
 //! tag (as `ingot build` names it by the stack version).
 //!
-//! Every blob goes to a temporary file and is renamed into `blobs/sha256/` only after its size
-//! and digest check. `index.json` is written last, so a layout without it is incomplete; pulling
-//! into it again keeps the blobs already there (after re-checking them) and fetches the rest.
+//! Every blob goes to its partial file (`blobs/sha256/.partial-<hex>`) and is renamed into place
+//! only after its size and digest check. `index.json` is written last, so a layout without it is
+//! incomplete; pulling into it again keeps the blobs already there (after re-checking them),
+//! resumes the partial files an interruption left, and fetches the rest.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,6 +15,7 @@ use futures_util::StreamExt;
 use ingot_layers::descriptor::canonical_json;
 
 use super::client::Registry;
+use super::partial;
 use super::progress::{short, Progress};
 use super::reference::RegistryRef;
 use super::RegistryError;
@@ -78,7 +80,6 @@ pub fn pull(reg: &Registry, source: &RegistryRef, out: &Path) -> Result<PullRepo
     }
     let writer = LayoutWriter::create(out).map_err(RegistryError::io(out))?;
     let layout = Layout::open(out)?;
-    remove_stale_partials(&out.join("blobs/sha256"))?;
 
     let mut blobs: Vec<(String, u64)> = Vec::new();
     for d in std::iter::once(&manifest.config).chain(manifest.layers.iter()) {
@@ -86,6 +87,7 @@ pub fn pull(reg: &Registry, source: &RegistryRef, out: &Path) -> Result<PullRepo
             blobs.push((d.digest.clone(), d.size));
         }
     }
+    remove_stale_partials(&out.join("blobs/sha256"), &blobs)?;
     let progress = Progress::new(reg.options.progress);
     let concurrency = reg.options.concurrency.max(1);
     let layout_ref = &layout;
@@ -143,12 +145,23 @@ pub fn pull(reg: &Registry, source: &RegistryRef, out: &Path) -> Result<PullRepo
     Ok(report)
 }
 
-/// Temporary files an interrupted pull (a killed process) left behind.
-fn remove_stale_partials(dir: &Path) -> Result<(), RegistryError> {
+/// Partial files an interrupted pull (a killed process) left behind: those of `blobs` are kept
+/// to resume from, the others (another manifest's blobs, an older ingot's random names) removed.
+fn remove_stale_partials(dir: &Path, blobs: &[(String, u64)]) -> Result<(), RegistryError> {
     for entry in std::fs::read_dir(dir).map_err(RegistryError::io(dir))? {
         let entry = entry.map_err(RegistryError::io(dir))?;
-        if entry.file_name().to_string_lossy().starts_with(".partial-") {
-            let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(partial::PARTIAL_PREFIX) {
+            continue;
+        }
+        let path = entry.path();
+        let wanted = partial::digest_of(&name).is_some_and(|d| blobs.iter().any(|(b, _)| *b == d));
+        if wanted {
+            tracing::info!(
+                "keeping {}, left by an interrupted pull, to resume from",
+                path.display()
+            );
+        } else {
             tracing::info!("removing {}, left by an interrupted pull", path.display());
             std::fs::remove_file(&path).map_err(RegistryError::io(&path))?;
         }

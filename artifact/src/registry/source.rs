@@ -1,10 +1,11 @@
 //! [`RegistrySource`]: an artifact read straight from a registry, for `ingot verify` and
 //! `ingot inspect`. The tag is resolved once; everything after is fetched by digest. Large blobs
-//! are downloaded (resumably, digest-checked) into a private temporary directory.
+//! are downloaded (resumably, digest-checked) into a private temporary directory, made only
+//! when the first of them is needed: a run killed before that leaves nothing in `$TMPDIR`.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::client::{Registry, RegistryOptions};
@@ -19,7 +20,8 @@ pub struct RegistrySource {
     registry: Arc<Registry>,
     reference: RegistryRef,
     digest: String,
-    tmp: tempfile::TempDir,
+    /// Made on the first [`ArtifactSource::blob_file`], removed on drop.
+    tmp: OnceCell<tempfile::TempDir>,
     files: RefCell<HashMap<String, PathBuf>>,
     progress: Progress,
 }
@@ -44,15 +46,11 @@ impl RegistrySource {
         let progress = Progress::new(options.progress);
         let registry = Registry::connect(reference, options)?;
         let digest = registry.resolve(reference)?;
-        let tmp = tempfile::Builder::new()
-            .prefix("ingot-registry-")
-            .tempdir()
-            .map_err(RegistryError::io(&std::env::temp_dir()))?;
         Ok(RegistrySource {
             registry: Arc::new(registry),
             reference: reference.with_digest(&digest),
             digest,
-            tmp,
+            tmp: OnceCell::new(),
             files: RefCell::new(HashMap::new()),
             progress,
         })
@@ -76,6 +74,18 @@ impl RegistrySource {
     /// The connection, for a reader that outlives this borrow (a layer read frame by frame).
     pub fn shared_registry(&self) -> Arc<Registry> {
         Arc::clone(&self.registry)
+    }
+
+    /// The temporary directory for downloaded blobs, made on first use.
+    fn tmp_dir(&self) -> Result<&Path, RegistryError> {
+        if let Some(tmp) = self.tmp.get() {
+            return Ok(tmp.path());
+        }
+        let tmp = tempfile::Builder::new()
+            .prefix("ingot-registry-")
+            .tempdir()
+            .map_err(RegistryError::io(&std::env::temp_dir()))?;
+        Ok(self.tmp.get_or_init(|| tmp).path())
     }
 }
 
@@ -101,7 +111,7 @@ impl ArtifactSource for RegistrySource {
                 "`{digest}` is not a sha256 digest"
             )));
         }
-        let dest = self.tmp.path().join(&digest["sha256:".len()..]);
+        let dest = self.tmp_dir()?.join(&digest["sha256:".len()..]);
         let bar = self.progress.bar(&format!("fetch {}", short(digest)), size);
         self.registry
             .pull_blob_to_file(&self.reference, digest, size, &dest, Some(&bar))?;

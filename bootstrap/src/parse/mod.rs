@@ -269,6 +269,10 @@ pub(crate) fn check_path(at: &str, raw: &str) -> Result<PathBuf, ParseError> {
     for c in Path::new(raw).components() {
         match c {
             Component::RootDir => {}
+            // ext4's limit: caught here, naming the data, not when the node layer is sealed.
+            Component::Normal(n) if n.len() > ingot_layers::tree::MAX_NAME_LEN => {
+                return Err(err("has a name longer than 255 bytes"))
+            }
             Component::Normal(n) => out.push(n),
             Component::CurDir => {}
             Component::ParentDir => return Err(err("contains `..`")),
@@ -394,6 +398,21 @@ mod tests {
             .contains(".."));
         assert!(check_path("x", "/").is_err());
         assert!(check_path("x", "").is_err());
+    }
+
+    /// Found by the ignition fuzz target: a file path with a 533-byte name was staged and only
+    /// failed when the node layer was sealed. ext4 holds names of at most 255 bytes.
+    #[test]
+    fn a_name_over_255_bytes_is_refused_when_parsed() {
+        let long = format!("/etc/kubernetes/{}", "a".repeat(256));
+        let e = check_path("storage.files[0].path", &long).unwrap_err();
+        assert!(
+            e.to_string().contains("longer than 255 bytes")
+                && e.to_string().contains("storage.files[0].path"),
+            "{e}"
+        );
+        let fits = format!("/etc/kubernetes/{}", "a".repeat(255));
+        assert_eq!(check_path("x", &fits).unwrap(), Path::new(&fits));
     }
 
     #[test]

@@ -82,7 +82,8 @@ fn parse_v1(region: &Slice, offset: u64, metadata: &str) -> Option<MdMember> {
         array_uuid: mdadm_uuid(&sb[16..32]),
         level: le32(&sb, 72) as i32,
         name: String::from_utf8_lossy(&name_bytes[..name_end]).into_owned(),
-        data_offset_bytes: le64(&sb, 128) * 512,
+        // Any 64-bit sector count: one past the end of every disk saturates, never overflows.
+        data_offset_bytes: le64(&sb, 128).saturating_mul(512),
     })
 }
 
@@ -278,5 +279,29 @@ mod tests {
         assert_eq!(found[0].metadata, "0.90");
         assert_eq!(found[0].level, 1);
         assert_eq!(found[0].array_uuid, "11223344:55667788:99aabbcc:ddeeff00");
+    }
+
+    /// Found by the disk_scan fuzz target: a 1.2 superblock whose data_offset (sectors) times
+    /// 512 overflows u64 panicked ("attempt to multiply with overflow"); it is still reported
+    /// as a member, its data offset saturated.
+    #[test]
+    fn a_v1_data_offset_beyond_u64_bytes_saturates() {
+        use std::io::Write;
+        let len = 1 << 20;
+        let at = 4096usize; // 1.2: 4 KiB from the start
+        let mut img = vec![0u8; len];
+        img[at..at + 4].copy_from_slice(&MD_MAGIC.to_le_bytes());
+        img[at + 4..at + 8].copy_from_slice(&1u32.to_le_bytes());
+        img[at + 128..at + 136].copy_from_slice(&u64::MAX.to_le_bytes());
+        img[at + 144..at + 152].copy_from_slice(&((at / 512) as u64).to_le_bytes());
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(&img).unwrap();
+        let s = Slice::whole(
+            std::sync::Arc::new(std::fs::File::open(f.path()).unwrap()),
+            len as u64,
+        );
+        let found = probe(&s);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].data_offset_bytes, u64::MAX);
     }
 }

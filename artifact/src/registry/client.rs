@@ -822,7 +822,8 @@ impl Registry {
                     .await
                     .map(BlobResponse::Full)
             } else {
-                if offset > range.start {
+                // A retry, or the first request of a blob whose start is already here.
+                if offset > range.start || range.end == size {
                     info!("{what}: resuming at byte {offset} of {size}");
                 }
                 let length = (range.end < size).then(|| range.end - offset);

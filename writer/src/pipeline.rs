@@ -100,6 +100,11 @@ pub fn provision(
     reporter: &Reporter,
 ) -> Result<Provisioned, ProvisionError> {
     let p = prepare(req, reporter)?;
+    // A signal or the deadline during the checks stops the run here, the disks untouched.
+    req.settings
+        .options
+        .check_deadline("checking the machine and the stack")
+        .map_err(WriteError::from)?;
     // From here on the disks change.
     steps::teardown::run(&p.sysroot, &p.targets, &p.teardown, reporter)?;
     let outcome = write_every_target(&p.opened, &p.node, &p.targets, &req.settings, reporter)?;
@@ -273,6 +278,11 @@ pub fn write_opened(
     reporter: &Reporter,
 ) -> Result<Outcome, WriteError> {
     let (target, plan) = steps::plan::run(target, opened, node, settings, reporter)?;
+    // A signal or the deadline before the wipe stops the run with this disk untouched.
+    settings
+        .options
+        .check_deadline("planning")
+        .map_err(WriteError::from)?;
     steps::wipe::run(&target, reporter)?;
     write_planned(&target, opened, node, &plan, settings, copy, reporter).inspect_err(|_| {
         steps::wipe::after_failure(&target);

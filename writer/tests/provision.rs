@@ -1262,6 +1262,7 @@ fn has_partition_table(image: &Path) -> bool {
 /// previous install's table, has none.
 #[test]
 fn sigterm_mid_write_ends_caph_mode_with_its_failed_line() {
+    // Also: SIGTERM before the write stops the run with the disk untouched.
     if !usable("sigterm_mid_write_ends_caph_mode_with_its_failed_line") {
         return;
     }
@@ -1302,6 +1303,45 @@ fn sigterm_mid_write_ends_caph_mode_with_its_failed_line() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(has_partition_table(&image));
+
+    // SIGTERM while the machine is still being checked (the gate's read test takes seconds):
+    // the run stops before the teardown, every byte of the disk as it was.
+    let before = sha256_range(&image, 0, fs::metadata(&image).unwrap().len());
+    let _ = fs::remove_file(&events);
+    let child = command(&published.url).spawn().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    let gating = |line: &str| {
+        serde_json::from_str::<serde_json::Value>(line)
+            .is_ok_and(|e| e["event"] == "start" && e["stage"] == "gate")
+    };
+    while !fs::read_to_string(&events)
+        .unwrap_or_default()
+        .lines()
+        .any(gating)
+    {
+        assert!(std::time::Instant::now() < deadline, "no gate stage");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let show = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{show}");
+    let last = stdout.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("ingot-writer: FAILED (interrupted): ")
+            && last.ends_with("; no disk was changed"),
+        "last line {last:?}\n{show}"
+    );
+    assert_eq!(
+        sha256_range(&image, 0, fs::metadata(&image).unwrap().len()),
+        before,
+        "the disk changed: {show}"
+    );
 
     // Blobs at 8 MB/s, so the 48 MiB layer takes seconds to write.
     let slow = ingot_testkit::registry::Front::start(

@@ -878,10 +878,20 @@ fn a_rerun_resumes_a_partial_blob_with_a_range_request() {
         )
         .unwrap();
         let source = format!("oci://{}/stacks/bulk:1.0.0", proxy.host());
-        let o = ingot_with(&["-v", "pull", &source, p(&out), "-q"], &[], None);
+        let o = ingot_with(&["-v", "pull", &source, p(&out), "-q", "--json"], &[], None);
         assert!(o.status.success(), "{case}: {}", text(&o));
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert!(stderr.contains(says), "{case}: {stderr}");
+        // What this run downloaded: the blob less the part an earlier run left, if kept; the
+        // rest after a bad partial, then the whole blob again; the whole blob after a partial
+        // too long to be one.
+        let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let want = match case {
+            "prefix" => size - partial.len() as u64,
+            "wrong bytes" => size - partial.len() as u64 + size,
+            _ => size,
+        };
+        assert_eq!(report["bytesFetched"], want, "{case}: {report}");
         let wire = proxy.stats.bytes.load(std::sync::atomic::Ordering::SeqCst);
         let ranged = proxy.stats.ranged.load(std::sync::atomic::Ordering::SeqCst);
         eprintln!("{case}: {wire} bytes over the wire for a {size}-byte blob, {ranged} ranged");

@@ -904,8 +904,12 @@ impl Registry {
         progress: Option<&ProgressBar>,
     ) -> Result<(), RegistryError> {
         self.block_on(self.pull_blob_to_file_async(reference, digest, size, dest, progress))
+            .map(|_| ())
     }
 
+    /// [`Registry::pull_blob_to_file`]; returns how many bytes this call downloaded (less than
+    /// the blob when an interrupted run's partial file was resumed, more when that partial
+    /// proved bad and the blob came again from the start).
     pub(crate) async fn pull_blob_to_file_async(
         &self,
         reference: &RegistryRef,
@@ -913,10 +917,11 @@ impl Registry {
         size: u64,
         dest: &Path,
         progress: Option<&ProgressBar>,
-    ) -> Result<(), RegistryError> {
+    ) -> Result<u64, RegistryError> {
         let path = partial::path_for(dest, digest)?;
         let prefix = partial::resume(&path, digest, size)?;
         let kept = prefix.len;
+        let mut downloaded = size - kept;
         let mut result = self
             .fill_partial(reference, digest, size, &path, prefix, progress)
             .await;
@@ -926,6 +931,7 @@ impl Registry {
                  rest do not give its digest; discarded, fetching the blob from the start",
                 path.display()
             );
+            downloaded += size;
             result = self
                 .fill_partial(reference, digest, size, &path, Prefix::default(), progress)
                 .await;
@@ -939,7 +945,7 @@ impl Registry {
         std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
             .map_err(RegistryError::io(&path))?;
         std::fs::rename(&path, dest).map_err(RegistryError::io(dest))?;
-        Ok(())
+        Ok(downloaded)
     }
 
     /// Streams the rest of a blob into its partial file, which holds `prefix` (cut to its

@@ -33,14 +33,17 @@ pub struct PullReport {
     pub fetched: Vec<(String, u64)>,
     /// Blobs already in the layout (checked).
     pub reused: Vec<(String, u64)>,
+    /// Bytes this run downloaded: less than the fetched blobs' sizes where an interrupted
+    /// pull's partial file was resumed.
+    pub downloaded: u64,
     /// Wall time.
     pub elapsed: Duration,
 }
 
 impl PullReport {
-    /// Bytes downloaded.
+    /// Bytes downloaded by this run.
     pub fn bytes_fetched(&self) -> u64 {
-        self.fetched.iter().map(|(_, s)| s).sum()
+        self.downloaded
     }
 }
 
@@ -91,14 +94,15 @@ pub fn pull(reg: &Registry, source: &RegistryRef, out: &Path) -> Result<PullRepo
     let progress = Progress::new(reg.options.progress);
     let concurrency = reg.options.concurrency.max(1);
     let layout_ref = &layout;
-    let results: Vec<Result<(String, u64, bool), RegistryError>> = reg.block_on(async {
+    // (digest, size, fetched by this run, bytes this run downloaded for it)
+    let results: Vec<Result<(String, u64, bool, u64), RegistryError>> = reg.block_on(async {
         futures_util::stream::iter(blobs.iter().map(|(d, size)| {
             let progress = &progress;
             async move {
                 let dest = layout_ref.blob_path(d)?;
                 if dest.exists() {
                     match layout_ref.check_blob(d, *size) {
-                        Ok(_) => return Ok((d.clone(), *size, false)),
+                        Ok(_) => return Ok((d.clone(), *size, false, 0)),
                         Err(e) => {
                             tracing::warn!("{e}: fetching it again");
                             std::fs::remove_file(&dest).map_err(RegistryError::io(&dest))?;
@@ -106,10 +110,11 @@ pub fn pull(reg: &Registry, source: &RegistryRef, out: &Path) -> Result<PullRepo
                     }
                 }
                 let bar = progress.bar(&format!("pull {}", short(d)), *size);
-                reg.pull_blob_to_file_async(source, d, *size, &dest, Some(&bar))
+                let downloaded = reg
+                    .pull_blob_to_file_async(source, d, *size, &dest, Some(&bar))
                     .await?;
                 bar.finish();
-                Ok((d.clone(), *size, true))
+                Ok((d.clone(), *size, true, downloaded))
             }
         }))
         .buffer_unordered(concurrency)
@@ -120,10 +125,12 @@ pub fn pull(reg: &Registry, source: &RegistryRef, out: &Path) -> Result<PullRepo
         digest: digest.clone(),
         fetched: vec![],
         reused: vec![],
+        downloaded: 0,
         elapsed: Duration::ZERO,
     };
     for r in results {
-        let (d, size, fetched) = r?;
+        let (d, size, fetched, downloaded) = r?;
+        report.downloaded += downloaded;
         if fetched {
             report.fetched.push((d, size));
         } else {

@@ -1309,25 +1309,7 @@ fn sigterm_mid_write_ends_caph_mode_with_its_failed_line() {
     let before = sha256_range(&image, 0, fs::metadata(&image).unwrap().len());
     let _ = fs::remove_file(&events);
     let child = command(&published.url).spawn().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let gating = |line: &str| {
-        serde_json::from_str::<serde_json::Value>(line)
-            .is_ok_and(|e| e["event"] == "start" && e["stage"] == "gate")
-    };
-    while !fs::read_to_string(&events)
-        .unwrap_or_default()
-        .lines()
-        .any(gating)
-    {
-        assert!(std::time::Instant::now() < deadline, "no gate stage");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let out = child.wait_with_output().unwrap();
+    let out = common::sigterm_at(child, &events, "start", Some("gate"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let show = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{show}");
@@ -1353,29 +1335,7 @@ fn sigterm_mid_write_ends_caph_mode_with_its_failed_line() {
     );
     let _ = fs::remove_file(&events);
     let child = command(&slow.url("stacks/bulky:1")).spawn().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    let writing = |line: &str| {
-        serde_json::from_str::<serde_json::Value>(line)
-            .is_ok_and(|e| e["event"] == "progress" && e["stage"] == "write")
-    };
-    while !fs::read_to_string(&events)
-        .unwrap_or_default()
-        .lines()
-        .any(writing)
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no write progress: {}",
-            fs::read_to_string(&events).unwrap_or_default()
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let out = child.wait_with_output().unwrap();
+    let out = common::sigterm_at(child, &events, "progress", Some("write"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let show = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{show}");

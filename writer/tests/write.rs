@@ -486,24 +486,7 @@ fn sigterm_mid_write_fails_cleanly() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        let seen = fs::read_to_string(&events).unwrap_or_default();
-        if seen.contains("\"event\":\"progress\"") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no progress event: {seen}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    let kill = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(kill.success());
-    let out = child.wait_with_output().unwrap();
+    let out = common::sigterm_at(child, &events, "progress", None);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("interrupted by a signal"), "{stderr}");

@@ -173,3 +173,36 @@ pub fn caph_write_for_boot(mut cmd: std::process::Command, what: &str) {
 }
 
 pub mod boot;
+
+/// Waits (up to 120 s) until the writer `child` has written an event to `events` (its
+/// `--events` file) with this `event` and `stage` (`None`: any stage), then sends it SIGTERM
+/// and returns its output.
+pub fn sigterm_at(
+    child: std::process::Child,
+    events: &Path,
+    event: &str,
+    stage: Option<&str>,
+) -> std::process::Output {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let wanted = |line: &str| {
+        serde_json::from_str::<serde_json::Value>(line)
+            .is_ok_and(|e| e["event"] == event && stage.is_none_or(|s| e["stage"] == s))
+    };
+    loop {
+        let seen = fs::read_to_string(events).unwrap_or_default();
+        if seen.lines().any(wanted) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {event} event in {stage:?}: {seen}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    child.wait_with_output().unwrap()
+}

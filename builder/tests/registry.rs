@@ -407,6 +407,22 @@ fn bearer_token_from_env_reaches_the_registry_and_never_the_output() {
     );
 }
 
+/// A signed stack with a layer of `bytes` random bytes (`bulk_manifest`), built in `dir` and
+/// published to a fresh registry as `stacks/bulk:1.0.0`: (layout, public key, registry).
+fn published_bulk(dir: &Path, bytes: usize) -> (PathBuf, PathBuf, Registry) {
+    let (sk, pk) = keypair(dir, "release");
+    let manifest = bulk_manifest(&repo(), dir, bytes);
+    let layout = dir.join("bulk");
+    build(&manifest, &layout, Some(&sk));
+    let reg = Registry::start(&dir.join("reg"), None);
+    ok(ingot_with(
+        &["publish", p(&layout), &reg.url("stacks/bulk:1.0.0"), "-q"],
+        &[],
+        None,
+    ));
+    (layout, pk, reg)
+}
+
 #[test]
 fn pull_resumes_with_range_after_the_registry_restarts() {
     let test = "pull_resumes_with_range_after_the_registry_restarts";
@@ -414,16 +430,7 @@ fn pull_resumes_with_range_after_the_registry_restarts() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let (sk, pk) = keypair(tmp.path(), "release");
-    let manifest = bulk_manifest(&repo(), tmp.path(), 48 << 20);
-    let layout = tmp.path().join("bulk");
-    build(&manifest, &layout, Some(&sk));
-    let mut reg = Registry::start(&tmp.path().join("reg"), None);
-    ok(ingot_with(
-        &["publish", p(&layout), &reg.url("stacks/bulk:1.0.0"), "-q"],
-        &[],
-        None,
-    ));
+    let (layout, pk, mut reg) = published_bulk(tmp.path(), 48 << 20);
     let built = read_layout(&layout);
     let big = built.layer("bulk")["data"]["digest"]
         .as_str()
@@ -728,16 +735,7 @@ fn a_killed_pull_rerun_keeps_the_finished_blobs_and_completes() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let (sk, pk) = keypair(tmp.path(), "release");
-    let manifest = bulk_manifest(&repo(), tmp.path(), 32 << 20);
-    let layout = tmp.path().join("bulk");
-    build(&manifest, &layout, Some(&sk));
-    let reg = Registry::start(&tmp.path().join("reg"), None);
-    ok(ingot_with(
-        &["publish", p(&layout), &reg.url("stacks/bulk:1.0.0"), "-q"],
-        &[],
-        None,
-    ));
+    let (layout, pk, reg) = published_bulk(tmp.path(), 32 << 20);
     let front = Front::start(
         reg.port,
         FrontOptions {
@@ -822,16 +820,7 @@ fn a_rerun_resumes_a_partial_blob_with_a_range_request() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let (sk, pk) = keypair(tmp.path(), "release");
-    let manifest = bulk_manifest(&repo(), tmp.path(), 8 << 20);
-    let layout = tmp.path().join("bulk");
-    build(&manifest, &layout, Some(&sk));
-    let reg = Registry::start(&tmp.path().join("reg"), None);
-    ok(ingot_with(
-        &["publish", p(&layout), &reg.url("stacks/bulk:1.0.0"), "-q"],
-        &[],
-        None,
-    ));
+    let (layout, pk, reg) = published_bulk(tmp.path(), 8 << 20);
     let built = read_layout(&layout);
     let big = built.layer("bulk")["data"]["digest"]
         .as_str()

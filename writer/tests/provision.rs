@@ -1309,7 +1309,7 @@ fn sigterm_mid_write_ends_caph_mode_with_its_failed_line() {
     let before = sha256_range(&image, 0, fs::metadata(&image).unwrap().len());
     let _ = fs::remove_file(&events);
     let child = command(&published.url).spawn().unwrap();
-    let out = common::sigterm_at(child, &events, "start", Some("gate"));
+    let out = common::signal_at(child, &events, "TERM", "start", Some("gate"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let show = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{show}");
@@ -1335,7 +1335,7 @@ fn sigterm_mid_write_ends_caph_mode_with_its_failed_line() {
     );
     let _ = fs::remove_file(&events);
     let child = command(&slow.url("stacks/bulky:1")).spawn().unwrap();
-    let out = common::sigterm_at(child, &events, "progress", Some("write"));
+    let out = common::signal_at(child, &events, "TERM", "progress", Some("write"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let show = format!("{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{show}");

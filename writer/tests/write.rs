@@ -416,7 +416,7 @@ fn killed_mid_write_leaves_no_partition_table() {
     assert!(has_partition_table(&img));
 
     let events = work.path().join("events.jsonl");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ingot-writer"))
+    let child = Command::new(env!("CARGO_BIN_EXE_ingot-writer"))
         .arg(&stack.layout)
         .args([
             "--target",
@@ -428,24 +428,7 @@ fn killed_mid_write_leaves_no_partition_table() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    loop {
-        let seen = fs::read_to_string(&events).unwrap_or_default();
-        if seen.contains("\"event\":\"progress\"") {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no progress event: {seen}"
-        );
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the writer finished before it could be killed"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    child.kill().unwrap();
-    let status = child.wait().unwrap();
+    let status = common::signal_at(child, &events, "KILL", "progress", None).status;
     assert!(!status.success());
     assert!(
         !has_partition_table(&img),
@@ -486,7 +469,7 @@ fn sigterm_mid_write_fails_cleanly() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let out = common::sigterm_at(child, &events, "progress", None);
+    let out = common::signal_at(child, &events, "TERM", "progress", None);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("interrupted by a signal"), "{stderr}");

@@ -175,11 +175,12 @@ pub fn caph_write_for_boot(mut cmd: std::process::Command, what: &str) {
 pub mod boot;
 
 /// Waits (up to 120 s) until the writer `child` has written an event to `events` (its
-/// `--events` file) with this `event` and `stage` (`None`: any stage), then sends it SIGTERM
-/// and returns its output.
-pub fn sigterm_at(
-    child: std::process::Child,
+/// `--events` file) with this `event` and `stage` (`None`: any stage), then sends it `signal`
+/// (`TERM`, `KILL`) and returns its output.
+pub fn signal_at(
+    mut child: std::process::Child,
     events: &Path,
+    signal: &str,
     event: &str,
     stage: Option<&str>,
 ) -> std::process::Output {
@@ -197,10 +198,14 @@ pub fn sigterm_at(
             std::time::Instant::now() < deadline,
             "no {event} event in {stage:?}: {seen}"
         );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the writer finished before the signal: {seen}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let kill = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
+        .args([format!("-{signal}"), child.id().to_string()])
         .status()
         .unwrap();
     assert!(kill.success());

@@ -252,9 +252,20 @@ mod tests {
         assert_eq!(parse_uuid("zz"), None);
     }
 
+    /// What [`probe`] finds in a disk holding `img`.
+    fn probe_image(img: &[u8]) -> Vec<MdMember> {
+        use std::io::Write;
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(img).unwrap();
+        let s = Slice::whole(
+            std::sync::Arc::new(std::fs::File::open(f.path()).unwrap()),
+            img.len() as u64,
+        );
+        probe(&s)
+    }
+
     #[test]
     fn v090_superblock_at_the_end() {
-        use std::io::Write;
         let len = 1 << 20;
         let mut img = vec![0u8; len];
         let at = v090_offset(len as u64).unwrap() as usize;
@@ -268,13 +279,7 @@ mod tests {
         w(&mut img, 13, 0x55667788);
         w(&mut img, 14, 0x99aabbcc);
         w(&mut img, 15, 0xddeeff00);
-        let mut f = tempfile::NamedTempFile::new().unwrap();
-        f.write_all(&img).unwrap();
-        let s = Slice::whole(
-            std::sync::Arc::new(std::fs::File::open(f.path()).unwrap()),
-            len as u64,
-        );
-        let found = probe(&s);
+        let found = probe_image(&img);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].metadata, "0.90");
         assert_eq!(found[0].level, 1);
@@ -286,7 +291,6 @@ mod tests {
     /// as a member, its data offset saturated.
     #[test]
     fn a_v1_data_offset_beyond_u64_bytes_saturates() {
-        use std::io::Write;
         let len = 1 << 20;
         let at = 4096usize; // 1.2: 4 KiB from the start
         let mut img = vec![0u8; len];
@@ -294,13 +298,7 @@ mod tests {
         img[at + 4..at + 8].copy_from_slice(&1u32.to_le_bytes());
         img[at + 128..at + 136].copy_from_slice(&u64::MAX.to_le_bytes());
         img[at + 144..at + 152].copy_from_slice(&((at / 512) as u64).to_le_bytes());
-        let mut f = tempfile::NamedTempFile::new().unwrap();
-        f.write_all(&img).unwrap();
-        let s = Slice::whole(
-            std::sync::Arc::new(std::fs::File::open(f.path()).unwrap()),
-            len as u64,
-        );
-        let found = probe(&s);
+        let found = probe_image(&img);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].data_offset_bytes, u64::MAX);
     }

@@ -212,12 +212,7 @@ fn serve(
                 body_of_head,
             );
         }
-        write!(
-            out,
-            "HTTP/1.1 {status}\r\nContent-Type: application/octet-stream\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n",
-            rest.len()
-        )?;
+        blob_head(&mut out, status, rest.len())?;
         for b in rest {
             if stop.load(Ordering::Relaxed) {
                 return Ok(());
@@ -261,6 +256,15 @@ fn respond(
     out.flush()
 }
 
+/// The head of a blob response whose `len`-byte body the caller sends itself.
+fn blob_head(out: &mut TcpStream, status: &str, len: usize) -> std::io::Result<()> {
+    write!(
+        out,
+        "HTTP/1.1 {status}\r\nContent-Type: application/octet-stream\r\n\
+         Content-Length: {len}\r\nConnection: close\r\n\r\n"
+    )
+}
+
 /// A blob response whose body waits until the test releases it (or drops the server).
 fn held(
     out: &mut TcpStream,
@@ -269,12 +273,7 @@ fn held(
     hold: &Hold,
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
-    write!(
-        out,
-        "HTTP/1.1 {status}\r\nContent-Type: application/octet-stream\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    )?;
+    blob_head(out, status, body.len())?;
     out.flush()?;
     hold.held.fetch_add(1, Ordering::Relaxed);
     while !hold.released.load(Ordering::Relaxed) {

@@ -46,7 +46,7 @@ pub fn provision(
         }
         Err(e) => {
             let reason = e.reason();
-            let touched = pipeline::touched_disk(reporter.status().stage);
+            let touched = reporter.disk_changed();
             let text = chain(&e);
             reporter.failed(&format!("{reason}: {text}"));
             eprintln!("ingot-writer: error: {text}");

@@ -187,21 +187,27 @@ fn write_every_target(
     let mut copy: Option<CopyFrom> = None;
     for (index, disk) in targets.iter().enumerate() {
         let settings = disk_settings(opened, settings, index, targets.len(), created);
-        let written = write_opened(
+        // `written`: the disks this run has written, should a later step fail.
+        let mut written = index;
+        let result = write_opened(
             opened,
             Some(node),
             &disk.node,
             &settings,
             copy.as_ref(),
             reporter,
-        );
-        if let (Ok(outcome), None, Some(_)) = (&written, &copy, targets.get(index + 1)) {
-            copy = Some(CopyFrom {
-                target: Target::probe(&disk.node)?,
-                plan: outcome.plan.clone(),
-            });
-        }
-        match written {
+        )
+        .and_then(|outcome| {
+            written = index + 1;
+            if copy.is_none() && index + 1 < targets.len() {
+                copy = Some(CopyFrom {
+                    target: Target::probe(&disk.node)?,
+                    plan: outcome.plan.clone(),
+                });
+            }
+            Ok(outcome)
+        });
+        match result {
             Ok(outcome) => match &mut first {
                 None => first = Some(outcome),
                 Some(total) => {
@@ -211,7 +217,9 @@ fn write_every_target(
                 }
             },
             Err(e) => {
-                for done in &targets[..index] {
+                // The copy source holds the first disk open (exclusively): let it go first.
+                drop(copy.take());
+                for done in &targets[..written] {
                     if let Ok(t) = Target::open(&done.node) {
                         steps::wipe::after_failure(&t);
                     }

@@ -120,6 +120,9 @@ pub struct Reporter {
     last_progress_save: Mutex<f64>,
     /// Print each stage's message as a line on stdout (a provisioner keeps stdout as its log).
     stdout_log: bool,
+    /// A stage that changes a disk has begun ([`crate::pipeline::touched_disk`]): a failure
+    /// now, even in a later stage that does not (the next disk's plan), leaves disks changed.
+    disk_changed: std::sync::atomic::AtomicBool,
 }
 
 fn now() -> f64 {
@@ -157,6 +160,7 @@ impl Reporter {
             show_bar: std::io::stderr().is_terminal(),
             last_progress_save: Mutex::new(0.0),
             stdout_log: false,
+            disk_changed: Default::default(),
         })
     }
 
@@ -243,11 +247,20 @@ impl Reporter {
             // so it names the stage too.
             let mut s = self.status.lock().expect("status lock");
             s.stage = stage;
+            if crate::pipeline::touched_disk(stage) {
+                self.disk_changed
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
+            }
             s.message = format!("{}: {message}", stage.name());
         }
         self.log_line(stage, &message);
         self.emit(self.event(stage, "start", message, None));
         self.save();
+    }
+
+    /// Whether this run has begun changing a disk (and a failure must say so).
+    pub fn disk_changed(&self) -> bool {
+        self.disk_changed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Progress of a long step; draws the bar on a terminal.

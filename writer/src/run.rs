@@ -169,7 +169,7 @@ fn write_target(
         }
         Err(e) => {
             let text = chain(&e);
-            let touched = pipeline::touched_disk(reporter.status().stage);
+            let touched = reporter.disk_changed();
             reporter.failed(&text);
             eprintln!("ingot-writer: error: {text}");
             if touched {

@@ -1364,3 +1364,59 @@ fn sigterm_mid_write_ends_caph_mode_with_its_failed_line() {
         "an interrupted write leaves no partition table"
     );
 }
+
+/// The second of two disks cannot be written (an immutable image file, refused when its plan
+/// opens it, after the first disk is written): the run fails, and the first disk, complete and
+/// bootable a moment before, is left without a partition table too.
+#[test]
+fn a_failure_on_the_second_disk_leaves_neither_disk_bootable() {
+    if !usable("a_failure_on_the_second_disk_leaves_neither_disk_bootable")
+        || !have_tool(
+            "a_failure_on_the_second_disk_leaves_neither_disk_bootable",
+            "chattr",
+        )
+    {
+        return;
+    }
+    /// Clears the immutable flag again, so the temporary directory can go.
+    struct Immutable(PathBuf);
+    impl Drop for Immutable {
+        fn drop(&mut self) {
+            let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+        }
+    }
+    let m = machine("installimage-raid1");
+    let data = bootstrap_fixture("cloud-config-worker-join.yaml");
+    let p = published();
+    let (sda, sdb) = (m.m.images["sda"].clone(), m.m.images["sdb"].clone());
+    let ok = Command::new("chattr").arg("+i").arg(&sdb).status().unwrap();
+    assert!(ok.success(), "chattr +i {}", sdb.display());
+    let _undo = Immutable(sdb.clone());
+    let run = caph(
+        &p,
+        &m,
+        &data,
+        "node-9",
+        "0x5002538e40a1b2c3 0x5002538e40a1b2c4",
+        &[],
+    );
+    assert_eq!(run.out.status.code(), Some(1), "{}", run.show());
+    assert!(
+        run.last_line()
+            .contains("the target disk was left without a partition table"),
+        "{}",
+        run.show()
+    );
+    // The first disk got as far as its partition table before the second was refused.
+    assert!(
+        run.stdout
+            .contains("[partition-table] writing the partition table"),
+        "{}",
+        run.show()
+    );
+    assert!(
+        !has_partition_table(&sda),
+        "the first disk keeps its table: {}",
+        run.show()
+    );
+}

@@ -56,8 +56,19 @@ pub fn have_tools(test: &str, tools: &[&str]) -> bool {
     false
 }
 
-/// Whether this runs as root; if not, `test` is skipped.
+/// Whether this is the quick tier (`ci/test --fast`, `INGOT_TEST_TIER=fast`): tests that need
+/// root or a VM are left out of it on purpose, so they skip even in CI.
+pub fn fast_tier() -> bool {
+    std::env::var("INGOT_TEST_TIER").is_ok_and(|v| v == "fast")
+}
+
+/// Whether this runs as root (and not in the quick tier); if not, `test` is skipped.
 pub fn have_root(test: &str) -> bool {
+    if fast_tier() {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "SKIP {test}: needs root; not in the quick tier");
+        return false;
+    }
     if is_root() {
         return true;
     }

@@ -73,7 +73,7 @@ pub struct Cmdline<'a> {
     /// The sealed node layer's root hash.
     pub node: Option<&'a RootHash>,
     /// The `var` partition's UUID; on a node written to several disks, every member of `var`'s
-    /// mirror, in disk order (`crate::mirror`).
+    /// mirror, in disk order (the `mirror` module).
     pub var: Vec<Uuid>,
     /// Appended after ingot's own parameters.
     pub extra: &'a [String],

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use ingot_artifact::error_text::chain;
 
 use crate::pipeline;
-use crate::report::Reporter;
+use crate::report::{DiskState, Reporter};
 use crate::request::ProvisionRequest;
 use crate::steps;
 
@@ -44,18 +44,12 @@ pub fn provision(
             println!("IMAGE_URL_DONE {msg}");
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => {
-            let reason = e.reason();
-            let touched = reporter.disk_changed();
-            let text = chain(&e);
-            reporter.failed(&format!("{reason}: {text}"));
+        Err(failed) => {
+            let reason = failed.error.reason();
+            let text = chain(&failed.error);
+            reporter.failed(&format!("{reason}: {text}"), failed.disks);
             eprintln!("ingot-writer: error: {text}");
-            let state = if touched {
-                "the target disk was left without a partition table"
-            } else {
-                "no disk was changed"
-            };
-            println!("{}", failed_line(&reason, &text, state));
+            println!("{}", failed_line(&reason, &text, failed.disks.describe()));
             Ok(ExitCode::from(1))
         }
     }
@@ -81,7 +75,7 @@ pub fn dry_run(
         Err(e) => {
             let reason = e.reason();
             let text = chain(&e);
-            reporter.failed(&format!("{reason}: {text}"));
+            reporter.failed(&format!("{reason}: {text}"), DiskState::Untouched);
             eprintln!("ingot-writer: error: {text}");
             println!(
                 "{}",

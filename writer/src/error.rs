@@ -1,100 +1,122 @@
-//! What can stop a run: [`WriteError`] from the steps that open, verify and write a stack,
-//! [`ProvisionError`] from a whole provisioning run, with its short failure reason.
-
-use std::path::PathBuf;
+//! What can stop a run: each step's own error, wrapped. [`WriteError`] from the steps that open,
+//! verify and write a stack, [`ProvisionError`] from a whole provisioning run, whose short
+//! failure reason ([`ProvisionError::reason`]) is computed from the types.
 
 use ingot_artifact::verify::VerifyError;
 use ingot_machine::GateFailure;
 
-use crate::layerfs::LayerFsError;
+use crate::engine::{EngineError, Stopped};
+use crate::stack::StackError;
+use crate::steps::check::CheckError;
 use crate::steps::esp::EspError;
-use crate::steps::partition_table::TableError;
 use crate::steps::plan::PlanError;
-use crate::steps::write::EngineError;
+use crate::steps::seal::SealError;
+use crate::steps::stage::StageStepError;
+use crate::steps::verify::VerifyStepError;
+use crate::steps::write::WriteStepError;
+use crate::table::TableError;
 use crate::target::TargetError;
 
+/// A step of writing a stack failed (`resolve` to `partition-table`).
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
     #[error(transparent)]
-    Source(#[from] VerifyError),
-    #[error("layer `{layer}`: the hash tree does not match the signed root hash: {reason}")]
-    Tree { layer: String, reason: String },
+    Resolve(VerifyError),
     #[error(transparent)]
-    Target(#[from] TargetError),
+    Verify(#[from] VerifyStepError),
     #[error(transparent)]
     Plan(#[from] PlanError),
     #[error(transparent)]
-    Engine(#[from] EngineError),
+    Wipe(TableError),
     #[error(transparent)]
-    Table(#[from] TableError),
-    #[error(transparent)]
-    LayerFs(#[from] LayerFsError),
+    Write(#[from] WriteStepError),
     #[error(transparent)]
     Esp(#[from] EspError),
-    #[error("{path}: {what}: {source}")]
-    Io {
-        path: PathBuf,
-        what: &'static str,
-        source: std::io::Error,
-    },
-    #[error("the stack has no base layer to boot from")]
-    NoBase,
+    #[error(transparent)]
+    Table(TableError),
+    /// The target stopped being the disk it was (renamed, replaced), or a disk already written
+    /// could not be opened again as the next one's copy source.
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
 }
 
+/// A provisioning run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ProvisionError {
-    /// A gate or the guard stopped the run; the disks were not touched.
-    #[error("{0}")]
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    /// A gate, the guard or the teardown stopped the run.
+    #[error(transparent)]
     Gate(#[from] GateFailure),
-    #[error("reading the machine: {0}")]
-    Machine(#[from] ingot_machine::MachineError),
-    #[error("{path}: {what}: {source}")]
-    Io {
-        path: PathBuf,
-        what: &'static str,
-        source: std::io::Error,
-    },
-    #[error("the bootstrap data {path}: {source}")]
-    Bootstrap {
-        path: PathBuf,
-        source: ingot_bootstrap::ParseError,
-    },
-    #[error("staging the per-node files: {0}")]
-    Stage(#[from] ingot_bootstrap::StageError),
-    /// The base layer's accounts, needed to stage owners, could not be read.
-    #[error("reading the base layer's accounts for staging: {0}")]
-    BaseAccounts(String),
-    #[error("sealing the per-node layer: {0}")]
-    Seal(String),
+    #[error(transparent)]
+    Stage(#[from] StageStepError),
+    #[error(transparent)]
+    Seal(#[from] SealError),
     #[error(transparent)]
     Write(#[from] WriteError),
+}
+
+impl From<Stopped> for ProvisionError {
+    fn from(s: Stopped) -> Self {
+        ProvisionError::Write(WriteError::Stopped(s))
+    }
 }
 
 impl ProvisionError {
     /// A short, stable name for the failure: the gate reason, or the kind of error.
     pub fn reason(&self) -> String {
         match self {
+            ProvisionError::Check(CheckError::Machine(_)) => "machine-unreadable".into(),
+            ProvisionError::Check(CheckError::Read { .. }) => "io".into(),
+            ProvisionError::Check(CheckError::Bootstrap { .. }) => "bootstrap-invalid".into(),
             ProvisionError::Gate(g) => g.reason.as_str().to_string(),
-            ProvisionError::Machine(_) => "machine-unreadable".into(),
-            ProvisionError::Io { .. } => "io".into(),
-            ProvisionError::Bootstrap { .. } => "bootstrap-invalid".into(),
-            ProvisionError::Stage(_) | ProvisionError::BaseAccounts(_) => "stage-failed".into(),
+            ProvisionError::Stage(_) => "stage-failed".into(),
             ProvisionError::Seal(_) => "seal-failed".into(),
-            ProvisionError::Write(WriteError::Engine(EngineError::Deadline { .. })) => {
-                "deadline".into()
-            }
-            ProvisionError::Write(WriteError::Engine(EngineError::Interrupted { .. })) => {
-                "interrupted".into()
-            }
-            ProvisionError::Write(WriteError::Source(_))
-            | ProvisionError::Write(WriteError::Engine(
-                EngineError::Blob { .. } | EngineError::BadSource { .. },
-            )) => "image-invalid".into(),
-            ProvisionError::Write(WriteError::Engine(EngineError::Download { .. })) => {
-                "download-failed".into()
-            }
-            ProvisionError::Write(_) => "write-failed".into(),
+            ProvisionError::Write(w) => w.reason().into(),
         }
+    }
+}
+
+impl WriteError {
+    /// The failure reason of a write: a stop, a bad image, a download, or the disk.
+    pub fn reason(&self) -> &'static str {
+        if let Some(stopped) = self.stopped() {
+            return match stopped {
+                Stopped::Deadline { .. } => "deadline",
+                Stopped::Interrupted { .. } => "interrupted",
+            };
+        }
+        match self {
+            WriteError::Resolve(_)
+            | WriteError::Verify(VerifyStepError::Source(_))
+            | WriteError::Write(WriteStepError::Engine(
+                EngineError::Blob { .. } | EngineError::BadSource { .. },
+            )) => "image-invalid",
+            WriteError::Write(WriteStepError::Engine(EngineError::Download { .. })) => {
+                "download-failed"
+            }
+            _ => "write-failed",
+        }
+    }
+
+    /// The stop (deadline or signal) behind this error, from whichever step noticed it.
+    fn stopped(&self) -> Option<&Stopped> {
+        match self {
+            WriteError::Stopped(s)
+            | WriteError::Plan(PlanError::Stopped(s))
+            | WriteError::Esp(EspError::Stopped(s))
+            | WriteError::Write(WriteStepError::Engine(EngineError::Stopped(s)))
+            | WriteError::Esp(EspError::Engine(EngineError::Stopped(s))) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl From<StackError> for WriteError {
+    fn from(e: StackError) -> Self {
+        WriteError::Write(WriteStepError::Stack(e))
     }
 }
 
@@ -102,44 +124,55 @@ impl ProvisionError {
 mod tests {
     use super::*;
 
+    fn engine(e: EngineError) -> String {
+        ProvisionError::Write(WriteError::Write(WriteStepError::Engine(e))).reason()
+    }
+
     /// What the operator reads in CAPH: a registry or network problem in `write` is not a disk
-    /// problem.
+    /// problem, and a stop is a stop whichever step noticed it.
     #[test]
     fn write_failures_name_their_cause() {
-        let engine = |e: EngineError| ProvisionError::Write(WriteError::Engine(e)).reason();
         let (layer, blob) = ("base".to_string(), "sha256:00".to_string());
-        assert_eq!(
-            engine(EngineError::Download {
-                layer: layer.clone(),
-                blob: blob.clone(),
-                reason: "the response ended".into(),
-            }),
-            "download-failed"
-        );
-        assert_eq!(
-            engine(EngineError::BadSource {
-                layer: layer.clone(),
-                blob: blob.clone(),
-                frame: 3,
-                block: 7,
-            }),
-            "image-invalid"
-        );
-        assert_eq!(
-            engine(EngineError::Blob {
-                layer: layer.clone(),
-                blob,
-                reason: "zstd frame 3: corrupt".into(),
-            }),
-            "image-invalid"
-        );
-        assert_eq!(
-            engine(EngineError::TooLarge {
-                layer,
-                need: 2,
-                have: 1,
-            }),
-            "write-failed"
-        );
+        let download = EngineError::Download {
+            layer: layer.clone(),
+            blob: blob.clone(),
+            reason: "the response ended".into(),
+        };
+        assert_eq!(engine(download), "download-failed");
+        let bad = EngineError::BadSource {
+            layer: layer.clone(),
+            blob: blob.clone(),
+            frame: 3,
+            block: 7,
+        };
+        assert_eq!(engine(bad), "image-invalid");
+        let corrupt = EngineError::Blob {
+            layer: layer.clone(),
+            blob,
+            reason: "zstd frame 3: corrupt".into(),
+        };
+        assert_eq!(engine(corrupt), "image-invalid");
+        let large = EngineError::TooLarge {
+            layer,
+            need: 2,
+            have: 1,
+        };
+        assert_eq!(engine(large), "write-failed");
+        let deadline = || Stopped::Deadline {
+            during: "plan".into(),
+        };
+        assert_eq!(engine(EngineError::Stopped(deadline())), "deadline");
+        let stops = [
+            WriteError::Stopped(deadline()),
+            WriteError::Plan(PlanError::Stopped(deadline())),
+            WriteError::Esp(EspError::Stopped(deadline())),
+        ];
+        for e in stops {
+            assert_eq!(ProvisionError::Write(e).reason(), "deadline");
+        }
+        let signal = Stopped::Interrupted {
+            during: "checking the machine and the stack".into(),
+        };
+        assert_eq!(ProvisionError::from(signal).reason(), "interrupted");
     }
 }

@@ -3,33 +3,44 @@
 //! One straight line ([`pipeline`]), each step a module of [`steps`] named as its stage is
 //! reported ([`report::Stage`]): check the machine, gate the disks, guard other systems, resolve
 //! the source, verify the signature, the descriptor and every selected layer's hash tree, stage
-//! and seal the per-node layer, plan the disk, wipe the partition-table areas, write each layer
-//! (streamed from a registry source, [`stream`]) and check every block after it is read back,
-//! write the ESP, write the partition table last and confirm it. Any failure after the wipe
-//! clears the partition-table areas again, so a half-written disk never looks bootable.
-//! [`boot`] holds the boot contract (partition names, kernel command line), [`bios`] the legacy
-//! BIOS loader's on-disk format; [`cli`], [`run`], [`caph`], [`watchdog`], [`interrupt`] and
-//! [`reboot`] are the binary's edges.
+//! and seal the per-node layer, tear down old md arrays on the targets, plan the disk, wipe the
+//! partition-table areas, write each layer (streamed from a registry source, [`stream`]) and
+//! check every block after it is read back ([`engine`]), write the ESP, write the partition table
+//! last and confirm it. Any failure once a disk has changed clears the partition-table areas
+//! again, so a half-written disk never looks bootable ([`pipeline::Failed`]).
+//!
+//! The modules form a line; each uses only those above it in this list:
+//! - the leaves: [`report`] (stages, progress, the status file), [`target`] (O_DIRECT disk
+//!   access), [`interrupt`], [`boot`] (the boot contract: partition names, the kernel command
+//!   line), [`bios`] (GRUB's i386-pc boot code), [`mirror`] (`var`'s md superblocks),
+//!   [`table`] (the partition table on disk);
+//! - [`engine`]: the verified-write engine, its errors, stats and options; [`stream`] feeds it
+//!   from a registry;
+//! - plain data: [`layout`] (the disk plan), [`node`] (the sealed node layer), [`stack`] (the
+//!   opened, verified stack), [`request`] (what a run is asked and answers);
+//! - [`steps`], each with its own error type; [`error`] wraps them;
+//! - [`pipeline`]; then the binary's edges: [`cli`], [`config`], [`run`], [`caph`],
+//!   [`watchdog`], [`reboot`].
 
 pub mod bios;
 pub mod boot;
 pub mod caph;
 pub mod cli;
 pub mod config;
+pub mod engine;
 pub mod error;
 pub mod interrupt;
-// The verifying ext4 reader is in ingot-artifact, which `ingot diff` shares.
-pub use ingot_artifact::layerfs;
+pub mod layout;
 pub mod mirror;
+pub mod node;
 pub mod pipeline;
 pub mod reboot;
 pub mod report;
 pub mod request;
 pub mod run;
+pub mod stack;
 pub mod steps;
 pub mod stream;
+pub mod table;
 pub mod target;
 pub mod watchdog;
-
-pub use error::{ProvisionError, WriteError};
-pub use request::{Outcome, ProvisionRequest, Provisioned, WriteRequest, WriteSettings};

@@ -1,5 +1,6 @@
 //! Two or more target disks: each gets the whole layout, and `var` is an md RAID1 mirror across
-//! them (`docs/boot-contract.md`).
+//! them (`docs/boot-contract.md`). This module is the mirror's format; the `write` step
+//! writes each member (`steps::write::write_member`).
 //!
 //! The writer makes the mirror itself, before any partition table exists, so the rescue system
 //! needs no md driver: every `var` partition gets an md superblock (metadata 1.2 at 4 KiB, data
@@ -10,11 +11,6 @@
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::error::WriteError;
-use crate::report::{Reporter, Stage};
-use crate::steps::plan::{Content, DiskPlan};
-use crate::steps::write::{write_bytes, WriteOptions, WriteStats};
-use crate::target::{AlignedBuf, Target};
 
 /// Where each member's superblock sits in its `var` partition (metadata 1.2).
 pub const SUPERBLOCK_OFFSET: u64 = 4096;
@@ -115,47 +111,6 @@ impl Mirror {
             .collect::<Vec<_>>()
             .join(",")
     }
-}
-
-/// Makes `target`'s `var` partition (already planned and left blank) this disk's member of the
-/// mirror: its first [`ZEROED`] bytes zeroed, then the superblock written and read back.
-pub fn write_member(
-    target: &Target,
-    plan: &DiskPlan,
-    mirror: &Mirror,
-    opts: WriteOptions,
-    reporter: &Reporter,
-) -> Result<WriteStats, WriteError> {
-    let var = plan.part(&Content::Var);
-    reporter.stage(
-        Stage::Write,
-        format!(
-            "making var a member ({} of {}) of the RAID1 mirror {ARRAY_NAME}",
-            mirror.index + 1,
-            mirror.members.len()
-        ),
-    );
-    let block = mirror.superblock(var.size).ok_or(WriteError::Io {
-        path: target.path().to_path_buf(),
-        what: "making the var mirror's superblock",
-        source: std::io::Error::other(format!(
-            "the var partition ({} bytes) is too small for an md array",
-            var.size
-        )),
-    })?;
-    let zeroed = target.zero_range(var.offset, ZEROED)?;
-    if !zeroed {
-        target.write_direct(&AlignedBuf::new(ZEROED as usize), var.offset)?;
-    }
-    Ok(write_bytes(
-        target,
-        "var-mirror",
-        &block,
-        var.offset + SUPERBLOCK_OFFSET,
-        true,
-        opts,
-        reporter,
-    )?)
 }
 
 #[cfg(test)]

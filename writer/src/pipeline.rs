@@ -1,12 +1,15 @@
-//! The writer's steps in order, and the one rule of whether a failed run touched the disk.
+//! The writer's steps in order, and what a failed run left on the disks ([`Failed`]).
 //!
 //! Provisioning (as cluster-api-provider-hetzner runs it from the rescue system): check, gate,
 //! guard, resolve, verify, stage, seal, the size gate, then the write. CAPH runs none of its own
 //! disk checks on the `imageURLCommand` path, so every one of them happens here, each a named
-//! stage with a named failure reason, all before the disk is touched. Writing a named target:
-//! resolve, verify, then the write. The write: plan, wipe, write, esp, partition-table; any
-//! failure after the wipe clears the partition-table areas again, so a half-written disk never
-//! looks bootable.
+//! stage with a named failure reason, all before the disk is touched; then the teardown of old
+//! md arrays and volume groups on the targets, the first step that changes a disk. Writing a
+//! named target: resolve, verify, then the write. The write: plan, wipe, write, esp,
+//! partition-table. Whether the disks changed is state carried from the first step that changes
+//! one (the teardown, or a disk's wipe): any failure from there on clears the partition-table
+//! areas of every disk changed, so a half-written disk never looks bootable, and the failure
+//! says so ([`DiskState`]).
 //!
 //! A dry run (`--dry-run`) takes every step up to and including the plan of every target, the
 //! targets opened read-only, and stops there: nothing is torn down, wiped or written.
@@ -19,29 +22,71 @@ use ingot_machine::Sysroot;
 use ingot_verity::RootHash;
 
 use crate::error::{ProvisionError, WriteError};
-use crate::report::{Reporter, Stage};
+use crate::layout::{min_disk_size, DiskPlan};
+use crate::node::NodeLayer;
+use crate::report::{DiskState, Reporter};
 use crate::request::{
     Outcome, Planned, ProvisionRequest, Provisioned, WriteRequest, WriteSettings,
 };
-use crate::steps::seal::NodeLayer;
-use crate::steps::verify::OpenedStack;
-pub use crate::steps::write::CopyFrom;
-use crate::steps::{self, plan::DiskPlan};
+use crate::stack::OpenedStack;
+use crate::steps::write::CopyFrom;
+use crate::steps;
 use crate::target::Target;
 
-/// Whether a run that failed in `stage` may have changed the disk: the disk changes from the
-/// wipe on; every stage before it only reads.
-pub fn touched_disk(stage: Stage) -> bool {
-    matches!(
-        stage,
-        Stage::Wipe | Stage::Write | Stage::Esp | Stage::PartitionTable | Stage::Finish
-    )
+/// A failed run: its error, and what it left on the disks.
+#[derive(Debug)]
+pub struct Failed<E> {
+    pub error: E,
+    pub disks: DiskState,
+}
+
+impl<E> Failed<E> {
+    /// A failure before any disk changed.
+    pub fn untouched(error: impl Into<E>) -> Self {
+        Failed {
+            error: error.into(),
+            disks: DiskState::Untouched,
+        }
+    }
+
+    /// A failure after disks changed; `cleared`: every changed disk's tables were cleared again.
+    fn changed(error: impl Into<E>, cleared: bool) -> Self {
+        Failed {
+            error: error.into(),
+            disks: if cleared {
+                DiskState::Cleared
+            } else {
+                DiskState::ClearFailed
+            },
+        }
+    }
+
+    fn into<F: From<E>>(self) -> Failed<F> {
+        Failed {
+            error: self.error.into(),
+            disks: self.disks,
+        }
+    }
+}
+
+/// Clears the partition-table areas of `disks` after a failure; whether every one was cleared.
+fn clear_tables<'a>(disks: impl IntoIterator<Item = &'a Path>) -> bool {
+    disks.into_iter().fold(true, |all, disk| {
+        let cleared = match Target::open(disk) {
+            Ok(t) => steps::wipe::after_failure(&t),
+            Err(e) => {
+                tracing::error!("{}: cannot open it to clear its partition tables: {e}", disk.display());
+                false
+            }
+        };
+        all && cleared
+    })
 }
 
 /// Everything a provisioning run does before the disks change: the machine checked, the disks
 /// gated and guarded, the stack verified, the node layer staged and sealed, every target big
 /// enough, the teardown planned.
-struct Prepared {
+struct Ready {
     sysroot: Sysroot,
     opened: OpenedStack,
     node: NodeLayer,
@@ -51,7 +96,7 @@ struct Prepared {
     role: Role,
 }
 
-fn prepare(req: &ProvisionRequest, reporter: &Reporter) -> Result<Prepared, ProvisionError> {
+fn prepare(req: &ProvisionRequest, reporter: &Reporter) -> Result<Ready, ProvisionError> {
     let sysroot = Sysroot::new(&req.sysroot);
     let checked = steps::check::run(
         &sysroot,
@@ -75,7 +120,7 @@ fn prepare(req: &ProvisionRequest, reporter: &Reporter) -> Result<Prepared, Prov
     let role = checked.role;
     let staged = steps::stage::run(&opened, checked, &sysroot, req, reporter)?;
     let node = steps::seal::run(&staged, &opened.describe(), &req.machine_name, reporter)?;
-    let need = steps::plan::min_disk_size(
+    let need = min_disk_size(
         req.settings.esp_size,
         &opened.plan_layers(Some(&node)),
         bios_loader,
@@ -83,7 +128,7 @@ fn prepare(req: &ProvisionRequest, reporter: &Reporter) -> Result<Prepared, Prov
     for disk in &targets {
         steps::gate::size(disk, need, reporter)?;
     }
-    Ok(Prepared {
+    Ok(Ready {
         sysroot,
         opened,
         node,
@@ -98,16 +143,29 @@ fn prepare(req: &ProvisionRequest, reporter: &Reporter) -> Result<Prepared, Prov
 pub fn provision(
     req: &ProvisionRequest,
     reporter: &Reporter,
-) -> Result<Provisioned, ProvisionError> {
-    let p = prepare(req, reporter)?;
+) -> Result<Provisioned, Failed<ProvisionError>> {
+    let p = prepare(req, reporter).map_err(Failed::untouched)?;
     // A signal or the deadline during the checks stops the run here, the disks untouched.
     req.settings
         .options
-        .check_deadline("checking the machine and the stack")
-        .map_err(WriteError::from)?;
-    // From here on the disks change.
-    steps::teardown::run(&p.sysroot, &p.targets, &p.teardown, reporter)?;
-    let outcome = write_every_target(&p.opened, &p.node, &p.targets, &req.settings, reporter)?;
+        .check_stop("checking the machine and the stack")
+        .map_err(Failed::untouched)?;
+    // From here on the disks change, the teardown first.
+    if let Err(e) = steps::teardown::run(&p.sysroot, &p.targets, &p.teardown, reporter) {
+        let cleared = clear_tables(p.targets.iter().map(|d| d.node.as_path()));
+        return Err(Failed::changed(e, cleared));
+    }
+    let torn_down = !p.teardown.is_empty();
+    let outcome = write_every_target(&p.opened, &p.node, &p.targets, &req.settings, reporter)
+        .map_err(|f| {
+            let f = f.into::<ProvisionError>();
+            if torn_down && f.disks == DiskState::Untouched {
+                // The teardown changed the disks before this failure: clear them too.
+                let cleared = clear_tables(p.targets.iter().map(|d| d.node.as_path()));
+                return Failed::changed(f.error, cleared);
+            }
+            f
+        })?;
     Ok(Provisioned {
         outcome,
         disks: p.targets.iter().map(|d| d.name.clone()).collect(),
@@ -127,7 +185,8 @@ pub fn provision_dry_run(
     let created = mirror_created();
     for (index, disk) in p.targets.iter().enumerate() {
         let settings = disk_settings(&p.opened, &req.settings, index, p.targets.len(), created);
-        let plan = steps::plan::dry_run(&disk.node, &p.opened, Some(&p.node), &settings, reporter)?;
+        let plan = steps::plan::dry_run(&disk.node, &p.opened, Some(&p.node), &settings, reporter)
+            .map_err(WriteError::from)?;
         disks.push((disk.node.clone(), plan));
     }
     Ok(Planned {
@@ -163,7 +222,7 @@ fn disk_settings(
             index,
             count,
             created,
-            |identity| steps::plan::derived_guid(identity, b"var"),
+            |identity| crate::layout::derived_guid(identity, b"var"),
         ));
     }
     settings
@@ -178,7 +237,7 @@ fn write_every_target(
     targets: &[ingot_machine::Disk],
     settings: &WriteSettings,
     reporter: &Reporter,
-) -> Result<Outcome, WriteError> {
+) -> Result<Outcome, Failed<WriteError>> {
     // The first disk's outcome (plan, command line), with the bytes and rewrites of all.
     let mut first: Option<Outcome> = None;
     let created = mirror_created();
@@ -187,7 +246,7 @@ fn write_every_target(
     let mut copy: Option<CopyFrom> = None;
     for (index, disk) in targets.iter().enumerate() {
         let settings = disk_settings(opened, settings, index, targets.len(), created);
-        // `written`: the disks this run has written, should a later step fail.
+        // `written`: the disks this run has written whole (each with its table).
         let mut written = index;
         let result = write_opened(
             opened,
@@ -201,7 +260,7 @@ fn write_every_target(
             written = index + 1;
             if copy.is_none() && index + 1 < targets.len() {
                 copy = Some(CopyFrom {
-                    target: Target::probe(&disk.node)?,
+                    target: Target::probe(&disk.node).map_err(Failed::untouched)?,
                     plan: outcome.plan.clone(),
                 });
             }
@@ -216,15 +275,15 @@ fn write_every_target(
                     total.rewrites += outcome.rewrites;
                 }
             },
-            Err(e) => {
+            Err(failed) => {
                 // The copy source holds the first disk open (exclusively): let it go first.
                 drop(copy.take());
-                for done in &targets[..written] {
-                    if let Ok(t) = Target::open(&done.node) {
-                        steps::wipe::after_failure(&t);
-                    }
+                if written == 0 {
+                    return Err(failed); // only this disk, which `write_opened` cleared if changed
                 }
-                return Err(e);
+                let cleared = clear_tables(targets[..written].iter().map(|d| d.node.as_path()));
+                let this = failed.disks != DiskState::ClearFailed;
+                return Err(Failed::changed(failed.error, cleared && this));
             }
         }
     }
@@ -232,14 +291,15 @@ fn write_every_target(
 }
 
 /// Writes the stack `req` names onto `req.target`.
-pub fn write_stack(req: &WriteRequest, reporter: &Reporter) -> Result<Outcome, WriteError> {
+pub fn write_stack(req: &WriteRequest, reporter: &Reporter) -> Result<Outcome, Failed<WriteError>> {
     let opened = open_stack(
         &req.source,
         &req.trust,
         &req.machine,
         &req.settings.registry,
         reporter,
-    )?;
+    )
+    .map_err(Failed::untouched)?;
     write_opened(&opened, None, &req.target, &req.settings, None, reporter)
 }
 
@@ -271,8 +331,8 @@ pub fn open_stack(
     registry: &ingot_artifact::registry::RegistryOptions,
     reporter: &Reporter,
 ) -> Result<OpenedStack, WriteError> {
-    let source = steps::resolve::run(stack, registry, reporter)?;
-    steps::verify::run(source, trust, machine, reporter)
+    let source = steps::resolve::run(stack, registry, reporter).map_err(WriteError::Resolve)?;
+    Ok(steps::verify::run(source, trust, machine, reporter)?)
 }
 
 /// Writes an opened stack (and the node layer, if any) onto `target`: plan, wipe, then every
@@ -284,17 +344,17 @@ pub fn write_opened(
     settings: &WriteSettings,
     copy: Option<&CopyFrom>,
     reporter: &Reporter,
-) -> Result<Outcome, WriteError> {
-    let (target, plan) = steps::plan::run(target, opened, node, settings, reporter)?;
+) -> Result<Outcome, Failed<WriteError>> {
+    let (target, plan) =
+        steps::plan::run(target, opened, node, settings, reporter).map_err(Failed::untouched)?;
     // A signal or the deadline before the wipe stops the run with this disk untouched.
     settings
         .options
-        .check_deadline("planning")
-        .map_err(WriteError::from)?;
-    steps::wipe::run(&target, reporter)?;
-    write_planned(&target, opened, node, &plan, settings, copy, reporter).inspect_err(|_| {
-        steps::wipe::after_failure(&target);
-    })
+        .check_stop("planning")
+        .map_err(Failed::untouched)?;
+    // From the wipe on this disk has changed.
+    write_planned(&target, opened, node, &plan, settings, copy, reporter)
+        .map_err(|e| Failed::changed(e, steps::wipe::after_failure(&target)))
 }
 
 fn write_planned(
@@ -306,16 +366,18 @@ fn write_planned(
     copy: Option<&CopyFrom>,
     reporter: &Reporter,
 ) -> Result<Outcome, WriteError> {
+    steps::wipe::run(target, reporter).map_err(WriteError::Wipe)?;
     let mut stats =
         steps::write::run(target, opened, node, plan, copy, settings.options, reporter)?;
     if let Some(m) = &settings.mirror {
-        stats += crate::mirror::write_member(target, plan, m, settings.options, reporter)?;
+        stats += steps::write::write_member(target, plan, m, settings.options, reporter)?;
     }
     let (kernel_cmdline, esp, mbr_code) =
         steps::esp::run(target, opened, node, plan, settings, reporter)?;
     stats += esp;
     target.check_still_named()?;
-    steps::partition_table::run(target, plan, mbr_code.as_deref(), reporter)?;
+    steps::partition_table::run(target, plan, mbr_code.as_deref(), reporter)
+        .map_err(WriteError::Table)?;
     target.check_still_named()?;
 
     Ok(Outcome {

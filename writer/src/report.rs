@@ -30,6 +30,9 @@ pub enum Stage {
     Staging,
     /// Sealing the per-node layer: ext4 image and verity tree.
     Seal,
+    /// Stopping and clearing the old md arrays and volume groups living only on the targets:
+    /// the first step that changes a disk.
+    Teardown,
     Plan,
     Wipe,
     Write,
@@ -46,6 +49,7 @@ impl Stage {
             Stage::Guard => "guard",
             Stage::Staging => "stage",
             Stage::Seal => "seal",
+            Stage::Teardown => "teardown",
             Stage::Resolve => "resolve",
             Stage::Verify => "verify",
             Stage::Plan => "plan",
@@ -101,6 +105,9 @@ pub struct Status {
     pub layers: Vec<String>,
     pub rewrites: Vec<Rewrite>,
     pub bytes_written: u64,
+    /// A failed run: what it left on the disks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disks: Option<DiskState>,
     /// What did not stop the run but should be known (a disk without SMART, unknown keys in
     /// the bootstrap data).
     pub warnings: Vec<String>,
@@ -120,9 +127,35 @@ pub struct Reporter {
     last_progress_save: Mutex<f64>,
     /// Print each stage's message as a line on stdout (a provisioner keeps stdout as its log).
     stdout_log: bool,
-    /// A stage that changes a disk has begun ([`crate::pipeline::touched_disk`]): a failure
-    /// now, even in a later stage that does not (the next disk's plan), leaves disks changed.
-    disk_changed: std::sync::atomic::AtomicBool,
+}
+
+/// What a failed run left on the disks, carried by the pipeline from the first step that
+/// changes one; the failure line and the status file say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DiskState {
+    /// Nothing was written to any disk.
+    Untouched,
+    /// Disks were changed (torn down, wiped, written) and their partition tables cleared
+    /// again, so none of them looks bootable.
+    Cleared,
+    /// Disks were changed and clearing a partition table failed too: a disk may still hold a
+    /// table.
+    ClearFailed,
+}
+
+impl DiskState {
+    /// What the failure line says about the disks.
+    pub fn describe(self) -> &'static str {
+        match self {
+            DiskState::Untouched => "no disk was changed",
+            DiskState::Cleared => "the target disk was left without a partition table",
+            DiskState::ClearFailed => {
+                "the target disk was changed and clearing its partition table failed too: \
+                 it may still look bootable"
+            }
+        }
+    }
 }
 
 fn now() -> f64 {
@@ -152,6 +185,7 @@ impl Reporter {
                 layers: Vec::new(),
                 rewrites: Vec::new(),
                 bytes_written: 0,
+                disks: None,
                 warnings: Vec::new(),
                 details: serde_json::Map::new(),
                 updated: now(),
@@ -160,7 +194,6 @@ impl Reporter {
             show_bar: std::io::stderr().is_terminal(),
             last_progress_save: Mutex::new(0.0),
             stdout_log: false,
-            disk_changed: Default::default(),
         })
     }
 
@@ -247,20 +280,11 @@ impl Reporter {
             // so it names the stage too.
             let mut s = self.status.lock().expect("status lock");
             s.stage = stage;
-            if crate::pipeline::touched_disk(stage) {
-                self.disk_changed
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
-            }
             s.message = format!("{}: {message}", stage.name());
         }
         self.log_line(stage, &message);
         self.emit(self.event(stage, "start", message, None));
         self.save();
-    }
-
-    /// Whether this run has begun changing a disk (and a failure must say so).
-    pub fn disk_changed(&self) -> bool {
-        self.disk_changed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Progress of a long step; draws the bar on a terminal.
@@ -401,12 +425,14 @@ impl Reporter {
         self.save();
     }
 
-    pub fn failed(&self, error: &str) {
+    /// The run failed with `error`, leaving the disks as `disks` says.
+    pub fn failed(&self, error: &str, disks: DiskState) {
         self.finish_bar();
         let stage = {
             let mut s = self.status.lock().expect("status lock");
             s.state = "failed";
             s.status = "Failed";
+            s.disks = Some(disks);
             s.error = Some(error.to_string());
             s.message = format!("failed in {}: {error}", s.stage.name());
             s.stage

@@ -8,8 +8,8 @@ use std::time::Duration;
 use ingot_artifact::verify::{StackRef, Trust};
 use ingot_layers::select::{Machine, Role};
 
-use crate::steps::plan::DiskPlan;
-use crate::steps::write::WriteOptions;
+use crate::engine::WriteOptions;
+use crate::layout::DiskPlan;
 
 /// What to write where.
 #[derive(Debug, Clone)]

@@ -14,10 +14,10 @@ use crate::caph::{self, Reboot, OUTPUT_JSON};
 use crate::cli::Cli;
 use crate::config::{self, Settings};
 use crate::pipeline;
-use crate::report::{Reporter, Stage};
+use crate::report::{DiskState, Reporter, Stage};
 use crate::request::{ProvisionRequest, WriteRequest, WriteSettings};
 use crate::steps;
-use crate::steps::write::WriteOptions;
+use crate::engine::WriteOptions;
 
 /// The public key compiled in at build time (INGOT_TRUST_KEY_BUILTIN: a minisign .pub's text).
 const BUILTIN_KEY: Option<&str> = option_env!("INGOT_TRUST_KEY_BUILTIN");
@@ -167,19 +167,22 @@ fn write_target(
             eprintln!("{}", steps::finish::written(&outcome, target, &reporter));
             Ok(ExitCode::SUCCESS)
         }
-        Err(e) => {
-            let text = chain(&e);
-            let touched = reporter.disk_changed();
-            reporter.failed(&text);
+        Err(failed) => {
+            let text = chain(&failed.error);
+            reporter.failed(&text, failed.disks);
             eprintln!("ingot-writer: error: {text}");
-            if touched {
-                eprintln!(
-                    "ingot-writer: {} was left without a partition table",
-                    target.display()
-                );
-            } else {
-                eprintln!("ingot-writer: nothing was written to {}", target.display());
-            }
+            eprintln!(
+                "ingot-writer: {}",
+                match failed.disks {
+                    DiskState::Untouched => format!("nothing was written to {}", target.display()),
+                    DiskState::Cleared =>
+                        format!("{} was left without a partition table", target.display()),
+                    DiskState::ClearFailed => format!(
+                        "{} was changed and clearing its partition table failed too",
+                        target.display()
+                    ),
+                }
+            );
             Ok(ExitCode::from(1))
         }
     }
@@ -194,7 +197,7 @@ fn write_target_dry_run(req: &WriteRequest, reporter: &Reporter) -> Result<ExitC
         }
         Err(e) => {
             let text = chain(&e);
-            reporter.failed(&text);
+            reporter.failed(&text, DiskState::Untouched);
             eprintln!("ingot-writer: error: {text}");
             eprintln!(
                 "ingot-writer: dry run: nothing was written to {}",

@@ -1,7 +1,7 @@
 //! Layers' data blobs straight from a registry into the write pipeline, nothing staged on a
 //! file system: one download thread fetches the selected layers' blobs in stacking order and
 //! cuts each into its zstd frames as the bytes arrive; each layer's frames wait in a short
-//! bounded queue for [`crate::steps::write::write_layer`]. The next layer's download therefore
+//! bounded queue for [`crate::engine::layer::write_layer`]. The next layer's download therefore
 //! overlaps this layer's write, memory stays bounded (a full queue holds the download back),
 //! and a dropped connection resumes with a `Range` request from the last byte received
 //! ([`ingot_artifact::registry::Registry::stream_blob`]), which also checks each blob's digest
@@ -12,7 +12,8 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 
 use ingot_artifact::registry::{Registry, RegistryRef};
 
-use crate::steps::write::{Compressed, EngineError, Frames};
+use crate::engine::frames::{FrameData, Frames};
+use crate::engine::EngineError;
 
 /// Compressed frames a layer's queue holds (each at most a frame's compressed size).
 const QUEUE: usize = 8;
@@ -31,9 +32,9 @@ pub struct Job {
 pub struct Stream(Receiver<Item>);
 
 impl Stream {
-    /// The frames, for [`crate::steps::write::write_layer`].
+    /// The frames, for [`crate::engine::layer::write_layer`].
     pub fn frames<'f>(self) -> Frames<'f> {
-        Box::new(self.0.into_iter().map(|r| r.map(Compressed::Owned)))
+        Box::new(self.0.into_iter().map(|r| r.map(FrameData::Owned)))
     }
 }
 

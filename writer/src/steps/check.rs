@@ -10,8 +10,28 @@ use ingot_bootstrap::Bootstrap;
 use ingot_layers::select::{GpuVendor, Machine, Role};
 use ingot_machine::{Facts, Sysroot};
 
-use crate::error::ProvisionError;
+use std::path::PathBuf;
+
 use crate::report::{Reporter, Stage};
+
+/// Why the machine or the bootstrap data could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("reading the machine")]
+    Machine(#[from] ingot_machine::MachineError),
+    #[error("{path}: reading the bootstrap data")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the bootstrap data {path}")]
+    Bootstrap {
+        path: PathBuf,
+        #[source]
+        source: ingot_bootstrap::ParseError,
+    },
+}
 
 /// The machine and the bootstrap data, read and checked.
 pub struct Checked {
@@ -27,7 +47,7 @@ pub fn run(
     machine_name: &str,
     role: Option<Role>,
     reporter: &Reporter,
-) -> Result<Checked, ProvisionError> {
+) -> Result<Checked, CheckError> {
     reporter.stage(
         Stage::Check,
         format!(
@@ -37,12 +57,11 @@ pub fn run(
     );
     let facts = ingot_machine::detect(sysroot)?;
     reporter.detail("machine", &facts);
-    let raw = std::fs::read(bootstrap_path).map_err(|source| ProvisionError::Io {
+    let raw = std::fs::read(bootstrap_path).map_err(|source| CheckError::Read {
         path: bootstrap_path.to_path_buf(),
-        what: "reading the bootstrap data",
         source,
     })?;
-    let bootstrap = ingot_bootstrap::parse(&raw).map_err(|source| ProvisionError::Bootstrap {
+    let bootstrap = ingot_bootstrap::parse(&raw).map_err(|source| CheckError::Bootstrap {
         path: bootstrap_path.to_path_buf(),
         source,
     })?;

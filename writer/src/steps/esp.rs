@@ -15,17 +15,18 @@ use std::io::{Cursor, Write};
 
 use fatfs::{FatType, FileSystem, FormatVolumeOptions, FsOptions};
 
+use ingot_artifact::layerfs::{LayerFs, LayerFsError};
+
 use crate::bios::{self, BiosError};
 use crate::boot::Cmdline;
-use crate::error::WriteError;
-use crate::layerfs::LayerFs;
+use crate::engine::bytes::write_bytes;
+use crate::engine::{EngineError, Stopped, WriteStats};
+use crate::layout::{Content, DiskPlan};
+use crate::node::NodeLayer;
 use crate::report::{Reporter, Stage};
 use crate::request::WriteSettings;
-use crate::steps::plan::{Content, DiskPlan};
-use crate::steps::seal::NodeLayer;
-use crate::steps::verify::OpenedStack;
-use crate::steps::write::{write_bytes, WriteStats};
-use crate::target::Target;
+use crate::stack::OpenedStack;
+use crate::target::{Target, TargetError};
 
 /// The `esp` step; see the module docs.
 pub fn run(
@@ -35,7 +36,7 @@ pub fn run(
     plan: &DiskPlan,
     settings: &WriteSettings,
     reporter: &Reporter,
-) -> Result<(String, WriteStats, Option<Vec<u8>>), WriteError> {
+) -> Result<(String, WriteStats, Option<Vec<u8>>), EspError> {
     reporter.stage(
         Stage::Esp,
         "reading the boot files from the verified base layer and writing the ESP",
@@ -103,7 +104,7 @@ pub fn run(
         settings.options,
         reporter,
     )?;
-    settings.options.check_deadline("esp")?;
+    settings.options.check_stop("esp")?;
     let mut mbr_code = None;
     if let (Some((boot_img, core_img)), Some(part)) = (bios_files, bios_part) {
         reporter.stage(Stage::Esp, "writing GRUB's core image for BIOS firmware");
@@ -167,17 +168,26 @@ pub const INITRD_PATH: &str = "/ingot/initrd.img";
 
 #[derive(Debug, thiserror::Error)]
 pub enum EspError {
-    #[error("building the ESP ({what}): {source}")]
+    #[error("building the ESP ({what})")]
     Io {
         what: String,
+        #[source]
         source: std::io::Error,
     },
     #[error("the ESP's {size} bytes cannot hold the boot files ({need} bytes)")]
     TooSmall { size: u64, need: u64 },
     #[error("the FAT32 volume is malformed after fixing directory entries: {0}")]
     Malformed(String),
-    #[error("the stack's BIOS loader: {0}")]
+    #[error("the stack's BIOS loader")]
     Bios(#[from] BiosError),
+    #[error("reading the boot files from the base layer")]
+    BootFiles(#[from] LayerFsError),
+    #[error(transparent)]
+    Target(#[from] TargetError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Stopped(#[from] Stopped),
 }
 
 fn io(what: &str) -> impl FnOnce(std::io::Error) -> EspError + '_ {

@@ -9,7 +9,7 @@ use serde_json::json;
 
 use crate::report::Reporter;
 use crate::request::{Outcome, Planned, Provisioned};
-use crate::steps::plan::DiskPlan;
+use crate::layout::DiskPlan;
 
 fn layer_list(outcome: &Outcome) -> String {
     let names: Vec<&str> = outcome.layers.iter().map(|(n, _)| n.as_str()).collect();

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use ingot_machine::{Disk, Facts, FixtureSmart, GateReport, SmartSource, Smartctl, Sysroot};
 
-use crate::error::ProvisionError;
+use ingot_machine::GateFailure;
 use crate::report::{Reporter, Stage};
 use crate::request::ProvisionRequest;
 
@@ -26,7 +26,7 @@ pub fn run(
     facts: &Facts,
     req: &ProvisionRequest,
     reporter: &Reporter,
-) -> Result<Vec<Disk>, ProvisionError> {
+) -> Result<Vec<Disk>, GateFailure> {
     reporter.stage(Stage::Gate, "checking tools, firmware and the target disks");
     let tools: Vec<&str> = req.required_tools.iter().map(String::as_str).collect();
     passed(reporter, &ingot_machine::gate_tools(&tools, None)?);
@@ -72,7 +72,7 @@ pub fn firmware(
     facts: &Facts,
     bios_loader: bool,
     reporter: &Reporter,
-) -> Result<(), ProvisionError> {
+) -> Result<(), GateFailure> {
     if facts.uefi {
         return Ok(());
     }
@@ -87,7 +87,7 @@ pub fn firmware(
 }
 
 /// The size gate: `disk` holds the `need` bytes the plan asks for.
-pub fn size(disk: &Disk, need: u64, reporter: &Reporter) -> Result<(), ProvisionError> {
+pub fn size(disk: &Disk, need: u64, reporter: &Reporter) -> Result<(), GateFailure> {
     reporter.stage(Stage::Gate, format!("{}: size", disk.name));
     passed(reporter, &ingot_machine::gate_size(disk, need)?);
     Ok(())

@@ -7,7 +7,7 @@
 
 use ingot_machine::{Disk, Facts, GuardOptions, GuardReport};
 
-use crate::error::ProvisionError;
+use ingot_machine::GateFailure;
 use crate::report::{Reporter, Stage};
 
 pub fn run(
@@ -15,7 +15,7 @@ pub fn run(
     targets: &[Disk],
     allow_foreign_os: bool,
     reporter: &Reporter,
-) -> Result<GuardReport, ProvisionError> {
+) -> Result<GuardReport, GateFailure> {
     reporter.stage(
         Stage::Guard,
         "looking for other operating systems, LVM and md RAID on the disks",

@@ -5,25 +5,32 @@
 //! returns the [`NodeLayer`]: image, hash device and root hash.
 
 use ingot_bootstrap::Staged;
-use ingot_verity::RootHash;
+use crate::node::NodeLayer;
 
-use crate::error::ProvisionError;
-use crate::report::{Reporter, Stage};
-
-/// The sealed per-node layer, built on this machine: an ext4 image and its verity hash device.
-#[derive(Debug, Clone)]
-pub struct NodeLayer {
-    pub image: Vec<u8>,
-    pub hash: Vec<u8>,
-    pub root_hash: RootHash,
+/// Why the per-node layer could not be sealed.
+#[derive(Debug, thiserror::Error)]
+pub enum SealError {
+    #[error("sealing the per-node layer: the staged files")]
+    Tree(#[source] ingot_layers::LayerError),
+    #[error("sealing the per-node layer: {what}")]
+    Io {
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("sealing the per-node layer: building the image")]
+    Build(#[source] ingot_layers::LayerError),
+    #[error("sealing the per-node layer: the layer builder made no hash tree")]
+    NoTree,
 }
+use crate::report::{Reporter, Stage};
 
 pub fn run(
     staged: &Staged,
     stack: &str,
     machine_name: &str,
     reporter: &Reporter,
-) -> Result<NodeLayer, ProvisionError> {
+) -> Result<NodeLayer, SealError> {
     reporter.stage(
         Stage::Seal,
         "sealing the per-node layer (ext4 image and dm-verity tree)",
@@ -42,10 +49,10 @@ pub fn run(
 
 /// Builds the node layer: the staged files as a tree, sealed by the layer builder every stack
 /// layer comes from ([`ingot_layers::seal_tree`]), in a scratch directory read back into memory.
-fn seal(staged: &Staged, stack: &str, machine_name: &str) -> Result<NodeLayer, ProvisionError> {
-    let err = |what: &str, e: &dyn std::fmt::Display| ProvisionError::Seal(format!("{what}: {e}"));
-    let tree = staged.to_tree().map_err(|e| err("the staged files", &e))?;
-    let dir = tempfile::tempdir().map_err(|e| err("making a scratch directory", &e))?;
+fn seal(staged: &Staged, stack: &str, machine_name: &str) -> Result<NodeLayer, SealError> {
+    let io = |what| move |source| SealError::Io { what, source };
+    let tree = staged.to_tree().map_err(SealError::Tree)?;
+    let dir = tempfile::tempdir().map_err(io("making a scratch directory"))?;
     let img = dir.path().join("node.img");
     let hash = dir.path().join("node.hash");
     let opts = ingot_layers::Ext4Options {
@@ -54,14 +61,11 @@ fn seal(staged: &Staged, stack: &str, machine_name: &str) -> Result<NodeLayer, P
         size: None,
         progress: None,
     };
-    let built = ingot_layers::seal_tree(&tree, &img, &hash, &opts)
-        .map_err(|e| err("building the image", &e))?;
-    let verity = built
-        .verity
-        .ok_or_else(|| ProvisionError::Seal("the layer builder made no hash tree".into()))?;
+    let built = ingot_layers::seal_tree(&tree, &img, &hash, &opts).map_err(SealError::Build)?;
+    let verity = built.verity.ok_or(SealError::NoTree)?;
     Ok(NodeLayer {
-        image: std::fs::read(&img).map_err(|e| err("reading the image", &e))?,
-        hash: std::fs::read(&hash).map_err(|e| err("reading the hash tree", &e))?,
+        image: std::fs::read(&img).map_err(io("reading the image"))?,
+        hash: std::fs::read(&hash).map_err(io("reading the hash tree"))?,
         root_hash: verity.root_hash,
     })
 }

@@ -13,11 +13,30 @@ use ingot_bootstrap::{Network, StageInput, StageOptions, Staged};
 use ingot_machine::Sysroot;
 use rand::SeedableRng;
 
-use crate::error::ProvisionError;
+use ingot_artifact::layerfs::LayerFsError;
+
 use crate::report::{Reporter, Stage};
 use crate::request::ProvisionRequest;
+use crate::stack::{OpenedStack, StackError};
 use crate::steps::check::Checked;
-use crate::steps::verify::OpenedStack;
+
+/// Why the per-node files could not be staged.
+#[derive(Debug, thiserror::Error)]
+pub enum StageStepError {
+    #[error("reading the base layer for staging")]
+    Base(#[from] StackError),
+    /// The base layer's accounts, needed to stage owners, could not be read.
+    #[error("reading the base layer's {path} for staging")]
+    BaseFile {
+        path: &'static str,
+        #[source]
+        source: LayerFsError,
+    },
+    #[error("the base layer's {path} is not UTF-8")]
+    NotUtf8 { path: &'static str },
+    #[error("staging the per-node files")]
+    Stage(#[from] ingot_bootstrap::StageError),
+}
 
 pub fn run(
     opened: &OpenedStack,
@@ -25,20 +44,17 @@ pub fn run(
     sysroot: &Sysroot,
     req: &ProvisionRequest,
     reporter: &Reporter,
-) -> Result<Staged, ProvisionError> {
+) -> Result<Staged, StageStepError> {
     reporter.stage(
         Stage::Staging,
         format!("staging the per-node files for {}", req.machine_name),
     );
-    let base = opened
-        .base_fs()
-        .map_err(|e| ProvisionError::BaseAccounts(e.to_string()))?;
-    let text = |path: &str| -> Result<String, ProvisionError> {
+    let base = opened.base_fs()?;
+    let text = |path: &'static str| -> Result<String, StageStepError> {
         let bytes = base
             .read(path)
-            .map_err(|e| ProvisionError::BaseAccounts(e.to_string()))?;
-        String::from_utf8(bytes)
-            .map_err(|_| ProvisionError::BaseAccounts(format!("{path} is not UTF-8")))
+            .map_err(|source| StageStepError::BaseFile { path, source })?;
+        String::from_utf8(bytes).map_err(|_| StageStepError::NotUtf8 { path })
     };
     let (base_passwd, base_group) = (text("/etc/passwd")?, text("/etc/group")?);
     let network = read_network(sysroot, reporter);

@@ -1,6 +1,7 @@
-//! `wipe`, first part: the md arrays and LVM volume groups the guard found living only on the
+//! `teardown`: the md arrays and LVM volume groups the guard found living only on the
 //! target disks (installimage's software RAID1, an earlier ingot mirror) are stopped and their
-//! signatures cleared, right before the partition tables are wiped (`docs/machine-checks.md`).
+//! signatures cleared, the first step that changes a disk, right before the partition tables are
+//! wiped (`docs/machine-checks.md`).
 //!
 //! [`plan`] runs before anything is touched (with the other gates): the commands from what the
 //! rescue system has active, and their tools on `PATH`. [`run`] runs them, one stage message
@@ -12,7 +13,7 @@ use std::path::Path;
 use ingot_machine::teardown::{self, Step};
 use ingot_machine::{Disk, GuardReport, Sysroot};
 
-use crate::error::ProvisionError;
+use ingot_machine::GateFailure;
 use crate::report::{Reporter, Stage};
 
 /// The teardown commands for `guard`'s findings; empty when there is nothing to stop or clear.
@@ -21,7 +22,7 @@ pub fn plan(
     targets: &[Disk],
     guard: &GuardReport,
     reporter: &Reporter,
-) -> Result<Vec<Step>, ProvisionError> {
+) -> Result<Vec<Step>, GateFailure> {
     let steps = teardown::plan(sysroot, targets, &guard.teardown)?;
     if !steps.is_empty() {
         if sysroot.root() == Path::new("/") {
@@ -38,13 +39,13 @@ pub fn run(
     targets: &[Disk],
     steps: &[Step],
     reporter: &Reporter,
-) -> Result<(), ProvisionError> {
+) -> Result<(), GateFailure> {
     if steps.is_empty() {
         return Ok(());
     }
     let names: Vec<&str> = targets.iter().map(|d| d.name.as_str()).collect();
     reporter.stage(
-        Stage::Wipe,
+        Stage::Teardown,
         format!(
             "stopping and clearing the old md arrays and volume groups on {}",
             names.join(", ")
@@ -54,13 +55,13 @@ pub fn run(
     for step in steps {
         if fixture {
             reporter.stage(
-                Stage::Wipe,
+                Stage::Teardown,
                 format!("fixture machine, not run: {}", step.command_line()),
             );
             continue;
         }
         reporter.stage(
-            Stage::Wipe,
+            Stage::Teardown,
             format!("{}: {}", step.why, step.command_line()),
         );
         teardown::run_step(step)?;

@@ -4,24 +4,27 @@
 //!
 //! Reads the opened target; returns nothing. [`after_failure`] clears them again.
 
-use crate::error::WriteError;
 use crate::report::{Reporter, Stage};
-use crate::steps::partition_table;
+use crate::table::{self, TableError};
 use crate::target::Target;
 
-pub fn run(target: &Target, reporter: &Reporter) -> Result<(), WriteError> {
+pub fn run(target: &Target, reporter: &Reporter) -> Result<(), TableError> {
     reporter.stage(
         Stage::Wipe,
         "clearing the partition tables at both ends of the disk",
     );
-    partition_table::clear(target)?;
-    Ok(())
+    table::clear(target)
 }
 
-/// After a failure past the wipe: the partition-table areas cleared again (a failure to do so
-/// is logged; the run's own error is what is reported).
-pub fn after_failure(target: &Target) {
-    if let Err(clear) = partition_table::clear(target) {
-        tracing::error!("clearing the partition tables after a failure also failed: {clear}");
+/// After a failure past the wipe: the partition-table areas cleared again. Returns whether
+/// they were; a failure to clear is logged (the run's own error is what is reported) and said
+/// in the run's [`DiskState`](crate::report::DiskState).
+pub fn after_failure(target: &Target) -> bool {
+    match table::clear(target) {
+        Ok(()) => true,
+        Err(clear) => {
+            tracing::error!("clearing the partition tables after a failure also failed: {clear}");
+            false
+        }
     }
 }

@@ -14,14 +14,17 @@
 //!   read-only.
 //! * [`teardown`]: the commands that stop and clear that storage before the writer writes.
 //!
-//! Everything is read below a [`Sysroot`] (`/` on a real machine), so every check runs against a
-//! fixture machine directory in tests (`ingot_testkit::machine::materialize`).
+//! Everything is read below a [`Sysroot`] (`/` on a real machine), and every program is run
+//! through a [`host::Host`] ([`host::Live`], or [`host::Fixture`] below a fixture machine's
+//! sysroot), so every check runs against a fixture machine directory in tests
+//! (`ingot_testkit::machine::materialize`).
 //! The rules and the fixture layout are described in `docs/machine-checks.md`.
 
 mod detect;
 mod disks;
 mod gate;
 pub mod guard;
+pub mod host;
 mod smart;
 mod speed;
 mod sysroot;
@@ -33,6 +36,6 @@ pub use gate::{
     gate_size, gate_tools, gate_uefi, GateDetail, GateFailure, GateReport, Reason, Warning,
 };
 pub use guard::{guard, GuardOptions, GuardReport, Teardown};
-pub use smart::{gate_smart, FixtureSmart, SmartError, SmartSource, Smartctl};
+pub use smart::gate_smart;
 pub use speed::{default_min_kib_s, gate_read_speed, ReadSpeed};
 pub use sysroot::Sysroot;

@@ -1,79 +1,17 @@
 //! SMART health from `smartctl --json=c -H -i`, as CAPH's `check-disk.sh` asks `smartctl -H`.
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use serde::Deserialize;
 
 use crate::gate::{GateDetail, GateFailure, GateReport, Reason, Warning};
-use crate::{Disk, Sysroot};
+use crate::host::Host;
+use crate::Disk;
 
-/// Where smartctl's JSON comes from.
-pub trait SmartSource {
-    /// smartctl's JSON output for `disk` (`smartctl --json=c -H -i <node>`).
-    fn query(&self, sysroot: &Sysroot, disk: &Disk) -> Result<String, SmartError>;
-}
-
-/// No JSON could be had at all; the gate turns it into a `smart-unavailable` warning.
-#[derive(Debug, thiserror::Error)]
-pub enum SmartError {
-    /// smartctl could not be started.
-    #[error("cannot run {program}: {source}")]
-    Spawn {
-        /// The program.
-        program: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A fixture has no captured output for the disk.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        /// The fixture file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-}
-
-/// The real machine: runs `smartctl` (found on `PATH` unless a path is given).
-#[derive(Debug, Clone)]
-pub struct Smartctl {
-    /// The program to run.
-    pub program: PathBuf,
-}
-
-impl Default for Smartctl {
-    fn default() -> Self {
-        Smartctl {
-            program: PathBuf::from("smartctl"),
-        }
-    }
-}
-
-impl SmartSource for Smartctl {
-    fn query(&self, _sysroot: &Sysroot, disk: &Disk) -> Result<String, SmartError> {
-        // smartctl's exit status is a bit mask that is also in the JSON; stdout is what counts.
-        let out = Command::new(&self.program)
-            .args(["--json=c", "-H", "-i"])
-            .arg(&disk.node)
-            .output()
-            .map_err(|source| SmartError::Spawn {
-                program: self.program.clone(),
-                source,
-            })?;
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-}
-
-/// Fixture machines: reads captured output from `<sysroot>/smartctl/<disk>.json`.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct FixtureSmart;
-
-impl SmartSource for FixtureSmart {
-    fn query(&self, sysroot: &Sysroot, disk: &Disk) -> Result<String, SmartError> {
-        let path = sysroot.path(format!("smartctl/{}.json", disk.name));
-        std::fs::read_to_string(&path).map_err(|source| SmartError::Read { path, source })
-    }
+/// `smartctl --json=c -H -i NODE` for `disk`, through the host; smartctl's exit status is a bit
+/// mask that is also in the JSON, so stdout is what counts. An error: it could not be run.
+fn query(host: &dyn Host, disk: &Disk) -> std::io::Result<String> {
+    let node = disk.node.to_string_lossy();
+    let out = host.run("smartctl", &["--json=c", "-H", "-i", &node])?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The parts of smartctl's JSON the gate reads; everything else is ignored.
@@ -111,11 +49,7 @@ const EXIT_DEGRADED: u32 = 0b1111_0000;
 /// SMART health of `disk` must not be failing. SMART that cannot be read (no smartctl, a RAID
 /// controller hiding the disk, a virtual disk) is a `smart-unavailable` warning, not a stop;
 /// bits 4-7 of smartctl's exit status are a `smart-degraded` warning.
-pub fn gate_smart(
-    sysroot: &Sysroot,
-    disk: &Disk,
-    source: &dyn SmartSource,
-) -> Result<GateReport, GateFailure> {
+pub fn gate_smart(disk: &Disk, host: &dyn Host) -> Result<GateReport, GateFailure> {
     let name = disk.name.as_str();
     let unavailable = |why: String| GateReport {
         disk: Some(name.to_string()),
@@ -126,9 +60,9 @@ pub fn gate_smart(
         },
         warnings: vec![Warning::new(Reason::SmartUnavailable, Some(name), why)],
     };
-    let text = match source.query(sysroot, disk) {
+    let text = match query(host, disk) {
         Ok(t) => t,
-        Err(e) => return Ok(unavailable(e.to_string())),
+        Err(e) => return Ok(unavailable(format!("cannot run smartctl: {e}"))),
     };
     let json: SmartJson = match serde_json::from_str(&text) {
         Ok(j) => j,

@@ -18,12 +18,12 @@
 //! that nothing holds a target any more.
 
 use std::collections::BTreeSet;
-use std::process::Command;
 
 use serde::Serialize;
 
 use crate::gate::{GateFailure, Reason};
 use crate::guard::Teardown;
+use crate::host::Host;
 use crate::{Disk, Sysroot};
 
 /// One command of the teardown.
@@ -229,19 +229,22 @@ pub fn tools(steps: &[Step]) -> Vec<&str> {
 }
 
 /// Runs `steps` in order ([`run_step`]), then [`check_released`].
-pub fn run(sysroot: &Sysroot, targets: &[Disk], steps: &[Step]) -> Result<(), GateFailure> {
+pub fn run(
+    host: &dyn Host,
+    sysroot: &Sysroot,
+    targets: &[Disk],
+    steps: &[Step],
+) -> Result<(), GateFailure> {
     for step in steps {
-        run_step(step)?;
+        run_step(host, step)?;
     }
     check_released(sysroot, targets)
 }
 
 /// Runs one command; fails with `teardown-failed` naming it and its stderr.
-pub fn run_step(step: &Step) -> Result<(), GateFailure> {
-    let out = Command::new(&step.program)
-        .args(&step.args)
-        .output()
-        .map_err(|e| {
+pub fn run_step(host: &dyn Host, step: &Step) -> Result<(), GateFailure> {
+    let args: Vec<&str> = step.args.iter().map(String::as_str).collect();
+    let out = host.run(&step.program, &args).map_err(|e| {
             refuse(
                 Reason::TeardownFailed,
                 None,

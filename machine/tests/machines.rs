@@ -8,10 +8,16 @@ use std::time::Duration;
 
 use common::with_machine;
 use ingot_machine::guard::Finding;
+use ingot_machine::host::{Fixture, Live};
 use ingot_machine::*;
 
 fn targets(m: &common::Machine, spec: &str) -> Vec<Disk> {
     resolve_targets(&m.m.sysroot(), &m.facts, spec).unwrap_or_else(|e| panic!("{spec}: {e}"))
+}
+
+/// The fixture machine's answers to the programs the gates run.
+fn fixture(m: &common::Machine) -> Fixture {
+    Fixture::new(&m.m.root)
 }
 
 #[test]
@@ -161,7 +167,7 @@ fn gate_size_passes_and_fails() {
 #[test]
 fn gate_smart_from_captured_json() {
     with_machine("cpu-worker", |m| {
-        let r = gate_smart(&m.m.sysroot(), &targets(m, "sda")[0], &FixtureSmart).unwrap();
+        let r = gate_smart(&targets(m, "sda")[0], &fixture(m)).unwrap();
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
         assert!(matches!(
             r.detail,
@@ -172,7 +178,7 @@ fn gate_smart_from_captured_json() {
         ));
     });
     with_machine("gpu-worker", |m| {
-        let r = gate_smart(&m.m.sysroot(), &targets(m, "nvme0n1")[0], &FixtureSmart).unwrap();
+        let r = gate_smart(&targets(m, "nvme0n1")[0], &fixture(m)).unwrap();
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
         match &r.detail {
             GateDetail::Smart { passed, model, .. } => {
@@ -183,13 +189,13 @@ fn gate_smart_from_captured_json() {
         }
     });
     with_machine("failing-disk", |m| {
-        let err = gate_smart(&m.m.sysroot(), &targets(m, "sda")[0], &FixtureSmart).unwrap_err();
+        let err = gate_smart(&targets(m, "sda")[0], &fixture(m)).unwrap_err();
         assert_eq!(err.reason, Reason::SmartFailing);
         assert_eq!(err.disk.as_deref(), Some("sda"));
     });
     with_machine("bios-only", |m| {
         // Behind a RAID controller smartctl cannot open the disk: a warning, not a stop.
-        let r = gate_smart(&m.m.sysroot(), &targets(m, "sda")[0], &FixtureSmart).unwrap();
+        let r = gate_smart(&targets(m, "sda")[0], &fixture(m)).unwrap();
         assert_eq!(r.warnings.len(), 1);
         assert_eq!(r.warnings[0].reason, Reason::SmartUnavailable);
         assert!(
@@ -200,7 +206,7 @@ fn gate_smart_from_captured_json() {
     });
     with_machine("kvm-control-plane", |m| {
         // No captured output at all.
-        let r = gate_smart(&m.m.sysroot(), &targets(m, "sdb")[0], &FixtureSmart).unwrap();
+        let r = gate_smart(&targets(m, "sdb")[0], &fixture(m)).unwrap();
         assert_eq!(r.warnings[0].reason, Reason::SmartUnavailable);
     });
 }
@@ -209,14 +215,13 @@ fn gate_smart_from_captured_json() {
 fn gate_smart_runs_smartctl_and_tolerates_it_missing() {
     with_machine("cpu-worker", |m| {
         let sda = &targets(m, "sda")[0];
-        let missing = Smartctl {
-            program: "/nonexistent/smartctl".into(),
-        };
-        let r = gate_smart(&m.m.sysroot(), sda, &missing).unwrap();
+        // A fixture without smartctl's output for the disk: smartctl cannot be run.
+        let bare = Fixture::new(m.m.root.join("no-such-fixture"));
+        let r = gate_smart(sda, &bare).unwrap();
         assert_eq!(r.warnings[0].reason, Reason::SmartUnavailable);
         if common::have("smartctl") {
             // A disk image is no ATA device: smartctl answers in JSON with exit status bits 0-2.
-            let r = gate_smart(&m.m.sysroot(), sda, &Smartctl::default()).unwrap();
+            let r = gate_smart(sda, &Live).unwrap();
             assert_eq!(
                 r.warnings[0].reason,
                 Reason::SmartUnavailable,

@@ -151,7 +151,7 @@ pub fn provision(
         .check_stop("checking the machine and the stack")
         .map_err(Failed::untouched)?;
     // From here on the disks change, the teardown first.
-    if let Err(e) = steps::teardown::run(&p.sysroot, &p.targets, &p.teardown, reporter) {
+    if let Err(e) = steps::teardown::run(req.host.as_ref(), &p.sysroot, &p.targets, &p.teardown, reporter) {
         let cleared = clear_tables(p.targets.iter().map(|d| d.node.as_path()));
         return Err(Failed::changed(e, cleared));
     }

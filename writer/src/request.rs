@@ -3,10 +3,12 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use ingot_artifact::verify::{StackRef, Trust};
 use ingot_layers::select::{Machine, Role};
+use ingot_machine::host::Host;
 
 use crate::engine::WriteOptions;
 use crate::layout::DiskPlan;
@@ -78,6 +80,9 @@ pub struct ProvisionRequest {
     pub root_devices: String,
     /// Where /sys, /proc and /dev are read from (`/` on a real machine).
     pub sysroot: PathBuf,
+    /// Where every program the run needs is run ([`ingot_machine::host::Live`] on a real
+    /// machine, [`ingot_machine::host::Fixture`] for a fixture's sysroot): chosen once.
+    pub host: Arc<dyn Host>,
     /// The role, when not taken from the bootstrap data.
     pub role: Option<Role>,
     pub allow_foreign_os: bool,

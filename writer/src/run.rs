@@ -3,12 +3,14 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use ingot_artifact::error_text::chain;
 use ingot_artifact::verify::{StackRef, Trust};
 use ingot_layers::select::{Machine, Role};
+use ingot_machine::host::{Fixture, Host, Live};
 
 use crate::caph::{self, Reboot, OUTPUT_JSON};
 use crate::cli::Cli;
@@ -233,10 +235,15 @@ fn provision(
             .with_context(|| format!("--label `{l}`: expected KEY=VALUE"))?;
         labels.insert(k.to_string(), v.to_string());
     }
+    // The one place the machine is chosen: the live machine, or a fixture machine's answers
+    // below its sysroot (`ingot_machine::host`). Every program the run needs goes through it.
     let mut required_tools = Vec::new();
-    if cli.sysroot == Path::new("/") {
+    let host: Arc<dyn Host> = if cli.sysroot == Path::new("/") {
         required_tools.push("smartctl".to_string());
-    }
+        Arc::new(Live)
+    } else {
+        Arc::new(Fixture::new(&cli.sysroot))
+    };
     if eff.reboot {
         required_tools.extend(["sh".to_string(), "reboot".to_string()]);
     }
@@ -264,6 +271,7 @@ fn provision(
         machine_name,
         root_devices,
         sysroot: cli.sysroot.clone(),
+        host,
         role: cli.role,
         allow_foreign_os: cli.allow_foreign_os || eff.file.allow_foreign_os.unwrap_or(false),
         min_read_kib_s: cli.min_read_speed.or(eff.file.min_read_speed),

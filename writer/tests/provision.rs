@@ -924,8 +924,8 @@ fn check_two_disks(m: &Machine) {
 }
 
 /// An installimage server (software RAID1 over both disks, assembled by the rescue system),
-/// CAPH naming both disks by WWN: the arrays are torn down (on a fixture machine the commands
-/// are reported, not run), both disks written and each bootable alone, `var` mirrored. A second
+/// CAPH naming both disks by WWN: the arrays are torn down (through the fixture machine's host),
+/// both disks written and each bootable alone, `var` mirrored. A second
 /// CAPH run over the finished node rewrites it.
 #[test]
 fn installimage_raid1_server_is_provisioned_on_both_disks() {
@@ -950,12 +950,22 @@ fn installimage_raid1_server_is_provisioned_on_both_disks() {
         3,
         "{warnings}"
     );
+    // The teardown ran through the fixture machine's host, as on a real one through its own.
+    let ran = fs::read_to_string(m.m.root.join("host/ran")).unwrap_or_default();
     for cmd in [
-        "fixture machine, not run: wipefs --all --force /dev/md126",
-        "fixture machine, not run: mdadm --stop /dev/md127",
-        "fixture machine, not run: wipefs --all --force /dev/sdb3",
+        "wipefs --all --force /dev/md126",
+        "mdadm --stop /dev/md127",
+        "wipefs --all --force /dev/sdb3",
     ] {
-        assert!(run.stdout.contains(cmd), "{cmd}:\n{}", run.show());
+        assert!(ran.lines().any(|l| l == cmd), "{cmd} was not run:\n{ran}");
+        let reported = format!(": {cmd}");
+        assert!(
+            run.stdout
+                .lines()
+                .any(|l| l.starts_with("[teardown] ") && l.ends_with(&reported)),
+            "{cmd} is not reported under teardown:\n{}",
+            run.show()
+        );
     }
     assert_eq!(
         run.output_json["details"]["teardown"]
@@ -1419,4 +1429,52 @@ fn a_failure_on_the_second_disk_leaves_neither_disk_bootable() {
         "the first disk keeps its table: {}",
         run.show()
     );
+}
+
+/// The teardown is the first step that changes a disk: when one of its commands fails (here
+/// `mdadm --stop`, failed by the fixture machine's host), the run fails in `teardown` with
+/// `teardown-failed`, and the disks it began to change are left without a partition table.
+/// The last line and output.json say so, from the run's own record of what it changed.
+#[test]
+fn a_failed_teardown_leaves_the_disks_without_a_partition_table_and_says_so() {
+    let test = "a_failed_teardown_leaves_the_disks_without_a_partition_table_and_says_so";
+    if !usable(test) {
+        return;
+    }
+    let m = machine("installimage-raid1");
+    let data = bootstrap_fixture("cloud-config-worker-join.yaml");
+    let p = published();
+    let (sda, sdb) = (m.m.images["sda"].clone(), m.m.images["sdb"].clone());
+    assert!(has_partition_table(&sda) && has_partition_table(&sdb));
+    let fail = m.m.root.join("host/fail");
+    fs::create_dir_all(&fail).unwrap();
+    fs::write(
+        fail.join("mdadm"),
+        "mdadm: Cannot get exclusive access to /dev/md127",
+    )
+    .unwrap();
+    let run = caph(
+        &p,
+        &m,
+        &data,
+        "node-9",
+        "0x5002538e40a1b2c3 0x5002538e40a1b2c4",
+        &[],
+    );
+    assert_eq!(run.out.status.code(), Some(1), "{}", run.show());
+    let last = run.last_line();
+    assert!(
+        last.starts_with("ingot-writer: FAILED (teardown-failed): ")
+            && last.contains("mdadm --stop /dev/md127")
+            && last.contains("Cannot get exclusive access")
+            && last.ends_with("; the target disk was left without a partition table"),
+        "{}",
+        run.show()
+    );
+    let status = &run.output_json;
+    assert_eq!(status["status"], "Failed", "{status}");
+    assert_eq!(status["stage"], "teardown", "{status}");
+    assert_eq!(status["disks"], "cleared", "{status}");
+    assert!(!has_partition_table(&sda), "sda keeps its table");
+    assert!(!has_partition_table(&sdb), "sdb keeps its table");
 }

@@ -7,9 +7,7 @@
 //! and the bytes the plan needs.
 //! A failed gate is a [`GateFailure`](ingot_machine::GateFailure) naming its reason.
 
-use std::path::Path;
-
-use ingot_machine::{Disk, Facts, FixtureSmart, GateReport, SmartSource, Smartctl, Sysroot};
+use ingot_machine::{Disk, Facts, GateReport, Sysroot};
 
 use ingot_machine::GateFailure;
 use crate::report::{Reporter, Stage};
@@ -34,17 +32,11 @@ pub fn run(
         passed(reporter, &ingot_machine::gate_uefi(facts)?);
     } // BIOS firmware: whether the stack can boot it is known after `verify` ([`firmware`]).
     let targets = ingot_machine::resolve_targets(sysroot, facts, &req.root_devices)?;
-    let smart: Box<dyn SmartSource> = if req.sysroot == Path::new("/") {
-        Box::new(Smartctl::default())
-    } else {
-        // A fixture machine carries smartctl's JSON output for each disk.
-        Box::new(FixtureSmart)
-    };
     // Every target is written, so every target must be healthy and fast enough.
     let mut gates = Vec::new();
     for disk in &targets {
         reporter.stage(Stage::Gate, format!("{}: SMART health", disk.name));
-        let r = ingot_machine::gate_smart(sysroot, disk, smart.as_ref())?;
+        let r = ingot_machine::gate_smart(disk, req.host.as_ref())?;
         passed(reporter, &r);
         gates.push(r);
         let min = req

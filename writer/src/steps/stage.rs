@@ -7,9 +7,8 @@
 //! of the machine's layers that is not the one the bootstrap data's kubeadm configuration makes
 //! kubeadm use, `ingot_bootstrap::preload_warnings`).
 
-use std::path::Path;
-
 use ingot_bootstrap::{Network, StageInput, StageOptions, Staged};
+use ingot_machine::host::Host;
 use ingot_machine::Sysroot;
 use rand::SeedableRng;
 
@@ -57,7 +56,7 @@ pub fn run(
         String::from_utf8(bytes).map_err(|_| StageStepError::NotUtf8 { path })
     };
     let (base_passwd, base_group) = (text("/etc/passwd")?, text("/etc/group")?);
-    let network = read_network(sysroot, reporter);
+    let network = read_network(sysroot, req.host.as_ref(), reporter);
     let Checked {
         facts,
         bootstrap,
@@ -109,22 +108,17 @@ fn preloads(opened: &OpenedStack) -> Vec<String> {
 }
 
 /// The rescue system's network settings, to give the node the same static addresses
-/// (`ingot_bootstrap::network_from_ip_json`): from `ip -json` (iproute2) on a real machine, from
-/// `<sysroot>/ip/{addr,route,route6}.json` on a fixture; DNS from `<sysroot>/etc/resolv.conf`.
-/// Missing or unreadable pieces are a warning: the node then uses DHCP.
-fn read_network(sysroot: &Sysroot, reporter: &Reporter) -> Option<Network> {
-    // `file` names the fixture's copy of the command's output.
-    let output = |args: &[&str], file: &str| -> Option<Vec<u8>> {
-        if sysroot.root() == Path::new("/") {
-            let out = std::process::Command::new("ip").args(args).output().ok()?;
-            out.status.success().then_some(out.stdout)
-        } else {
-            std::fs::read(sysroot.path(format!("/ip/{file}.json"))).ok()
-        }
+/// (`ingot_bootstrap::network_from_ip_json`): from `ip -json` (iproute2) through the run's host;
+/// DNS from `<sysroot>/etc/resolv.conf`. Missing or unreadable pieces are a warning: the node
+/// then uses DHCP.
+fn read_network(sysroot: &Sysroot, host: &dyn Host, reporter: &Reporter) -> Option<Network> {
+    let output = |args: &[&str]| -> Option<Vec<u8>> {
+        let out = host.run("ip", args).ok()?;
+        out.status.success().then_some(out.stdout)
     };
-    let addr = output(&["-json", "addr", "show"], "addr");
-    let route4 = output(&["-json", "route", "show"], "route");
-    let route6 = output(&["-6", "-json", "route", "show"], "route6");
+    let addr = output(&["-json", "addr", "show"]);
+    let route4 = output(&["-json", "route", "show"]);
+    let route6 = output(&["-6", "-json", "route", "show"]);
     let resolv = std::fs::read_to_string(sysroot.path("/etc/resolv.conf")).unwrap_or_default();
     let read = match (addr, route4) {
         (Some(addr), Some(route4)) => {

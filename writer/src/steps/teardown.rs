@@ -4,12 +4,10 @@
 //! wiped (`docs/machine-checks.md`).
 //!
 //! [`plan`] runs before anything is touched (with the other gates): the commands from what the
-//! rescue system has active, and their tools on `PATH`. [`run`] runs them, one stage message
-//! each; on a fixture machine (a sysroot other than `/`) it reports them without running them,
-//! since the fixture's disks are files, not devices.
+//! rescue system has active, and their tools on `PATH`. [`run`] runs them through the run's
+//! host, one stage message each, then checks that nothing holds a target any more.
 
-use std::path::Path;
-
+use ingot_machine::host::Host;
 use ingot_machine::teardown::{self, Step};
 use ingot_machine::{Disk, GuardReport, Sysroot};
 
@@ -25,9 +23,7 @@ pub fn plan(
 ) -> Result<Vec<Step>, GateFailure> {
     let steps = teardown::plan(sysroot, targets, &guard.teardown)?;
     if !steps.is_empty() {
-        if sysroot.root() == Path::new("/") {
-            ingot_machine::gate_tools(&teardown::tools(&steps), None)?;
-        }
+        ingot_machine::gate_tools(&teardown::tools(&steps), None)?;
         reporter.detail("teardown", &steps);
     }
     Ok(steps)
@@ -35,6 +31,7 @@ pub fn plan(
 
 /// Runs `steps`, then checks that nothing holds a target any more.
 pub fn run(
+    host: &dyn Host,
     sysroot: &Sysroot,
     targets: &[Disk],
     steps: &[Step],
@@ -51,23 +48,12 @@ pub fn run(
             names.join(", ")
         ),
     );
-    let fixture = sysroot.root() != Path::new("/");
     for step in steps {
-        if fixture {
-            reporter.stage(
-                Stage::Teardown,
-                format!("fixture machine, not run: {}", step.command_line()),
-            );
-            continue;
-        }
         reporter.stage(
             Stage::Teardown,
             format!("{}: {}", step.why, step.command_line()),
         );
-        teardown::run_step(step)?;
+        teardown::run_step(host, step)?;
     }
-    if !fixture {
-        teardown::check_released(sysroot, targets)?;
-    }
-    Ok(())
+    teardown::check_released(sysroot, targets)
 }

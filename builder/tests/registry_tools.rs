@@ -237,7 +237,7 @@ fn calls(path: &Path) -> usize {
 
 #[test]
 fn tls_registry_with_ca_file_insecure_and_credential_helpers_on_every_command() {
-    let test = "tls_registry_with_ca_file_insecure_and_credential_helpers_on_every_command";
+    let test = ingot_testkit::test_name!();
     if !have_tool(test, "docker-registry") || !have_tool(test, "openssl") {
         return;
     }

@@ -3,7 +3,11 @@
 
 pub mod console;
 pub mod digest;
+/// The one HTTP test server ([`http::Server`]), of which the registry front ([`registry::Front`]),
+/// the proxy (`ingot-testproxy`) and the builder's hostile registry are behaviours.
+pub use ingot_testproxy::server as http;
 pub mod layout;
+pub mod loopdev;
 pub mod machine;
 pub mod partitions;
 pub mod qemu;

@@ -124,34 +124,8 @@ pub fn copy_tree(from: &Path, to: &Path) {
 }
 
 /// A read-only loop mount, unmounted (and its loop device released) on drop.
-pub struct LoopMount {
-    pub dir: PathBuf,
-}
-
-impl LoopMount {
-    pub fn new(image: &Path, dir: &Path) -> LoopMount {
-        fs::create_dir_all(dir).unwrap();
-        run_ok(
-            Command::new("mount")
-                .args(["-o", "ro,loop", "-t", "ext4"])
-                .arg(image)
-                .arg(dir),
-        );
-        LoopMount {
-            dir: dir.to_owned(),
-        }
-    }
-}
-
-impl Drop for LoopMount {
-    fn drop(&mut self) {
-        // `mount -o loop` sets autoclear: unmounting releases the loop device.
-        let status = Command::new("umount").arg(&self.dir).status();
-        if !matches!(status, Ok(s) if s.success()) {
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        }
-    }
-}
+#[allow(unused_imports)] // not every test file mounts
+pub use ingot_testkit::loopdev::LoopMount;
 
 /// A containerd of our own: temporary root, state dir and socket; killed on drop, and any
 /// mount left under its directories removed.

@@ -1,6 +1,7 @@
 //! Test support shared by ingot's test suites (a dev-dependency only, never linked into a
 //! binary): real tools and real services, started and checked the same way everywhere.
 
+pub mod command;
 pub mod console;
 pub mod digest;
 /// The one HTTP test server ([`http::Server`]), of which the registry front ([`registry::Front`]),

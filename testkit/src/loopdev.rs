@@ -9,6 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::command::run_ok;
 use crate::skip::find_tool;
 
 /// How a file is attached.
@@ -72,17 +73,7 @@ impl LoopDevice {
         if let Some(size) = options.size {
             cmd.arg("--sizelimit").arg(size.to_string());
         }
-        let out = cmd
-            .arg(file)
-            .output()
-            .unwrap_or_else(|e| panic!("running losetup: {e}"));
-        assert!(
-            out.status.success(),
-            "losetup {options:?} {}: {}",
-            file.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let path = run_ok(cmd.arg(file)).trim().to_string();
         assert!(path.starts_with("/dev/loop"), "losetup printed {path:?}");
         LoopDevice { path }
     }
@@ -145,20 +136,8 @@ impl LoopMount {
         if options.read_only {
             cmd.args(["-o", "ro"]);
         }
-        let out = cmd
-            .arg(device.path())
-            .arg(dir)
-            .output()
-            .unwrap_or_else(|e| panic!("running mount: {e}"));
         // On failure `device` is dropped (detached) by the panic.
-        assert!(
-            out.status.success(),
-            "mount {} ({}) at {}: {}",
-            device.as_str(),
-            image.display(),
-            dir.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run_ok(cmd.arg(device.path()).arg(dir));
         LoopMount {
             dir: dir.to_owned(),
             device: Some(device),

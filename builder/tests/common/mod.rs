@@ -44,30 +44,13 @@ where
     S: AsRef<std::ffi::OsStr>,
 {
     let out = ingot(args);
-    assert!(
-        out.status.success(),
-        "ingot failed ({}):\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ingot_testkit::command::assert_success(&"ingot", &out);
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
 /// Run a command, assert success, return stdout.
-pub fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+#[allow(unused_imports)] // not every test file runs tools
+pub use ingot_testkit::command::run_ok;
 
 /// Build `manifest` into `out` (signed with `key` if given, fixed revision).
 pub fn build(manifest: &Path, out: &Path, key: Option<&Path>) {

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Instant;
 
 use ingot_testkit::machine::materialize;
@@ -15,17 +15,8 @@ use super::{partitions, repo_root};
 pub const END: &str = "INGOT-BOOT-OK";
 pub const FAILED: &str = "INGOT-BOOT-FAILED";
 
-pub fn run_ok(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+/// Runs a command, asserts it succeeded; its output.
+pub use ingot_testkit::command::output_ok as run_ok;
 
 /// The boot fixture stack: built, signed, published behind a token-checking front. Dropping it
 /// stops the registry and removes its files.

@@ -48,14 +48,8 @@ fn ingot_with(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Outpu
     child.wait_with_output().unwrap()
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+/// Exit code, stdout and stderr, for an assertion's message.
+use ingot_testkit::command::describe as text;
 
 fn ok(o: Output) -> String {
     assert!(o.status.success(), "ingot failed:\n{}", text(&o));

@@ -222,14 +222,8 @@ fn ingot_s(args: &[String], config: &Path, bin: &Path) -> Output {
     ingot(&args, config, bin)
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+/// Exit code, stdout and stderr, for an assertion's message.
+use ingot_testkit::command::describe as text;
 
 fn calls(path: &Path) -> usize {
     fs::read_to_string(path).map_or(0, |s| s.lines().count())

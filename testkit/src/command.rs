@@ -27,3 +27,13 @@ pub fn output_ok(cmd: &mut Command) -> Output {
 pub fn run_ok(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&output_ok(cmd).stdout).into_owned()
 }
+
+/// `out` as a failed assertion shows it: exit code, stdout, stderr.
+pub fn describe(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

@@ -34,7 +34,7 @@ pub fn publish(token: &str) -> Published {
     let out = trees.path().join("stack");
     run_ok(Command::new(repo_root().join("tests/boot/build-stack.sh")).arg(&out));
     eprintln!("build-stack.sh: {:.1?}", started.elapsed());
-    publish(trees, &out.join("stack.toml"), "1.0.0", token)
+    build_and_publish(trees, &out.join("stack.toml"), "1.0.0", token)
 }
 
 /// A new release of `p`'s stack: its trees copied, changed by `change`, built as `version` and
@@ -58,12 +58,17 @@ pub fn republish(
     let text = fs::read_to_string(&manifest).unwrap();
     let text = text.replace("version = \"1.0.0\"", &format!("version = \"{version}\""));
     fs::write(&manifest, text).unwrap();
-    publish(trees, &manifest, version, token)
+    build_and_publish(trees, &manifest, version, token)
 }
 
 /// `manifest` (in `trees`) built and published as `stacks/boot:VERSION` behind `token` in a
 /// registry of its own.
-fn publish(trees: tempfile::TempDir, manifest: &Path, version: &str, token: &str) -> Published {
+fn build_and_publish(
+    trees: tempfile::TempDir,
+    manifest: &Path,
+    version: &str,
+    token: &str,
+) -> Published {
     let stack = super::build_stack(manifest);
     let registry = super::publish_behind_token(
         &stack.layout,

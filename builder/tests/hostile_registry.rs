@@ -1,8 +1,8 @@
 //! Hostile registries and layouts (issue 15): what a server or a file can make `ingot pull` and
 //! `ingot verify` spend. The server here (a behaviour of `ingot_testkit::http::Server`) serves a
-//! real built layout on 127.0.0.1, and misbehaving on purpose: a 4 GiB manifest (declared and chunked), blobs at
-//! one byte a second, a descriptor signed by the trusted key but breaking the manifest's rules,
-//! blob responses held after their headers until the test lets them go.
+//! real built layout on 127.0.0.1, misbehaving on purpose: a 4 GiB manifest (declared and
+//! chunked), blobs at one byte a second, a descriptor signed by the trusted key but breaking the
+//! manifest's rules, blob responses held after their headers until the test lets them go.
 //! Every server thread stops by itself: when the client goes, when its byte budget is spent, or
 //! when the test drops the server.
 //!

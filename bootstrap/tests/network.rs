@@ -171,7 +171,7 @@ fn networkd(files: &[(String, String)], mac: &str) -> (String, String) {
 #[test]
 fn systemd_networkd_applies_the_staged_default_route() {
     use ingot_testkit::skip::{have_file, have_root, have_tools};
-    let test = "systemd_networkd_applies_the_staged_default_route";
+    let test = ingot_testkit::test_name!();
     if !(have_root(test)
         && have_tools(test, &["unshare", "ip"])
         && have_file(test, std::path::Path::new(NETWORKD)))

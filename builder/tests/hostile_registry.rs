@@ -1,8 +1,8 @@
 //! Hostile registries and layouts (issue 15): what a server or a file can make `ingot pull` and
-//! `ingot verify` spend. The server here is a small HTTP/1.1 responder on 127.0.0.1 serving a real
-//! built layout, and misbehaving on purpose: a 4 GiB manifest (declared and chunked), blobs at
-//! one byte a second, a descriptor signed by the trusted key but breaking the manifest's rules,
-//! blob responses held after their headers until the test lets them go.
+//! `ingot verify` spend. The server here (a behaviour of `ingot_testkit::http::Server`) serves a
+//! real built layout on 127.0.0.1, misbehaving on purpose: a 4 GiB manifest (declared and
+//! chunked), blobs at one byte a second, a descriptor signed by the trusted key but breaking the
+//! manifest's rules, blob responses held after their headers until the test lets them go.
 //! Every server thread stops by itself: when the client goes, when its byte budget is spent, or
 //! when the test drops the server.
 //!
@@ -15,8 +15,7 @@
 mod common;
 
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{Read, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
@@ -27,6 +26,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use ingot::oci_layout::{sha256_digest, ImageIndex, ImageManifest, MANIFEST_MEDIA_TYPE};
 use ingot::sign::SecretKey;
+use ingot_testkit::http::{self, Conn};
 use serde_json::Value;
 
 /// How the server misbehaves.
@@ -59,33 +59,16 @@ const FOUR_GIB: u64 = 4 << 30;
 
 /// A registry on 127.0.0.1 serving the layout at `root` under any repository name.
 struct Server {
-    port: u16,
-    stop: Arc<AtomicBool>,
     hold: Arc<Hold>,
+    http: http::Server,
 }
 
 impl Server {
     fn start(root: &Path, mode: Mode) -> Server {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
         let hold = Arc::new(Hold::default());
-        let (stop2, hold2, root) = (stop.clone(), hold.clone(), root.to_owned());
-        std::thread::spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        let (root, stop, hold) = (root.clone(), stop2.clone(), hold2.clone());
-                        std::thread::spawn(move || {
-                            let _ = serve(conn, &root, mode, &stop, &hold);
-                        });
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
-        Server { port, stop, hold }
+        let (hold2, root) = (hold.clone(), root.to_owned());
+        let server = http::Server::local(move |conn| serve(conn, &root, mode, &hold2)).unwrap();
+        Server { hold, http: server }
     }
 
     /// [`Mode::HoldBlobs`]: serve this blob at once.
@@ -108,87 +91,37 @@ impl Server {
     }
 
     fn url(&self, rest: &str) -> String {
-        format!("oci://127.0.0.1:{}/{rest}", self.port)
+        self.http.url(rest)
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-fn serve(
-    conn: TcpStream,
-    root: &Path,
-    mode: Mode,
-    stop: &AtomicBool,
-    hold: &Hold,
-) -> std::io::Result<()> {
-    conn.set_nonblocking(false)?;
-    conn.set_write_timeout(Some(Duration::from_secs(30)))?;
-    let mut reader = BufReader::new(conn.try_clone()?);
-    let mut out = conn;
-    let mut head = Vec::new();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 {
-            return Ok(());
-        }
-        if line == "\r\n" {
-            break;
-        }
-        head.push(line);
-    }
-    let mut request = head[0].split_whitespace();
-    let (method, path) = (request.next().unwrap_or(""), request.next().unwrap_or(""));
-    let range_start: u64 = head
-        .iter()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("range").then(|| v.trim().to_owned())
-        })
-        .and_then(|v| v.strip_prefix("bytes=")?.split('-').next()?.parse().ok())
-        .unwrap_or(0);
+fn serve(conn: &mut Conn, root: &Path, mode: Mode, hold: &Hold) -> std::io::Result<()> {
+    conn.out.set_write_timeout(Some(Duration::from_secs(30)))?;
+    let (method, path) = (conn.request.method(), conn.request.path().to_owned());
+    let range_start = conn.request.range_start().unwrap_or(0);
     let body_of_head = method == "HEAD";
+    let json = ["Content-Type: application/json".to_owned()];
     if path == "/v2/" {
-        return respond(
-            &mut out,
-            "200 OK",
-            "application/json",
-            b"{}",
-            None,
-            body_of_head,
-        );
+        return conn.respond("200 OK", &json, b"{}", body_of_head);
     }
     if path.contains("/manifests/") {
         if matches!(mode, Mode::HugeManifest | Mode::HugeChunkedManifest) {
-            return huge_manifest(&mut out, mode == Mode::HugeChunkedManifest, stop);
+            return huge_manifest(conn, mode == Mode::HugeChunkedManifest);
         }
         // Every tag and digest names the layout's one manifest.
         let index: ImageIndex =
             serde_json::from_slice(&fs::read(root.join("index.json"))?).unwrap();
         let digest = index.manifests[0].digest.clone();
         let bytes = fs::read(blob_path(root, &digest))?;
-        return respond(
-            &mut out,
-            "200 OK",
-            MANIFEST_MEDIA_TYPE,
-            &bytes,
-            Some(&digest),
-            body_of_head,
-        );
+        let headers = [
+            format!("Content-Type: {MANIFEST_MEDIA_TYPE}"),
+            format!("Docker-Content-Digest: {digest}"),
+        ];
+        return conn.respond("200 OK", &headers, &bytes, body_of_head);
     }
     if let Some((_, digest)) = path.rsplit_once("/blobs/") {
         let Ok(bytes) = fs::read(blob_path(root, digest)) else {
-            return respond(
-                &mut out,
-                "404 Not Found",
-                "application/json",
-                b"{}",
-                None,
-                false,
-            );
+            return conn.respond("404 Not Found", &json, b"{}", false);
         };
         let rest = &bytes[(range_start as usize).min(bytes.len())..];
         let status = if range_start > 0 {
@@ -196,110 +129,66 @@ fn serve(
         } else {
             "200 OK"
         };
+        let octets = ["Content-Type: application/octet-stream".to_owned()];
         if mode == Mode::HoldBlobs
             && !body_of_head
             && !hold.pass.lock().unwrap().iter().any(|d| d == digest)
         {
-            return held(&mut out, status, rest, hold, stop);
+            return held(conn, status, rest, hold);
         }
         if mode != Mode::OneBytePerSecond || body_of_head {
-            return respond(
-                &mut out,
-                status,
-                "application/octet-stream",
-                rest,
-                Some(digest),
-                body_of_head,
-            );
+            let headers = [
+                octets[0].clone(),
+                format!("Docker-Content-Digest: {digest}"),
+            ];
+            return conn.respond(status, &headers, rest, body_of_head);
         }
-        blob_head(&mut out, status, rest.len())?;
+        conn.respond_head(status, &octets, rest.len() as u64)?;
         for b in rest {
-            if stop.load(Ordering::Relaxed) {
+            if conn.stopping() {
                 return Ok(());
             }
-            out.write_all(&[*b])?;
-            out.flush()?;
+            conn.out.write_all(&[*b])?;
+            conn.out.flush()?;
             std::thread::sleep(Duration::from_secs(1));
         }
         return Ok(());
     }
-    respond(
-        &mut out,
-        "404 Not Found",
-        "application/json",
-        b"{}",
-        None,
-        false,
-    )
-}
-
-fn respond(
-    out: &mut TcpStream,
-    status: &str,
-    content_type: &str,
-    body: &[u8],
-    digest: Option<&str>,
-    head_only: bool,
-) -> std::io::Result<()> {
-    let digest = digest
-        .map(|d| format!("Docker-Content-Digest: {d}\r\n"))
-        .unwrap_or_default();
-    write!(
-        out,
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{digest}\
-         Connection: close\r\n\r\n",
-        body.len()
-    )?;
-    if !head_only {
-        out.write_all(body)?;
-    }
-    out.flush()
-}
-
-/// The head of a blob response whose `len`-byte body the caller sends itself.
-fn blob_head(out: &mut TcpStream, status: &str, len: usize) -> std::io::Result<()> {
-    write!(
-        out,
-        "HTTP/1.1 {status}\r\nContent-Type: application/octet-stream\r\n\
-         Content-Length: {len}\r\nConnection: close\r\n\r\n"
-    )
+    conn.respond("404 Not Found", &json, b"{}", false)
 }
 
 /// A blob response whose body waits until the test releases it (or drops the server).
-fn held(
-    out: &mut TcpStream,
-    status: &str,
-    body: &[u8],
-    hold: &Hold,
-    stop: &AtomicBool,
-) -> std::io::Result<()> {
-    blob_head(out, status, body.len())?;
-    out.flush()?;
+fn held(conn: &mut Conn, status: &str, body: &[u8], hold: &Hold) -> std::io::Result<()> {
+    let octets = ["Content-Type: application/octet-stream".to_owned()];
+    conn.respond_head(status, &octets, body.len() as u64)?;
+    conn.out.flush()?;
     hold.held.fetch_add(1, Ordering::Relaxed);
     while !hold.released.load(Ordering::Relaxed) {
-        if stop.load(Ordering::Relaxed) {
+        if conn.stopping() {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    out.write_all(body)?;
-    out.flush()
+    conn.out.write_all(body)?;
+    conn.out.flush()
 }
 
 /// 4 GiB of spaces (valid JSON whitespace) as a manifest; stops when the client hangs up.
-fn huge_manifest(out: &mut TcpStream, chunked: bool, stop: &AtomicBool) -> std::io::Result<()> {
+fn huge_manifest(conn: &mut Conn, chunked: bool) -> std::io::Result<()> {
     let length = if chunked {
         "Transfer-Encoding: chunked\r\n".to_owned()
     } else {
         format!("Content-Length: {FOUR_GIB}\r\n")
     };
+    let out = &mut conn.out;
     write!(
         out,
         "HTTP/1.1 200 OK\r\nContent-Type: {MANIFEST_MEDIA_TYPE}\r\n{length}Connection: close\r\n\r\n"
     )?;
     let piece = vec![b' '; 1 << 20];
     let mut sent = 0u64;
-    while sent < FOUR_GIB && !stop.load(Ordering::Relaxed) {
+    while sent < FOUR_GIB && !conn.stopping() {
+        let out = &mut conn.out;
         if chunked {
             write!(out, "{:x}\r\n", piece.len())?;
         }
@@ -310,7 +199,7 @@ fn huge_manifest(out: &mut TcpStream, chunked: bool, stop: &AtomicBool) -> std::
         sent += piece.len() as u64;
     }
     if chunked {
-        out.write_all(b"0\r\n\r\n")?;
+        conn.out.write_all(b"0\r\n\r\n")?;
     }
     Ok(())
 }

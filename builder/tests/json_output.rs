@@ -170,10 +170,7 @@ fn every_json_output_parses_with_camel_case_keys() {
         Some(std::fs::metadata(&img).unwrap().len())
     );
 
-    if have_tool(
-        "every_json_output_parses_with_camel_case_keys",
-        "docker-registry",
-    ) {
+    if have_tool(ingot_testkit::test_name!(), "docker-registry") {
         registry_commands(tmp.path(), &layout, &built["manifestDigest"]);
     }
 }

@@ -51,10 +51,7 @@ fn p(path: &Path) -> &str {
 
 #[test]
 fn http_proxy_is_used_and_no_proxy_bypasses_it() {
-    if !have_tool(
-        "http_proxy_is_used_and_no_proxy_bypasses_it",
-        "docker-registry",
-    ) {
+    if !have_tool(ingot_testkit::test_name!(), "docker-registry") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -48,14 +48,8 @@ fn ingot_with(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>) -> Outpu
     child.wait_with_output().unwrap()
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+/// Exit code, stdout and stderr, for an assertion's message.
+use ingot_testkit::command::describe as text;
 
 fn ok(o: Output) -> String {
     assert!(o.status.success(), "ingot failed:\n{}", text(&o));
@@ -76,7 +70,7 @@ fn demo_build(dir: &Path) -> (PathBuf, PathBuf) {
 
 #[test]
 fn publish_pull_verify_and_skopeo_round_trip() {
-    let test = "publish_pull_verify_and_skopeo_round_trip";
+    let test = ingot_testkit::test_name!();
     if !have_registry(test) || !have_tool(test, "skopeo") {
         return;
     }
@@ -238,7 +232,7 @@ fn publish_pull_verify_and_skopeo_round_trip() {
 
 #[test]
 fn basic_auth_flags_docker_config_and_token_env() {
-    let test = "basic_auth_flags_docker_config_and_token_env";
+    let test = ingot_testkit::test_name!();
     if !have_registry(test) {
         return;
     }
@@ -344,7 +338,7 @@ fn basic_auth_flags_docker_config_and_token_env() {
 
 #[test]
 fn bearer_token_from_env_reaches_the_registry_and_never_the_output() {
-    let test = "bearer_token_from_env_reaches_the_registry_and_never_the_output";
+    let test = ingot_testkit::test_name!();
     if !have_registry(test) {
         return;
     }
@@ -425,7 +419,7 @@ fn published_bulk(dir: &Path, bytes: usize) -> (PathBuf, PathBuf, Registry) {
 
 #[test]
 fn pull_resumes_with_range_after_the_registry_restarts() {
-    let test = "pull_resumes_with_range_after_the_registry_restarts";
+    let test = ingot_testkit::test_name!();
     if !have_registry(test) {
         return;
     }
@@ -521,7 +515,7 @@ fn pull_resumes_with_range_after_the_registry_restarts() {
 
 #[test]
 fn a_corrupted_blob_in_the_registry_is_refused_and_not_kept() {
-    let test = "a_corrupted_blob_in_the_registry_is_refused_and_not_kept";
+    let test = ingot_testkit::test_name!();
     if !have_registry(test) {
         return;
     }
@@ -614,7 +608,7 @@ fn an_unreachable_registry_gives_up_after_the_retries() {
 
 #[test]
 fn release_script_publishes_once_and_a_rerun_changes_nothing() {
-    let test = "release_script_publishes_once_and_a_rerun_changes_nothing";
+    let test = ingot_testkit::test_name!();
     if !have_registry(test) || !have_tool(test, "python3") {
         return;
     }
@@ -672,7 +666,7 @@ fn release_script_publishes_once_and_a_rerun_changes_nothing() {
 
 #[test]
 fn library_api_resolves_fetches_the_descriptor_and_streams_a_blob() {
-    let test = "library_api_resolves_fetches_the_descriptor_and_streams_a_blob";
+    let test = ingot_testkit::test_name!();
     if !have_registry(test) {
         return;
     }
@@ -730,7 +724,7 @@ fn library_api_resolves_fetches_the_descriptor_and_streams_a_blob() {
 
 #[test]
 fn a_killed_pull_rerun_keeps_the_finished_blobs_and_completes() {
-    let test = "a_killed_pull_rerun_keeps_the_finished_blobs_and_completes";
+    let test = ingot_testkit::test_name!();
     if !have_registry(test) {
         return;
     }
@@ -815,7 +809,7 @@ fn a_killed_pull_rerun_keeps_the_finished_blobs_and_completes() {
 /// wire are counted by `ingot-testproxy` between ingot and the real registry.
 #[test]
 fn a_rerun_resumes_a_partial_blob_with_a_range_request() {
-    let test = "a_rerun_resumes_a_partial_blob_with_a_range_request";
+    let test = ingot_testkit::test_name!();
     if !have_registry(test) {
         return;
     }

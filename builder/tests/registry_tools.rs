@@ -222,14 +222,8 @@ fn ingot_s(args: &[String], config: &Path, bin: &Path) -> Output {
     ingot(&args, config, bin)
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "status {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+/// Exit code, stdout and stderr, for an assertion's message.
+use ingot_testkit::command::describe as text;
 
 fn calls(path: &Path) -> usize {
     fs::read_to_string(path).map_or(0, |s| s.lines().count())
@@ -237,7 +231,7 @@ fn calls(path: &Path) -> usize {
 
 #[test]
 fn tls_registry_with_ca_file_insecure_and_credential_helpers_on_every_command() {
-    let test = "tls_registry_with_ca_file_insecure_and_credential_helpers_on_every_command";
+    let test = ingot_testkit::test_name!();
     if !have_tool(test, "docker-registry") || !have_tool(test, "openssl") {
         return;
     }

@@ -159,8 +159,8 @@ fn export_signature(built: &Built, dir: &Path) -> (std::path::PathBuf, std::path
 
 #[test]
 fn minisign_cli_verifies_the_signature() {
-    const T: &str = "minisign_cli_verifies_the_signature";
-    if !have_tool(T, "minisign") {
+    let test = ingot_testkit::test_name!();
+    if !have_tool(test, "minisign") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -362,8 +362,8 @@ fn verify_refuses_tampering_and_names_it() {
 
 #[test]
 fn skopeo_reads_and_copies_the_artifact() {
-    const T: &str = "skopeo_reads_and_copies_the_artifact";
-    if !have_tool(T, "skopeo") {
+    let test = ingot_testkit::test_name!();
+    if !have_tool(test, "skopeo") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -428,8 +428,8 @@ fn skopeo_reads_and_copies_the_artifact() {
 
 #[test]
 fn preloaded_image_imports_into_containerd() {
-    const T: &str = "preloaded_image_imports_into_containerd";
-    if !have_root(T) || !have_tool(T, "containerd") || !have_tool(T, "ctr") {
+    let test = ingot_testkit::test_name!();
+    if !have_root(test) || !have_tool(test, "containerd") || !have_tool(test, "ctr") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -15,22 +15,8 @@ fn ingot(args: &[&str]) -> Output {
 }
 
 fn veritysetup() -> Option<PathBuf> {
-    let found = [
-        "/usr/sbin/veritysetup",
-        "/sbin/veritysetup",
-        "/usr/bin/veritysetup",
-    ]
-    .iter()
-    .map(PathBuf::from)
-    .find(|p| p.exists());
-    if found.is_none() {
-        assert!(
-            std::env::var("CI").map_or(true, |v| v != "true"),
-            "CI must have veritysetup (cryptsetup-bin)"
-        );
-        eprintln!("SKIP: veritysetup not installed (apt-get install cryptsetup-bin)");
-    }
-    found
+    use ingot_testkit::skip::{current_test, find_tool, have_tool};
+    have_tool(&current_test(), "veritysetup").then(|| find_tool("veritysetup").expect("installed"))
 }
 
 fn stderr(o: &Output) -> String {

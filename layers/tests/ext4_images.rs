@@ -71,7 +71,7 @@ fn varied_tree_passes_e2fsck_and_mounts_identically() {
         info.size
     );
 
-    if skip_unless_root("varied_tree mount comparison") {
+    if skip_unless_root(ingot_testkit::test_name!()) {
         return;
     }
     let m = LoopMount::new(&img, &t.path().join("mnt"));
@@ -80,7 +80,7 @@ fn varied_tree_passes_e2fsck_and_mounts_identically() {
 
 #[test]
 fn every_timestamp_is_the_epoch() {
-    if skip_unless_root("every_timestamp_is_the_epoch") {
+    if skip_unless_root(ingot_testkit::test_name!()) {
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -479,7 +479,7 @@ fn file_data_crossing_backup_superblocks() {
     let img = t.path().join("l.img");
     build_image(&Source::Dir(src.clone()), &img, &opts("big")).unwrap();
     e2fsck_clean(&img);
-    if skip_unless_root("file_data_crossing_backup_superblocks mount") {
+    if skip_unless_root(ingot_testkit::test_name!()) {
         return;
     }
     let m = LoopMount::new(&img, &t.path().join("mnt"));
@@ -628,7 +628,7 @@ fn dir_nlink_past_65000_subdirectories() {
         text.contains("Links: 1 "),
         "/top link count is not 1:\n{text}"
     );
-    if skip_unless_root("dir_nlink mount") {
+    if skip_unless_root(ingot_testkit::test_name!()) {
         return;
     }
     let m = LoopMount::new(&img, &t.path().join("mnt"));
@@ -674,7 +674,7 @@ fn shared_xattr_blocks_hold_at_most_1024_inodes() {
     assert!(a != "0" && !a.is_empty(), "f0000 has no xattr block");
     assert_eq!(a, b, "the first 1024 inodes share one block");
     assert_ne!(a, c, "the 1025th inode shares a full block");
-    if skip_unless_root("shared xattr mount") {
+    if skip_unless_root(ingot_testkit::test_name!()) {
         return;
     }
     let m = LoopMount::new(&img, &t.path().join("mnt"));
@@ -795,7 +795,7 @@ fn nul_bytes_in_pax_records_are_refused_naming_the_member() {
     let img = d.join("good.img");
     build_image(&Source::Tar(p), &img, &opts("pax")).unwrap();
     e2fsck_clean(&img);
-    if skip_unless_root("nul_bytes_in_pax_records_are_refused_naming_the_member mount") {
+    if skip_unless_root(ingot_testkit::test_name!()) {
         return;
     }
     let m = LoopMount::new(&img, &d.join("mnt"));

@@ -13,11 +13,13 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{have, is_root, with_machine};
+use common::with_machine;
 use ingot_machine::guard::{
     probe_region, write_md_v1, Finding, GuardReport, MdV1Params, RegionScan, Slice,
 };
 use ingot_machine::*;
+use ingot_testkit::loopdev::{LoopDevice, LoopOptions};
+use ingot_testkit::skip::have_loop_devices;
 
 fn output(cmd: &mut Command) -> (bool, String) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
@@ -27,7 +29,7 @@ fn output(cmd: &mut Command) -> (bool, String) {
 }
 
 fn skip_without(tools: &[&str]) -> bool {
-    !ingot_testkit::skip::have_tools("oracles", tools)
+    !ingot_testkit::skip::have_tools(&ingot_testkit::skip::current_test(), tools)
 }
 
 fn report(m: &common::Machine, spec: &str) -> GuardReport {
@@ -194,43 +196,18 @@ fn md_superblocks_pass_mdadm_examine() {
 }
 
 /// A read-only loop device over part of a file, detached on drop.
-struct Loop(String);
-
-impl Loop {
-    fn attach(file: &Path, offset: u64, size: Option<u64>) -> Loop {
-        let mut cmd = Command::new("losetup");
-        cmd.args([
-            "--find",
-            "--show",
-            "--read-only",
-            "--offset",
-            &offset.to_string(),
-        ]);
-        if let Some(size) = size {
-            cmd.args(["--sizelimit", &size.to_string()]);
-        }
-        let (ok, text) = output(cmd.arg(file));
-        assert!(ok, "losetup: {text}");
-        Loop(text.trim().to_string())
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
-    }
+fn attach(file: &Path, offset: u64, size: Option<u64>) -> LoopDevice {
+    let options = LoopOptions {
+        read_only: true,
+        offset,
+        size,
+        ..LoopOptions::default()
+    };
+    LoopDevice::attach(file, &options)
 }
 
 fn loop_ok() -> bool {
-    if !is_root() {
-        eprintln!("SKIP: loop devices need root");
-        return false;
-    }
-    if !have("losetup") || !Path::new("/dev/loop-control").exists() {
-        eprintln!("SKIP: no losetup or /dev/loop-control");
-        return false;
-    }
-    true
+    have_loop_devices(&ingot_testkit::skip::current_test())
 }
 
 #[test]
@@ -241,8 +218,8 @@ fn lvm_label_passes_pvck_and_pvs() {
     with_machine("lvm-target", |m| {
         let r = report(m, "sdb");
         let p = region(&r, "sda1").partition.clone().unwrap();
-        let dev = Loop::attach(&m.m.images["sda"], p.offset, Some(p.size));
-        let (ok, text) = output(Command::new("pvck").arg(&dev.0));
+        let dev = attach(&m.m.images["sda"], p.offset, Some(p.size));
+        let (ok, text) = output(Command::new("pvck").arg(dev.path()));
         assert!(ok, "pvck: {text}");
         assert!(
             text.contains("Found label on") && text.contains("type=LVM2 001"),
@@ -254,7 +231,7 @@ fn lvm_label_passes_pvck_and_pvs() {
         );
         let (ok, text) = output(Command::new("pvs").args([
             "--devices",
-            &dev.0,
+            dev.as_str(),
             "--noheadings",
             "-o",
             "pv_name,pv_uuid,pv_fmt",
@@ -274,8 +251,8 @@ fn read_speed_and_guard_on_a_loop_device() {
         return;
     }
     with_machine("cpu-worker", |m| {
-        let dev = Loop::attach(&m.m.images["sda"], 0, None);
-        let name = dev.0.trim_start_matches("/dev/");
+        let dev = attach(&m.m.images["sda"], 0, None);
+        let name = dev.name();
         // The real machine's sysfs: a loop device is left out of the disk list, but may be
         // targeted by name.
         let real = Sysroot::default();

@@ -8,9 +8,11 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{have, is_root, with_machine};
+use common::with_machine;
 use ingot_machine::guard::{write_md_v1, Finding, MdV1Params};
 use ingot_machine::*;
+use ingot_testkit::loopdev::{LoopDevice, LoopOptions};
+use ingot_testkit::skip::{have_loop_devices, have_tools};
 
 fn targets(m: &common::Machine, spec: &str) -> Vec<Disk> {
     resolve_targets(&m.m.sysroot(), &m.facts, spec).unwrap_or_else(|e| panic!("{spec}: {e}"))
@@ -125,33 +127,21 @@ fn a_mounted_target_stops_the_teardown_before_it_runs() {
     });
 }
 
-/// A loop device over a whole file (read-write: pvcreate writes), detached on drop.
-struct Loop(String);
-
-impl Loop {
-    fn attach(file: &Path, offset: u64) -> Loop {
-        let out = Command::new("losetup")
-            .args(["--find", "--show", "--offset", &offset.to_string()])
-            .arg(file)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "losetup: {out:?}");
-        Loop(String::from_utf8(out.stdout).unwrap().trim().to_string())
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
-    }
+/// A loop device over a file from `offset` (read-write: pvcreate writes), detached on drop.
+fn attach(file: &Path, offset: u64) -> LoopDevice {
+    let options = LoopOptions {
+        offset,
+        ..LoopOptions::default()
+    };
+    LoopDevice::attach(file, &options)
 }
 
 /// Runs an LVM command restricted to `devs` (so the host's LVM devices file and other disks
 /// are left alone).
-fn lvm(cmd: &str, devs: &[&Loop], args: &[&str]) {
+fn lvm(cmd: &str, devs: &[&LoopDevice], args: &[&str]) {
     let mut c = Command::new(cmd);
     for d in devs {
-        c.args(["--devices", &d.0]);
+        c.args(["--devices", d.as_str()]);
     }
     let out = c.args(args).output().unwrap();
     assert!(out.status.success(), "{cmd} {args:?}: {out:?}");
@@ -175,14 +165,17 @@ fn sha(p: &Path) -> String {
 }
 
 /// The guard over loop devices `targets` plus the other loops as further disks of the machine.
-fn guard_loops(targets: &[&Loop], others: &[&Loop]) -> Result<GuardReport, GateFailure> {
+fn guard_loops(
+    targets: &[&LoopDevice],
+    others: &[&LoopDevice],
+) -> Result<GuardReport, GateFailure> {
     let real = Sysroot::default();
     let mut facts = detect(&real).unwrap();
     // Only the loop devices: this host's own disks are no part of the test.
     facts.disks.clear();
-    let names = |l: &[&Loop]| {
+    let names = |l: &[&LoopDevice]| {
         l.iter()
-            .map(|d| d.0.trim_start_matches("/dev/").to_string())
+            .map(|d| d.name().to_string())
             .collect::<Vec<_>>()
             .join(" ")
     };
@@ -196,15 +189,8 @@ fn guard_loops(targets: &[&Loop], others: &[&Loop]) -> Result<GuardReport, GateF
 }
 
 fn lvm_ok() -> bool {
-    if !is_root() || !Path::new("/dev/loop-control").exists() {
-        eprintln!("SKIP: loop devices need root");
-        return false;
-    }
-    if !["losetup", "pvcreate", "vgcreate"].iter().all(|t| have(t)) {
-        eprintln!("SKIP: losetup or lvm2 is not installed");
-        return false;
-    }
-    true
+    let test = ingot_testkit::skip::current_test();
+    have_loop_devices(&test) && have_tools(&test, &["pvcreate", "vgcreate"])
 }
 
 #[test]
@@ -215,12 +201,16 @@ fn volume_groups_made_by_lvm_are_followed_across_disks() {
     let dir = tempfile::tempdir().unwrap();
     let files = disk_files(dir.path(), 3);
     let (a, b, c) = (
-        Loop::attach(&files[0], 0),
-        Loop::attach(&files[1], 0),
-        Loop::attach(&files[2], 0),
+        attach(&files[0], 0),
+        attach(&files[1], 0),
+        attach(&files[2], 0),
     );
-    lvm("pvcreate", &[&a, &b, &c], &["-y", &a.0, &b.0, &c.0]);
-    lvm("vgcreate", &[&a, &b], &["ingotvg0", &a.0, &b.0]);
+    lvm(
+        "pvcreate",
+        &[&a, &b, &c],
+        &["-y", a.as_str(), b.as_str(), c.as_str()],
+    );
+    lvm("vgcreate", &[&a, &b], &["ingotvg0", a.as_str(), b.as_str()]);
     let before: Vec<String> = files.iter().map(|f| sha(f)).collect();
 
     // Both PVs targeted: the VG is torn down.
@@ -228,19 +218,20 @@ fn volume_groups_made_by_lvm_are_followed_across_disks() {
     assert_eq!(r.teardown.volume_groups.len(), 1, "{:?}", r.teardown);
     let vg = &r.teardown.volume_groups[0];
     assert_eq!(vg.name, "ingotvg0");
-    let mut pvs = vec![
-        a.0.trim_start_matches("/dev/").to_string(),
-        b.0.trim_start_matches("/dev/").to_string(),
-    ];
+    let mut pvs = vec![a.name().to_string(), b.name().to_string()];
     pvs.sort();
     assert_eq!(vg.pvs, pvs);
     // c is an orphan PV on no target: nothing to do with it.
-    assert!(!r.teardown.regions.iter().any(|x| c.0.ends_with(x.as_str())));
+    assert!(!r
+        .teardown
+        .regions
+        .iter()
+        .any(|x| c.as_str().ends_with(x.as_str())));
 
     // Only one of its PVs targeted, the other on a disk we keep: stop, naming that disk.
     let err = guard_loops(&[&a], &[&b, &c]).unwrap_err();
     assert_eq!(err.reason, Reason::LvmOnTarget);
-    assert_eq!(err.disk.as_deref(), Some(b.0.trim_start_matches("/dev/")));
+    assert_eq!(err.disk.as_deref(), Some(b.name()));
     assert!(err.message.contains("ingotvg0"), "{err}");
 
     // The other PV on no disk the machine shows: stop as well.
@@ -290,9 +281,9 @@ fn lvm_inside_an_installimage_mirror_is_found() {
         .unwrap();
     }
     {
-        let data = Loop::attach(&files[0], 1 << 20);
-        lvm("pvcreate", &[&data], &["-y", &data.0]);
-        lvm("vgcreate", &[&data], &["vg0", &data.0]);
+        let data = attach(&files[0], 1 << 20);
+        lvm("pvcreate", &[&data], &["-y", data.as_str()]);
+        lvm("vgcreate", &[&data], &["vg0", data.as_str()]);
     }
     let mut head = vec![0u8; 1 << 20];
     std::os::unix::fs::FileExt::read_exact_at(
@@ -311,7 +302,7 @@ fn lvm_inside_an_installimage_mirror_is_found() {
     )
     .unwrap();
 
-    let (a, b) = (Loop::attach(&files[0], 0), Loop::attach(&files[1], 0));
+    let (a, b) = (attach(&files[0], 0), attach(&files[1], 0));
     let r = guard_loops(&[&a, &b], &[]).unwrap();
     assert_eq!(r.teardown.md_arrays.len(), 1, "{:?}", r.teardown);
     assert_eq!(r.teardown.volume_groups.len(), 1, "{:?}", r.teardown);
@@ -322,10 +313,7 @@ fn lvm_inside_an_installimage_mirror_is_found() {
     });
     assert_eq!(pv.as_deref(), Some("4e5f6071:8293a4b5:c6d7e8f9:0a1b2c3d"));
     // Whole-disk members: the disks themselves are cleared.
-    let mut regions: Vec<String> = [&a, &b]
-        .iter()
-        .map(|d| d.0.trim_start_matches("/dev/").to_string())
-        .collect();
+    let mut regions: Vec<String> = [&a, &b].iter().map(|d| d.name().to_string()).collect();
     regions.sort();
     let mut got = r.teardown.regions.clone();
     got.sort();

@@ -1,9 +1,14 @@
 //! Test support shared by ingot's test suites (a dev-dependency only, never linked into a
 //! binary): real tools and real services, started and checked the same way everywhere.
 
+pub mod command;
 pub mod console;
 pub mod digest;
+/// The one HTTP test server ([`http::Server`]), of which the registry front ([`registry::Front`]),
+/// the proxy (`ingot-testproxy`) and the builder's hostile registry are behaviours.
+pub use ingot_testproxy::server as http;
 pub mod layout;
+pub mod loopdev;
 pub mod machine;
 pub mod partitions;
 pub mod qemu;

@@ -1,18 +1,20 @@
 //! Fixtures for the registry tests: a real Debian `docker-registry` (distribution 2.8) on
 //! 127.0.0.1 with filesystem storage in a temporary directory and its access log on, and a small
-//! HTTP front (std TcpListener) that can demand a bearer token and slow responses down, forwarding
-//! every request to that real registry.
+//! HTTP front (a behaviour of [`crate::http::Server`]) that can demand a bearer token and slow
+//! responses down, forwarding every request to that real registry.
 
 #![allow(dead_code)] // not every test uses every helper
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use crate::http::{Conn, Server};
 
 /// A free TCP port on 127.0.0.1 (bound, then released).
 pub fn free_port() -> u16 {
@@ -176,13 +178,13 @@ pub struct FrontOptions {
 /// An HTTP front on 127.0.0.1 forwarding to a registry port, one request per connection.
 pub struct Front {
     pub port: u16,
-    stop: Arc<AtomicBool>,
     /// Every `Authorization` header value seen.
     pub auth_seen: Arc<Mutex<Vec<String>>>,
     /// Requests refused for a missing or wrong token.
     pub refused: Arc<AtomicUsize>,
     /// What went through: response bytes, and requests that carried a `Range` header.
     pub traffic: Arc<Traffic>,
+    _server: Server,
 }
 
 /// Counts of what a [`Front`] forwarded.
@@ -196,44 +198,21 @@ pub struct Traffic {
 
 impl Front {
     pub fn start(upstream: u16, options: FrontOptions) -> Front {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        listener.set_nonblocking(true).unwrap();
-        let stop = Arc::new(AtomicBool::new(false));
-        let auth_seen = Arc::new(Mutex::new(Vec::new()));
-        let refused = Arc::new(AtomicUsize::new(0));
-        let traffic = Arc::new(Traffic::default());
-        let (stop2, seen2, refused2) = (stop.clone(), auth_seen.clone(), refused.clone());
-        let traffic2 = traffic.clone();
-        std::thread::spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        let (options, seen, refused, traffic) = (
-                            options.clone(),
-                            seen2.clone(),
-                            refused2.clone(),
-                            traffic2.clone(),
-                        );
-                        std::thread::spawn(move || {
-                            let counters = Counters {
-                                seen: &seen,
-                                refused: &refused,
-                                traffic: &traffic,
-                            };
-                            let _ = serve(conn, upstream, &options, &counters);
-                        });
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
+        let counters = Counters::default();
+        let (auth_seen, refused, traffic) = (
+            counters.seen.clone(),
+            counters.refused.clone(),
+            counters.traffic.clone(),
+        );
+        let upstream = SocketAddr::from(([127, 0, 0, 1], upstream));
+        let server = Server::local(move |conn| serve(conn, upstream, &options, &counters))
+            .expect("starting the registry front");
         Front {
-            port,
-            stop,
+            port: server.port(),
             auth_seen,
             refused,
             traffic,
+            _server: server,
         }
     }
 
@@ -242,123 +221,39 @@ impl Front {
     }
 }
 
-impl Drop for Front {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// What one connection's [`serve`] records.
-struct Counters<'a> {
-    seen: &'a Mutex<Vec<String>>,
-    refused: &'a AtomicUsize,
-    traffic: &'a Traffic,
+/// What the front's connections record.
+#[derive(Default)]
+struct Counters {
+    seen: Arc<Mutex<Vec<String>>>,
+    refused: Arc<AtomicUsize>,
+    traffic: Arc<Traffic>,
 }
 
 fn serve(
-    client: TcpStream,
-    upstream: u16,
+    conn: &mut Conn,
+    upstream: SocketAddr,
     options: &FrontOptions,
-    counters: &Counters<'_>,
+    counters: &Counters,
 ) -> std::io::Result<()> {
-    let Counters {
-        seen,
-        refused,
-        traffic,
-    } = *counters;
-    client.set_nonblocking(false)?;
-    let mut reader = BufReader::new(client.try_clone()?);
-    let mut client = client;
-    let mut head = Vec::new();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 {
-            return Ok(());
-        }
-        let end = line == "\r\n";
-        head.push(line);
-        if end {
-            break;
-        }
+    let request = &conn.request;
+    if request.header("range").is_some() {
+        counters.traffic.ranged.fetch_add(1, Ordering::Relaxed);
     }
-    let header = |name: &str| {
-        head.iter().skip(1).find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.trim()
-                .eq_ignore_ascii_case(name)
-                .then(|| v.trim().to_owned())
-        })
-    };
-    if header("range").is_some() {
-        traffic.ranged.fetch_add(1, Ordering::Relaxed);
-    }
-    let authorization = header("authorization");
+    let authorization = request.header("authorization").map(str::to_owned);
     if let Some(a) = &authorization {
-        seen.lock().unwrap().push(a.clone());
+        counters.seen.lock().unwrap().push(a.clone());
     }
     if let Some(token) = &options.bearer {
         if authorization.as_deref() != Some(&format!("Bearer {token}")) {
-            refused.fetch_add(1, Ordering::Relaxed);
+            counters.refused.fetch_add(1, Ordering::Relaxed);
             let body = r#"{"errors":[{"code":"UNAUTHORIZED","message":"a valid bearer token is required"}]}"#;
-            write!(
-                client,
-                "HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\n\
-                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            )?;
-            return Ok(());
+            let json = ["Content-Type: application/json".to_owned()];
+            return conn.respond("401 Unauthorized", &json, body.as_bytes(), false);
         }
     }
-    let content_length: Option<u64> = header("content-length").and_then(|v| v.parse().ok());
-    let chunked = header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
-    let mut up = match TcpStream::connect(("127.0.0.1", upstream)) {
-        Ok(s) => s,
-        Err(_) => {
-            write!(
-                client,
-                "HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-            )?;
-            return Ok(());
-        }
+    let Ok(mut up) = conn.forward(upstream) else {
+        return conn.respond("502 Bad Gateway", &[], b"", false);
     };
-    let mut out = String::new();
-    for (i, l) in head.iter().enumerate() {
-        let is_conn = l
-            .split_once(':')
-            .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("connection"));
-        if i > 0 && l == "\r\n" {
-            out.push_str("Connection: close\r\n");
-        }
-        if !is_conn || i == 0 {
-            out.push_str(l);
-        }
-    }
-    up.write_all(out.as_bytes())?;
-    if let Some(n) = content_length {
-        std::io::copy(&mut (&mut reader).take(n), &mut up)?;
-    } else if chunked {
-        loop {
-            let mut size_line = String::new();
-            reader.read_line(&mut size_line)?;
-            up.write_all(size_line.as_bytes())?;
-            let size = u64::from_str_radix(size_line.trim().split(';').next().unwrap_or("0"), 16)
-                .unwrap_or(0);
-            if size == 0 {
-                // trailers, then the empty line
-                loop {
-                    let mut l = String::new();
-                    reader.read_line(&mut l)?;
-                    up.write_all(l.as_bytes())?;
-                    if l == "\r\n" || l.is_empty() {
-                        break;
-                    }
-                }
-                break;
-            }
-            std::io::copy(&mut (&mut reader).take(size + 2), &mut up)?;
-        }
-    }
-    up.flush()?;
     // The response, as it comes, throttled if asked.
     let mut buf = vec![0u8; 64 << 10];
     let start = Instant::now();
@@ -368,8 +263,11 @@ fn serve(
         if n == 0 {
             break;
         }
-        client.write_all(&buf[..n])?;
-        traffic.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        conn.out.write_all(&buf[..n])?;
+        counters
+            .traffic
+            .bytes
+            .fetch_add(n as u64, Ordering::Relaxed);
         sent += n as u64;
         if let Some(rate) = options.rate {
             let due = Duration::from_secs_f64(sent as f64 / rate as f64);

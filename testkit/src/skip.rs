@@ -4,6 +4,40 @@
 
 use std::path::{Path, PathBuf};
 
+/// The name of the function this is written in (the test), without its module path: what the
+/// skip functions below take as `test`, so no test spells its own name.
+///
+/// ```
+/// fn a_test() -> &'static str {
+///     ingot_testkit::test_name!()
+/// }
+/// assert_eq!(a_test(), "a_test");
+/// ```
+#[macro_export]
+macro_rules! test_name {
+    () => {{
+        fn here() {}
+        $crate::skip::function_name(::std::any::type_name_of_val(&here))
+    }};
+}
+
+/// The running test's name, for a helper that several tests call: libtest runs each test on a
+/// thread named after it (`module::test`); the last segment of that name, or the thread's
+/// own (`main`, `unnamed`) where no test runs.
+pub fn current_test() -> String {
+    let thread = std::thread::current();
+    let name = thread.name().unwrap_or("unnamed");
+    name.rsplit("::").next().unwrap_or(name).to_owned()
+}
+
+/// The last segment of `path` (`crate::module::function::here`, as [`test_name!`] has it) that
+/// names a function: `here` and closures (`{{closure}}`) are passed over.
+pub fn function_name(path: &'static str) -> &'static str {
+    path.rsplit("::")
+        .find(|s| *s != "here" && *s != "{{closure}}")
+        .unwrap_or(path)
+}
+
 /// Whether this is CI: the `CI` variable is set to anything but empty, `0` or `false`.
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !matches!(v.as_str(), "" | "0" | "false"))
@@ -79,6 +113,12 @@ pub fn have_root(test: &str) -> bool {
     false
 }
 
+/// Whether loop devices can be made here: root, `losetup`, and `/dev/loop-control`; if not,
+/// `test` is skipped.
+pub fn have_loop_devices(test: &str) -> bool {
+    have_root(test) && have_tool(test, "losetup") && have_file(test, Path::new("/dev/loop-control"))
+}
+
 /// Whether `path` (a firmware image, a kernel) exists; if not, `test` is skipped.
 pub fn have_file(test: &str, path: &Path) -> bool {
     if path.exists() {
@@ -86,4 +126,15 @@ pub fn have_file(test: &str, path: &Path) -> bool {
     }
     skip(test, &format!("{} is missing", path.display()));
     false
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn test_name_is_the_enclosing_function() {
+        assert_eq!(crate::test_name!(), "test_name_is_the_enclosing_function");
+        let in_closure = || crate::test_name!();
+        assert_eq!(in_closure(), "test_name_is_the_enclosing_function");
+        assert_eq!(super::current_test(), "test_name_is_the_enclosing_function");
+    }
 }

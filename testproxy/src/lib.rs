@@ -8,12 +8,19 @@
 //!
 //! Every request gets its own upstream connection (`Connection: close` is forced), so the proxy
 //! knows which request each response answers without parsing message bodies.
+//!
+//! The proxy is a behaviour of [`server::Server`], the one HTTP test server, which testkit's
+//! registry front and the builder's hostile registry use too.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+pub mod server;
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use server::{Conn, Server};
 
 /// Where a fault applies: the first (cut) or every (flip) response to a request whose path
 /// contains `path_contains`, at blob byte `offset`.
@@ -92,7 +99,7 @@ struct Shared {
 pub struct Proxy {
     pub addr: SocketAddr,
     pub stats: Arc<Stats>,
-    stop: Arc<AtomicBool>,
+    _server: Server,
 }
 
 impl Proxy {
@@ -102,33 +109,20 @@ impl Proxy {
         upstream: SocketAddr,
         faults: Faults,
     ) -> std::io::Result<Proxy> {
-        let listener = TcpListener::bind(listen)?;
-        let addr = listener.local_addr()?;
-        listener.set_nonblocking(true)?;
         let stats = Arc::new(Stats::default());
-        let stop = Arc::new(AtomicBool::new(false));
-        let shared = Arc::new(Shared {
+        let shared = Shared {
             upstream,
             faults,
             stats: stats.clone(),
             link: Mutex::new(Instant::now()),
             cut_done: AtomicBool::new(false),
-        });
-        let stop2 = stop.clone();
-        std::thread::spawn(move || {
-            while !stop2.load(Ordering::Relaxed) {
-                match listener.accept() {
-                    Ok((conn, _)) => {
-                        let shared = shared.clone();
-                        std::thread::spawn(move || {
-                            let _ = serve(conn, &shared);
-                        });
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
-                }
-            }
-        });
-        Ok(Proxy { addr, stats, stop })
+        };
+        let server = Server::start(listen, move |conn| serve(conn, &shared))?;
+        Ok(Proxy {
+            addr: server.addr,
+            stats,
+            _server: server,
+        })
     }
 
     /// `127.0.0.1:PORT`.
@@ -137,73 +131,16 @@ impl Proxy {
     }
 }
 
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// The request head's lines (CRLF kept), or None when the client closed first.
-fn read_head(reader: &mut impl BufRead) -> std::io::Result<Option<Vec<String>>> {
-    let mut head = Vec::new();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line)? == 0 {
-            return Ok(None);
-        }
-        let end = line == "\r\n" || line == "\n";
-        head.push(line);
-        if end {
-            return Ok(Some(head));
-        }
-    }
-}
-
-fn header<'a>(head: &'a [String], name: &str) -> Option<&'a str> {
-    head.iter().skip(1).find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-    })
-}
-
-fn serve(client: TcpStream, shared: &Shared) -> std::io::Result<()> {
-    client.set_nonblocking(false)?;
-    let mut reader = BufReader::new(client.try_clone()?);
-    let Some(head) = read_head(&mut reader)? else {
-        return Ok(());
-    };
+fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
     shared.stats.requests.fetch_add(1, Ordering::Relaxed);
-    let path = head[0].split_whitespace().nth(1).unwrap_or("").to_string();
-    // `Range: bytes=START-`: the body starts at this blob offset.
-    let range_start = header(&head, "range").and_then(|r| {
+    let path = conn.request.path().to_string();
+    if conn.request.header("range").is_some() {
         shared.stats.ranged.fetch_add(1, Ordering::Relaxed);
-        r.strip_prefix("bytes=")?
-            .split('-')
-            .next()?
-            .parse::<u64>()
-            .ok()
-    });
-    let mut up = TcpStream::connect(shared.upstream)?;
-    let mut out = String::new();
-    for (i, l) in head.iter().enumerate() {
-        let is_conn = i > 0
-            && l.split_once(':')
-                .is_some_and(|(k, _)| k.trim().eq_ignore_ascii_case("connection"));
-        if i > 0 && (l == "\r\n" || l == "\n") {
-            out.push_str("Connection: close\r\n");
-        }
-        if !is_conn {
-            out.push_str(l);
-        }
     }
-    up.write_all(out.as_bytes())?;
-    // A request body (an upload), whatever its framing, follows as the client sends it.
-    let mut up_in = up.try_clone()?;
-    std::thread::spawn(move || {
-        let _ = std::io::copy(&mut reader, &mut up_in);
-    });
-    let result = respond(&mut up, &client, shared, &path, range_start);
-    let _ = client.shutdown(Shutdown::Both);
+    // `Range: bytes=START-`: the body starts at this blob offset.
+    let range_start = conn.request.range_start();
+    let mut up = conn.forward(shared.upstream)?;
+    let result = respond(&mut up, &conn.out, shared, &path, range_start);
     let _ = up.shutdown(Shutdown::Both);
     result
 }

@@ -8,19 +8,10 @@ use std::process::{Command, Output};
 use ingot_verity::{format_file, verify_files, HashAlgorithm, HashType, VerityError, VerityParams};
 use rand::{Rng, RngCore, SeedableRng};
 
-/// Returns the veritysetup binary, or None (test skipped) outside CI when it is not installed.
+/// The veritysetup binary (cryptsetup-bin), or None: the test is skipped (`ingot_testkit::skip`).
 fn veritysetup() -> Option<PathBuf> {
-    for dir in ["/usr/sbin", "/sbin", "/usr/bin", "/bin"] {
-        let p = Path::new(dir).join("veritysetup");
-        if p.exists() {
-            return Some(p);
-        }
-    }
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("veritysetup is not installed: ci/test installs cryptsetup-bin");
-    }
-    eprintln!("SKIP: veritysetup not installed (apt-get install cryptsetup-bin)");
-    None
+    use ingot_testkit::skip::{current_test, find_tool, have_tool};
+    have_tool(&current_test(), "veritysetup").then(|| find_tool("veritysetup").expect("installed"))
 }
 
 fn run(tool: &Path, args: &[String]) -> Output {

@@ -104,7 +104,7 @@ fn assert_tamper_stops_boot(w: &Written, layer: &str, label: &str, file: &str) {
 /// once in the node layer, and booted again after each flip is undone.
 #[test]
 fn written_disks_boot_verified_and_tampering_stops_them() {
-    if !usable("written_disks_boot_verified_and_tampering_stops_them") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let p = publish(TOKEN);

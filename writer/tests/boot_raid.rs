@@ -76,7 +76,7 @@ fn assert_var_mirror(console: &str, present: usize, of: usize, state: &str) {
 
 #[test]
 fn two_disk_node_boots_from_either_disk_alone_and_rewritten_boots_the_new_stack() {
-    if !usable("two_disk_node_boots_from_either_disk_alone_and_rewritten_boots_the_new_stack") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let p = publish(TOKEN);

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use ingot_testkit::machine::materialize;
 use ingot_testkit::qemu::{self, OVMF_CODE};
-use ingot_testkit::skip::{find_tool, in_ci, is_root};
+use ingot_testkit::skip::{have_file, have_root, have_tools};
 use sha2::{Digest, Sha256};
 
 use common::boot::run_ok;
@@ -40,25 +40,20 @@ const CHECK: &str = "INGOT-CHECK ";
 /// The disk the enlarged fixture machines get (sparse): the Debian base is about 1 GiB.
 const DISK_MIB: u64 = 4096;
 
-fn have(tool: &str) -> bool {
-    find_tool(tool).is_some()
-}
-
 fn usable(test: &str) -> bool {
-    let root = is_root();
-    let tools = have("qemu-system-x86_64") && Path::new(OVMF_CODE).exists() && have("mmdebstrap");
-    if root && tools {
-        for t in ["docker-registry", "debugfs", "ssh-keygen", "busybox"] {
-            assert!(have(t), "{test}: {t} is missing (ci/test installs it)");
-        }
-        return true;
-    }
-    assert!(
-        !in_ci(),
-        "{test}: CI must run this as root with qemu-system-x86_64, OVMF and mmdebstrap installed"
-    );
-    eprintln!("skipping {test}: needs root, qemu-system-x86_64, OVMF and mmdebstrap");
-    false
+    have_root(test)
+        && have_tools(
+            test,
+            &[
+                "qemu-system-x86_64",
+                "mmdebstrap",
+                "docker-registry",
+                "debugfs",
+                "ssh-keygen",
+                "busybox",
+            ],
+        )
+        && have_file(test, Path::new(OVMF_CODE))
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -625,7 +620,7 @@ fn machine(p: &Published, fixture: &str, devices: &str, name: &str, cp: bool) {
 
 #[test]
 fn debian_node_boots_read_only_and_runs_its_first_boot_once() {
-    if !usable("debian_node_boots_read_only_and_runs_its_first_boot_once") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let work = tempfile::tempdir_in("/var/tmp").unwrap();

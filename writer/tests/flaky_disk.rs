@@ -182,7 +182,7 @@ impl Filesystem for FlakyDisk {
 }
 
 fn usable() -> bool {
-    let test = "flaky_disk";
+    let test = &ingot_testkit::skip::current_test();
     ingot_testkit::skip::have_file(test, Path::new("/dev/fuse"))
         && ingot_testkit::skip::have_tool(test, "fusermount3")
 }

@@ -193,40 +193,16 @@ impl Run {
 
 /// A read-only kernel mount of a byte range of an image; unmounted and detached on drop.
 struct Mount {
-    dir: tempfile::TempDir,
-    dev: String,
+    dir: ingot_testkit::loopdev::LoopMount,
 }
 
 impl Mount {
     fn new(image: &Path, offset: u64, size: u64) -> Mount {
-        let out = Command::new("losetup")
-            .args(["-r", "-f", "--show", "-o"])
-            .arg(offset.to_string())
-            .arg("--sizelimit")
-            .arg(size.to_string())
-            .arg(image)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "losetup: {out:?}");
-        let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
-        let dir = tempfile::tempdir().unwrap();
-        let mount = Command::new("mount")
-            .args(["-t", "ext4", "-o", "ro", &dev])
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        if !mount.status.success() {
-            let _ = Command::new("losetup").args(["-d", &dev]).status();
-            panic!("mount: {mount:?}");
+        use ingot_testkit::loopdev::{LoopMount, LoopOptions};
+        let options = LoopOptions::read_only_range(offset, size);
+        Mount {
+            dir: LoopMount::temp(image, &options, Some("ext4")),
         }
-        Mount { dir, dev }
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
-        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
     }
 }
 
@@ -498,7 +474,7 @@ fn provisions_with(
 
 #[test]
 fn cpu_worker_from_cloud_config_by_wwn() {
-    if !usable("cpu_worker_from_cloud_config_by_wwn") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     provisions(
@@ -513,7 +489,7 @@ fn cpu_worker_from_cloud_config_by_wwn() {
 
 #[test]
 fn gpu_worker_from_ignition() {
-    if !usable("gpu_worker_from_ignition") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     provisions(
@@ -528,7 +504,7 @@ fn gpu_worker_from_ignition() {
 
 #[test]
 fn kvm_control_plane_from_cloud_config_init() {
-    if !usable("kvm_control_plane_from_cloud_config_init") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     provisions(
@@ -545,7 +521,7 @@ fn kvm_control_plane_from_cloud_config_init() {
 /// control plane, gets the control-plane layer.
 #[test]
 fn role_flag_overrides_the_bootstrap_data() {
-    if !usable("role_flag_overrides_the_bootstrap_data") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     provisions_with(
@@ -563,7 +539,7 @@ fn role_flag_overrides_the_bootstrap_data() {
 /// output.json, and every disk of the machine is byte-identical afterwards.
 #[test]
 fn every_gate_and_guard_stops_before_touching_a_disk() {
-    if !usable("every_gate_and_guard_stops_before_touching_a_disk") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let p = published();
@@ -653,7 +629,7 @@ fn every_gate_and_guard_stops_before_touching_a_disk() {
 /// RAID1 server the teardown is listed, not run. A dry run a real run would refuse fails alike.
 #[test]
 fn dry_run_plans_every_disk_and_writes_nothing() {
-    if !usable("dry_run_plans_every_disk_and_writes_nothing") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let p = published();
@@ -748,7 +724,7 @@ fn dry_run_plans_every_disk_and_writes_nothing() {
 /// Bad bootstrap data stops the run before any disk is touched, naming the file.
 #[test]
 fn bad_bootstrap_data_is_refused_before_the_disk() {
-    if !usable("bad_bootstrap_data_is_refused_before_the_disk") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let m = machine("cpu-worker");
@@ -816,18 +792,13 @@ fn sha256_range(image: &Path, offset: u64, size: u64) -> String {
 
 /// `mdadm --examine` of a byte range of `image`, through a read-only loop device.
 fn md_examine(image: &Path, offset: u64, size: u64) -> String {
-    let out = Command::new("losetup")
-        .args(["-r", "-f", "--show", "-o"])
-        .arg(offset.to_string())
-        .arg("--sizelimit")
-        .arg(size.to_string())
-        .arg(image)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "losetup: {out:?}");
-    let dev = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let ex = Command::new("mdadm").args(["--examine", &dev]).output();
-    let _ = Command::new("losetup").args(["-d", &dev]).status();
+    use ingot_testkit::loopdev::{LoopDevice, LoopOptions};
+    let dev = LoopDevice::attach(image, &LoopOptions::read_only_range(offset, size));
+    let ex = Command::new("mdadm")
+        .arg("--examine")
+        .arg(dev.path())
+        .output();
+    drop(dev);
     let ex = ex.unwrap();
     assert!(ex.status.success(), "mdadm --examine: {ex:?}");
     String::from_utf8_lossy(&ex.stdout).into_owned()
@@ -929,7 +900,7 @@ fn check_two_disks(m: &Machine) {
 /// CAPH run over the finished node rewrites it.
 #[test]
 fn installimage_raid1_server_is_provisioned_on_both_disks() {
-    if !usable("installimage_raid1_server_is_provisioned_on_both_disks") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let m = machine("installimage-raid1");
@@ -999,7 +970,7 @@ fn installimage_raid1_server_is_provisioned_on_both_disks() {
 /// needs neither); there is no `reboot` on PATH and none is needed.
 #[test]
 fn the_image_url_command_takes_its_settings_from_beside_it() {
-    if !usable("the_image_url_command_takes_its_settings_from_beside_it") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let m = machine("cpu-worker");
@@ -1079,7 +1050,7 @@ fn the_image_url_command_takes_its_settings_from_beside_it() {
 /// still written.
 #[test]
 fn a_preload_kubeadm_would_not_use_is_a_stage_warning() {
-    if !usable("a_preload_kubeadm_would_not_use_is_a_stage_warning") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     // The demo stack with its preload renamed as an old-registry pause image.
@@ -1135,7 +1106,7 @@ fn a_preload_kubeadm_would_not_use_is_a_stage_warning() {
 /// 64 KiB frames (about a hundred of them).
 #[test]
 fn the_base_layer_crosses_the_network_once() {
-    if !usable("the_base_layer_crosses_the_network_once") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1273,7 +1244,7 @@ fn has_partition_table(image: &Path) -> bool {
 #[test]
 fn sigterm_mid_write_ends_caph_mode_with_its_failed_line() {
     // Also: SIGTERM before the write stops the run with the disk untouched.
-    if !usable("sigterm_mid_write_ends_caph_mode_with_its_failed_line") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     use base64::Engine;
@@ -1380,12 +1351,7 @@ fn sigterm_mid_write_ends_caph_mode_with_its_failed_line() {
 /// bootable a moment before, is left without a partition table too.
 #[test]
 fn a_failure_on_the_second_disk_leaves_neither_disk_bootable() {
-    if !usable("a_failure_on_the_second_disk_leaves_neither_disk_bootable")
-        || !have_tool(
-            "a_failure_on_the_second_disk_leaves_neither_disk_bootable",
-            "chattr",
-        )
-    {
+    if !usable(ingot_testkit::test_name!()) || !have_tool(ingot_testkit::test_name!(), "chattr") {
         return;
     }
     /// Clears the immutable flag again, so the temporary directory can go.

@@ -50,13 +50,7 @@ fn sha256(path: &Path) -> String {
 
 #[test]
 fn writer_uses_authfile_and_credential_helpers_and_a_failing_helper_stops_it() {
-    if Command::new("sh")
-        .args(["-c", "command -v docker-registry"])
-        .status()
-        .map_or(true, |s| !s.success())
-    {
-        assert!(std::env::var("CI").is_err(), "CI must have docker-registry");
-        eprintln!("SKIP: docker-registry is not installed");
+    if !ingot_testkit::skip::have_tool(ingot_testkit::test_name!(), "docker-registry") {
         return;
     }
     let stack = demo();

@@ -18,7 +18,7 @@ use std::process::Command;
 use common::boot::{publish, Published};
 use common::{partitions, repo_root};
 use ingot_testkit::rescue::{self, Caph, Disk, Firmware, Rescue};
-use ingot_testkit::skip::{find_tool, in_ci, is_root};
+use ingot_testkit::skip::{find_tool, have_file, have_root, have_tools};
 
 const TOKEN: &str = "ghp_ingotRescueVmToken0123456789abcdef";
 const WRITER: &str = env!("CARGO_BIN_EXE_ingot-writer");
@@ -26,26 +26,10 @@ const WRITER: &str = env!("CARGO_BIN_EXE_ingot-writer");
 /// server's disk: the read-speed gate's floor, in KiB/s, lowered as an operator's settings would.
 const TCG_SETTINGS: &str = "min_read_speed = 1000\n";
 
-fn have(tool: &str) -> bool {
-    find_tool(tool).is_some()
-}
-
 fn usable(test: &str) -> bool {
-    let root = is_root();
-    let qemu = have("qemu-system-x86_64") && Path::new(rescue::OVMF_CODE).exists();
-    if root && qemu {
-        assert!(
-            have("docker-registry"),
-            "{test}: docker-registry is missing (ci/test installs it)"
-        );
-        return true;
-    }
-    assert!(
-        !in_ci(),
-        "{test}: CI must run this as root with qemu-system-x86_64 and OVMF installed"
-    );
-    eprintln!("skipping {test}: needs root, qemu-system-x86_64 and OVMF");
-    false
+    have_root(test)
+        && have_tools(test, &["qemu-system-x86_64", "docker-registry"])
+        && have_file(test, Path::new(rescue::OVMF_CODE))
 }
 
 fn rescue_system() -> &'static Rescue {
@@ -236,7 +220,7 @@ fn release_binary(public: &Path) -> std::path::PathBuf {
 /// links, writes it, and leaves the other disk's every byte alone.
 #[test]
 fn rescue_vm_release_binary_provisions_one_disk_by_wwn() {
-    if !usable("rescue_vm_release_binary_provisions_one_disk_by_wwn") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let p = publish(TOKEN);
@@ -304,7 +288,7 @@ fn rescue_vm_release_binary_provisions_one_disk_by_wwn() {
 /// SHA-256 (taken in the VM, arrays assembled) is the same after the run as before.
 #[test]
 fn rescue_vm_refuses_an_installimage_array_reaching_another_disk() {
-    if !usable("rescue_vm_refuses_an_installimage_array_reaching_another_disk") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let p = publish(TOKEN);
@@ -377,7 +361,7 @@ fn assert_installimage_assembled(run: &rescue::CaphRun) {
 /// unchanged; on the host both disks hold the layout, `sgdisk -v` clean.
 #[test]
 fn rescue_vm_provisions_an_installimage_raid1_server() {
-    if !usable("rescue_vm_provisions_an_installimage_raid1_server") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let p = publish(TOKEN);
@@ -454,7 +438,7 @@ cat /proc/mdstat; mdadm --detail --scan
 /// layer verified by dm-verity. The same disk boots from OVMF too.
 #[test]
 fn rescue_vm_bios_machine_boots_its_disk_from_seabios() {
-    if !usable("rescue_vm_bios_machine_boots_its_disk_from_seabios") {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let p = publish(TOKEN);

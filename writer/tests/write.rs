@@ -11,14 +11,17 @@ use std::process::{Command, Output, Stdio};
 
 use common::{build_stack, demo, Stack};
 use ingot::sign::SecretKey;
+use ingot_testkit::loopdev::{LoopDevice, LoopMount, LoopOptions};
 use ingot_testkit::partitions::{self, Part};
-use ingot_testkit::skip::{find_tool, have_root, have_tool};
+use ingot_testkit::skip::{find_tool, have_loop_devices, have_tool};
+use ingot_testkit::test_name;
 
 const MIB: u64 = 1 << 20;
 
 /// A tool from Debian's packages, or None (a skip) outside CI.
 fn tool(name: &str) -> Option<PathBuf> {
-    have_tool("write", name).then(|| find_tool(name).expect("installed"))
+    have_tool(&ingot_testkit::skip::current_test(), name)
+        .then(|| find_tool(name).expect("installed"))
 }
 
 fn run(cmd: &mut Command) -> Output {
@@ -485,40 +488,25 @@ fn sigterm_mid_write_fails_cleanly() {
     );
 }
 
-/// Detaches a loop device even when the test fails.
-struct Loop(String);
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
-    }
-}
-
-struct Mount(PathBuf);
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// As root: a loop device as the target; the base partition mounts read-only and matches the
 /// fixture tree file for file.
 #[test]
 fn loop_device_target_mounts_and_matches() {
-    if !have_root("loop_device_target_mounts_and_matches") {
+    if !have_loop_devices(test_name!()) {
         return;
     }
     let stack = demo();
     let work = stack.dir.path();
     let img = work.join("disk.img");
     sparse_file(&img, 1024 * MIB);
-    let out = run(Command::new("losetup")
-        .args(["--find", "--show", "--partscan"])
-        .arg(&img));
-    assert!(out.status.success(), "losetup: {}", text(&out.stderr));
-    let dev = Loop(text(&out.stdout).trim().to_string());
-    let out = writer(&stack, Path::new(&dev.0), &["--role", "control-plane"]);
+    let dev = LoopDevice::attach(
+        &img,
+        &LoopOptions {
+            partscan: true,
+            ..LoopOptions::default()
+        },
+    );
+    let out = writer(&stack, dev.path(), &["--role", "control-plane"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     drop(dev);
     assert_eq!(check_disk(&img, work), vec!["base", "control-plane"]);
@@ -526,17 +514,12 @@ fn loop_device_target_mounts_and_matches() {
     let parts = partitions::read(&img);
     let base = parts.iter().find(|p| p.name == "ingot-base").unwrap();
     let mnt = work.join("mnt");
-    fs::create_dir(&mnt).unwrap();
-    let out = run(Command::new("mount")
-        .args(["-t", "ext4", "-o"])
-        .arg(format!(
-            "ro,loop,offset={},sizelimit={}",
-            base.start, base.size
-        ))
-        .arg(&img)
-        .arg(&mnt));
-    assert!(out.status.success(), "mount: {}", text(&out.stderr));
-    let _m = Mount(mnt.clone());
+    let _m = LoopMount::with(
+        &img,
+        &mnt,
+        &LoopOptions::read_only_range(base.start, base.size),
+        Some("ext4"),
+    );
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/demo/base");
     let mut files = BTreeMap::new();
     collect(&fixture, &fixture, &mut files);
@@ -647,7 +630,7 @@ fn a_connection_cut_mid_layer_resumes() {
     let work = tempfile::tempdir().unwrap();
     let stack = big_stack(work.path());
     let Some((_registry, proxy, _digest, size)) = serve_through_proxy(
-        "a_connection_cut_mid_layer_resumes",
+        ingot_testkit::test_name!(),
         &stack.layout,
         &work.path().join("reg"),
         |digest, size| ingot_testproxy::Faults {
@@ -690,7 +673,7 @@ fn a_flipped_byte_from_the_registry_fails_in_write() {
     let stack = demo();
     let work = tempfile::tempdir().unwrap();
     let Some((_registry, proxy, digest, _size)) = serve_through_proxy(
-        "a_flipped_byte_from_the_registry_fails_in_write",
+        ingot_testkit::test_name!(),
         &stack.layout,
         &work.path().join("reg"),
         |digest, size| ingot_testproxy::Faults {
@@ -783,7 +766,7 @@ impl Drop for Immutable {
 /// it alike.
 #[test]
 fn a_read_only_target_is_refused_before_the_wipe() {
-    if !have_root("a_read_only_target_is_refused_before_the_wipe") {
+    if !have_loop_devices(test_name!()) {
         return;
     }
     let stack = demo();
@@ -819,12 +802,8 @@ fn a_read_only_target_is_refused_before_the_wipe() {
         }
     };
 
-    let out = run(Command::new("losetup")
-        .args(["--read-only", "--find", "--show"])
-        .arg(&img));
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let dev = Loop(text(&out.stdout).trim().to_string());
-    refused(Path::new(&dev.0), "BLKROGET");
+    let dev = LoopDevice::attach(&img, &LoopOptions::READ_ONLY);
+    refused(dev.path(), "BLKROGET");
     drop(dev);
 
     let out = run(Command::new("chattr").arg("+i").arg(&img));

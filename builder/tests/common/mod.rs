@@ -44,30 +44,13 @@ where
     S: AsRef<std::ffi::OsStr>,
 {
     let out = ingot(args);
-    assert!(
-        out.status.success(),
-        "ingot failed ({}):\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ingot_testkit::command::assert_success(&"ingot", &out);
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
 /// Run a command, assert success, return stdout.
-pub fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\nstdout: {}\nstderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+#[allow(unused_imports)] // not every test file runs tools
+pub use ingot_testkit::command::run_ok;
 
 /// Build `manifest` into `out` (signed with `key` if given, fixed revision).
 pub fn build(manifest: &Path, out: &Path, key: Option<&Path>) {
@@ -124,34 +107,8 @@ pub fn copy_tree(from: &Path, to: &Path) {
 }
 
 /// A read-only loop mount, unmounted (and its loop device released) on drop.
-pub struct LoopMount {
-    pub dir: PathBuf,
-}
-
-impl LoopMount {
-    pub fn new(image: &Path, dir: &Path) -> LoopMount {
-        fs::create_dir_all(dir).unwrap();
-        run_ok(
-            Command::new("mount")
-                .args(["-o", "ro,loop", "-t", "ext4"])
-                .arg(image)
-                .arg(dir),
-        );
-        LoopMount {
-            dir: dir.to_owned(),
-        }
-    }
-}
-
-impl Drop for LoopMount {
-    fn drop(&mut self) {
-        // `mount -o loop` sets autoclear: unmounting releases the loop device.
-        let status = Command::new("umount").arg(&self.dir).status();
-        if !matches!(status, Ok(s) if s.success()) {
-            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        }
-    }
-}
+#[allow(unused_imports)] // not every test file mounts
+pub use ingot_testkit::loopdev::LoopMount;
 
 /// A containerd of our own: temporary root, state dir and socket; killed on drop, and any
 /// mount left under its directories removed.

@@ -83,52 +83,8 @@ pub fn debugfs_features(img: &Path) -> Vec<String> {
         .collect()
 }
 
-/// A read-only loop mount, undone (umount, then losetup -d if the loop device lingers) on drop,
-/// also when the test panics.
-pub struct LoopMount {
-    pub dir: PathBuf,
-    dev: Option<String>,
-}
-
-impl LoopMount {
-    pub fn new(img: &Path, dir: &Path) -> LoopMount {
-        fs::create_dir_all(dir).unwrap();
-        let st = Command::new(tool("mount"))
-            .args(["-o", "loop,ro"])
-            .arg(img)
-            .arg(dir)
-            .status()
-            .expect("running mount");
-        assert!(st.success(), "mount -o loop,ro {} failed", img.display());
-        let out = Command::new(tool("findmnt"))
-            .args(["-n", "-o", "SOURCE"])
-            .arg(dir)
-            .output()
-            .expect("findmnt");
-        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        LoopMount {
-            dir: dir.to_path_buf(),
-            dev: dev.starts_with("/dev/loop").then_some(dev),
-        }
-    }
-}
-
-impl Drop for LoopMount {
-    fn drop(&mut self) {
-        let _ = Command::new(tool("umount")).arg(&self.dir).status();
-        if let Some(dev) = &self.dev {
-            // mount -o loop sets autoclear; detach only if it is still attached to our image.
-            if Command::new(tool("losetup"))
-                .arg(dev)
-                .output()
-                .map(|o| o.status.success())
-                .unwrap_or(false)
-            {
-                let _ = Command::new(tool("losetup")).arg("-d").arg(dev).status();
-            }
-        }
-    }
-}
+/// A read-only loop mount, undone on drop, also when the test panics.
+pub use ingot_testkit::loopdev::LoopMount;
 
 pub fn set_xattr(p: &Path, name: &str, value: &[u8]) {
     let n = CString::new(name).unwrap();

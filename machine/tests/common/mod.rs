@@ -29,7 +29,13 @@ pub fn machine(name: &str) -> Option<Machine> {
     let m = match materialize(&fixture_dir(name), dir.path()) {
         Ok(m) => m,
         Err(FixtureError::ToolMissing(tool)) => {
-            eprintln!("SKIP {name}: {tool} is not installed (apt-get install e2fsprogs dosfstools mtools gdisk fdisk)");
+            ingot_testkit::skip::skip(
+                &ingot_testkit::skip::current_test(),
+                &format!(
+                    "fixture {name}: {tool} is not installed \
+                     (apt-get install e2fsprogs dosfstools mtools gdisk fdisk)"
+                ),
+            );
             return None;
         }
         Err(e) => panic!("materialize {name}: {e}"),
@@ -48,11 +54,4 @@ pub fn with_machine(name: &str, check: impl FnOnce(&Machine)) {
         before,
         "{name}: a check changed a disk image"
     );
-}
-
-#[allow(unused_imports)] // not every test file uses every helper
-pub use ingot_testkit::skip::is_root;
-
-pub fn have(tool: &str) -> bool {
-    ingot_testkit::skip::find_tool(tool).is_some()
 }

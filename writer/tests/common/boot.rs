@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::Instant;
 
 use ingot_testkit::machine::materialize;
@@ -15,17 +15,8 @@ use super::{partitions, repo_root};
 pub const END: &str = "INGOT-BOOT-OK";
 pub const FAILED: &str = "INGOT-BOOT-FAILED";
 
-pub fn run_ok(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
+/// Runs a command, asserts it succeeded; its output.
+pub use ingot_testkit::command::output_ok as run_ok;
 
 /// The boot fixture stack: built, signed, published behind a token-checking front. Dropping it
 /// stops the registry and removes its files.
@@ -43,18 +34,7 @@ pub fn publish(token: &str) -> Published {
     let out = trees.path().join("stack");
     run_ok(Command::new(repo_root().join("tests/boot/build-stack.sh")).arg(&out));
     eprintln!("build-stack.sh: {:.1?}", started.elapsed());
-    let stack = super::build_stack(&out.join("stack.toml"));
-    let registry = super::publish_behind_token(
-        &stack.layout,
-        "stacks/boot:1.0.0",
-        token,
-        &stack.dir.path().join("registry"),
-    );
-    Published {
-        trees,
-        stack,
-        registry,
-    }
+    build_and_publish(trees, &out.join("stack.toml"), "1.0.0", token)
 }
 
 /// A new release of `p`'s stack: its trees copied, changed by `change`, built as `version` and
@@ -78,7 +58,18 @@ pub fn republish(
     let text = fs::read_to_string(&manifest).unwrap();
     let text = text.replace("version = \"1.0.0\"", &format!("version = \"{version}\""));
     fs::write(&manifest, text).unwrap();
-    let stack = super::build_stack(&manifest);
+    build_and_publish(trees, &manifest, version, token)
+}
+
+/// `manifest` (in `trees`) built and published as `stacks/boot:VERSION` behind `token` in a
+/// registry of its own.
+fn build_and_publish(
+    trees: tempfile::TempDir,
+    manifest: &Path,
+    version: &str,
+    token: &str,
+) -> Published {
+    let stack = super::build_stack(manifest);
     let registry = super::publish_behind_token(
         &stack.layout,
         &format!("stacks/boot:{version}"),

@@ -1403,8 +1403,7 @@ fn a_failure_on_the_second_disk_leaves_neither_disk_bootable() {
 /// The last line and output.json say so, from the run's own record of what it changed.
 #[test]
 fn a_failed_teardown_leaves_the_disks_without_a_partition_table_and_says_so() {
-    let test = "a_failed_teardown_leaves_the_disks_without_a_partition_table_and_says_so";
-    if !usable(test) {
+    if !usable(ingot_testkit::test_name!()) {
         return;
     }
     let m = machine("installimage-raid1");

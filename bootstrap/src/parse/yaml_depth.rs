@@ -13,7 +13,7 @@
 
 use std::mem::MaybeUninit;
 
-use unsafe_libyaml_norway as sys;
+use unsafe_libyaml_norway as unsafe_sys;
 
 /// The deepest nesting of collections (sequences and mappings) accepted: serde_norway's own
 /// recursion limit, so a document this check passes is never refused for its depth later.
@@ -27,47 +27,47 @@ pub(crate) struct TooDeep {
 }
 
 /// Owns an initialized libyaml parser on the heap (it points at itself, so it must not move).
-struct Parser(Box<MaybeUninit<sys::yaml_parser_t>>);
+struct Parser(Box<MaybeUninit<unsafe_sys::yaml_parser_t>>);
 
 impl Drop for Parser {
     fn drop(&mut self) {
         // SAFETY: only built by `too_deep` after `yaml_parser_initialize` succeeded.
-        unsafe { sys::yaml_parser_delete(self.0.as_mut_ptr()) }
+        unsafe { unsafe_sys::yaml_parser_delete(self.0.as_mut_ptr()) }
     }
 }
 
 /// The first collection of `text` nested deeper than [`MAX_YAML_DEPTH`], if any. A syntax
 /// error ends the scan without a finding: serde_norway reports it, with its own message.
 pub(crate) fn too_deep(text: &str) -> Option<TooDeep> {
-    let mut boxed = Box::new(MaybeUninit::<sys::yaml_parser_t>::uninit());
+    let mut boxed = Box::new(MaybeUninit::<unsafe_sys::yaml_parser_t>::uninit());
     let p = boxed.as_mut_ptr();
     // SAFETY: `p` is a heap allocation that does not move while the parser lives; on success
     // `Parser` deletes it exactly once. `text` outlives the parser (it is dropped here).
     let mut parser = unsafe {
-        if sys::yaml_parser_initialize(p).fail {
+        if unsafe_sys::yaml_parser_initialize(p).fail {
             // Out of memory for the parser's buffers: serde_norway will fail the same way.
             return None;
         }
-        sys::yaml_parser_set_encoding(p, sys::YAML_UTF8_ENCODING);
-        sys::yaml_parser_set_input_string(p, text.as_ptr(), text.len() as u64);
+        unsafe_sys::yaml_parser_set_encoding(p, unsafe_sys::YAML_UTF8_ENCODING);
+        unsafe_sys::yaml_parser_set_input_string(p, text.as_ptr(), text.len() as u64);
         Parser(boxed)
     };
     let mut depth = 0usize;
     loop {
-        let mut event = MaybeUninit::<sys::yaml_event_t>::uninit();
+        let mut event = MaybeUninit::<unsafe_sys::yaml_event_t>::uninit();
         let e = event.as_mut_ptr();
         // SAFETY: the parser is initialized; `yaml_parser_parse` fills `event` when it succeeds
         // and the event is deleted once, after its type and mark are copied out.
         let (kind, mark) = unsafe {
-            if sys::yaml_parser_parse(parser.0.as_mut_ptr(), e).fail {
+            if unsafe_sys::yaml_parser_parse(parser.0.as_mut_ptr(), e).fail {
                 return None;
             }
             let seen = ((*e).type_, (*e).start_mark);
-            sys::yaml_event_delete(e);
+            unsafe_sys::yaml_event_delete(e);
             seen
         };
         match kind {
-            sys::YAML_SEQUENCE_START_EVENT | sys::YAML_MAPPING_START_EVENT => {
+            unsafe_sys::YAML_SEQUENCE_START_EVENT | unsafe_sys::YAML_MAPPING_START_EVENT => {
                 depth += 1;
                 if depth > MAX_YAML_DEPTH {
                     return Some(TooDeep {
@@ -76,10 +76,10 @@ pub(crate) fn too_deep(text: &str) -> Option<TooDeep> {
                     });
                 }
             }
-            sys::YAML_SEQUENCE_END_EVENT | sys::YAML_MAPPING_END_EVENT => {
+            unsafe_sys::YAML_SEQUENCE_END_EVENT | unsafe_sys::YAML_MAPPING_END_EVENT => {
                 depth = depth.saturating_sub(1);
             }
-            sys::YAML_STREAM_END_EVENT => return None,
+            unsafe_sys::YAML_STREAM_END_EVENT => return None,
             _ => {}
         }
     }

@@ -93,6 +93,10 @@ impl ProvisionError {
             ProvisionError::Write(WriteError::Engine(EngineError::Download { .. })) => {
                 "download-failed".into()
             }
+            // Found before any disk changed: the stack (or a --kernel-arg) cannot boot here.
+            ProvisionError::Write(WriteError::Plan(
+                PlanError::Boot { .. } | PlanError::BootFile { .. },
+            )) => "cannot-boot".into(),
             ProvisionError::Write(_) => "write-failed".into(),
         }
     }

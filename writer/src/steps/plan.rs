@@ -15,7 +15,9 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::bios::BIOS_BOOT_SIZE;
-use crate::boot::{data_label, hash_label, partition_uuids, BIOS_BOOT_LABEL, ESP_LABEL, VAR_LABEL};
+use crate::boot::{
+    data_label, hash_label, partition_uuids, BootLimitError, BIOS_BOOT_LABEL, ESP_LABEL, VAR_LABEL,
+};
 pub use crate::boot::{types, ATTR_READ_ONLY};
 use crate::error::WriteError;
 use crate::report::{Reporter, Stage};
@@ -114,6 +116,22 @@ pub enum PlanError {
     ShortRootHash(String, usize),
     #[error("the ESP size {0} is below the minimum of {MIN_ESP_SIZE} bytes")]
     EspTooSmall(u64),
+    /// The stack, on this machine, breaks a limit of the boot contract; no disk was changed.
+    #[error("stack `{stack}` cannot boot as it would be written")]
+    Boot {
+        stack: String,
+        #[source]
+        source: BootLimitError,
+    },
+    /// A boot file the descriptor names is not in the base layer; no disk was changed.
+    #[error("stack `{stack}`: boot.{what} {path:?} cannot be read from the base layer")]
+    BootFile {
+        stack: String,
+        what: &'static str,
+        path: String,
+        #[source]
+        source: crate::layerfs::LayerFsError,
+    },
 }
 
 fn align_up(v: u64) -> u64 {
@@ -297,12 +315,53 @@ pub fn dry_run(
     lay_out(&target, opened, node, settings)
 }
 
+/// The boot contract's limits for this stack and node layer written to `disks` disks, checked
+/// before any disk changes: the partition count against the GPT's entries, the kernel command
+/// line (length, and the extra arguments) and the boot files: present in the base layer
+/// (read from its blob, only the blocks of their inodes) and within the ESP.
+pub fn check_boot(
+    opened: &OpenedStack,
+    node: Option<&NodeLayer>,
+    settings: &WriteSettings,
+    disks: usize,
+) -> Result<(), WriteError> {
+    let d = opened.descriptor();
+    let refuse = |source| PlanError::Boot {
+        stack: opened.describe(),
+        source,
+    };
+    let layers = opened.plan_layers(node).len();
+    ingot_layers::boot::check_partition_count(layers, d.boot.bios.is_some()).map_err(refuse)?;
+    // The UUIDs are not known yet; every one has the same length.
+    let var = vec![Uuid::nil(); disks.max(1)];
+    crate::steps::esp::cmdline(opened, node, var, settings).map_err(refuse)?;
+    let fs = opened.base_fs()?;
+    let size = |what: &'static str, path: &str| {
+        fs.file_size(path).map_err(|source| PlanError::BootFile {
+            stack: opened.describe(),
+            what,
+            path: path.to_string(),
+            source,
+        })
+    };
+    let (kernel, initrd, efi) = (
+        size("kernel", &d.boot.kernel)?,
+        size("initrd", &d.boot.initrd)?,
+        size("efi", &d.boot.efi)?,
+    );
+    ingot_layers::boot::check_esp_room(kernel, initrd, efi, align_up(settings.esp_size))
+        .map_err(refuse)?;
+    Ok(())
+}
+
 fn lay_out(
     target: &Target,
     opened: &OpenedStack,
     node: Option<&NodeLayer>,
     settings: &WriteSettings,
 ) -> Result<DiskPlan, WriteError> {
+    let disks = settings.mirror.as_ref().map_or(1, |m| m.members.len());
+    check_boot(opened, node, settings, disks)?;
     // Disk 0 (and a single disk) as always; further disks of a mirror their own GUIDs.
     let index = settings.mirror.as_ref().map_or(0, |m| m.index);
     let identity = crate::mirror::disk_identity(opened.manifest_digest(), index);

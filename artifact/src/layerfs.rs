@@ -345,6 +345,21 @@ impl LayerFs {
             })
     }
 
+    /// A regular file's size (symlinks followed, as [`LayerFs::read`] follows them), read from
+    /// its inode alone.
+    pub fn file_size(&self, path: &str) -> Result<u64, LayerFsError> {
+        let missing = |reason: String| LayerFsError::Missing {
+            layer: self.layer.clone(),
+            path: path.to_string(),
+            reason,
+        };
+        let meta = self.fs.metadata(path).map_err(|e| missing(e.to_string()))?;
+        if !meta.file_type().is_regular_file() {
+            return Err(missing("not a regular file".into()));
+        }
+        Ok(meta.len())
+    }
+
     /// A whole file's bytes.
     pub fn read(&self, path: &str) -> Result<Vec<u8>, LayerFsError> {
         self.fs.read(path).map_err(|e| LayerFsError::Missing {

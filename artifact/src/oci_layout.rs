@@ -207,7 +207,8 @@ pub fn sha256_file(path: &Path) -> io::Result<(String, u64)> {
 
 /// The largest manifest, index, `oci-layout` file or stack descriptor read into memory: 4 MiB,
 /// the distribution spec's limit for a manifest. Larger ones are refused before they are read.
-pub const MAX_MANIFEST_SIZE: u64 = 4 << 20;
+/// The same constant `ingot build` writes descriptors within.
+pub const MAX_MANIFEST_SIZE: u64 = ingot_layers::descriptor::MAX_DESCRIPTOR_SIZE;
 
 /// Reads a small JSON file whole, refusing one larger than [`MAX_MANIFEST_SIZE`] unread.
 fn read_small(path: &Path) -> Result<Vec<u8>, LayoutError> {

@@ -15,8 +15,9 @@ use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use ingot_layers::boot::BootLimitError;
 use ingot_layers::descriptor::{
-    DescriptorError, LayerEntry, StackDescriptor, ARTIFACT_TYPE, DESCRIPTOR_MEDIA_TYPE,
+    BootFiles, DescriptorError, LayerEntry, StackDescriptor, ARTIFACT_TYPE, DESCRIPTOR_MEDIA_TYPE,
     LAYER_MEDIA_TYPE, SIGNATURE_ANNOTATION, VERITY_MEDIA_TYPE,
 };
 use ingot_verity::{HashAlgorithm, HashType, VerityParams};
@@ -218,6 +219,14 @@ pub enum VerifyError {
     /// A layer's content does not match its signed verity root hash or tree.
     #[error("{0}")]
     Verity(String),
+    /// The stack breaks a limit of the boot contract: it would not boot as the writer lays it
+    /// out (too many layers, a missing or oversized boot file).
+    #[error("stack `{stack}` cannot boot")]
+    Boot {
+        stack: String,
+        #[source]
+        source: ingot_layers::boot::BootLimitError,
+    },
 }
 
 impl VerifyError {
@@ -228,6 +237,7 @@ impl VerifyError {
             VerifyError::Signature(_) => 3,
             VerifyError::Digest(_) => 4,
             VerifyError::Verity(_) => 5,
+            VerifyError::Boot { .. } => 1,
         }
     }
 
@@ -246,6 +256,7 @@ impl VerifyError {
             VerifyError::Signature(m) => VerifyError::Signature(format!("{what}: {m}")),
             VerifyError::Digest(m) => VerifyError::Digest(format!("{what}: {m}")),
             VerifyError::Verity(m) => VerifyError::Verity(format!("{what}: {m}")),
+            boot @ VerifyError::Boot { .. } => boot,
         }
     }
 }
@@ -385,8 +396,20 @@ pub fn verify(
     work: &Path,
 ) -> Result<VerifyReport, VerifyError> {
     let (report, _) = verify_metadata(source, trust)?;
-    for layer in &report.descriptor.layers {
-        verify_layer(source, layer, work)?;
+    let d = &report.descriptor;
+    let refuse = |source| VerifyError::Boot {
+        stack: format!("{} {}", d.name, d.version),
+        source,
+    };
+    let names: Vec<&str> = d.layers.iter().map(|l| l.name.as_str()).collect();
+    ingot_layers::boot::check_stack(&d.name, &d.version, &names, d.boot.bios.is_some())
+        .map_err(refuse)?;
+    for (i, layer) in d.layers.iter().enumerate() {
+        let boot = (i == 0).then_some(&d.boot);
+        verify_layer(source, layer, boot, work).map_err(|e| match e {
+            VerifyError::Boot { source, .. } => refuse(source),
+            other => other,
+        })?;
         info!(
             "layer `{}`: root hash {} ok",
             layer.name, layer.verity.root_hash
@@ -420,9 +443,58 @@ fn io_input(what: &str, path: &Path) -> impl FnOnce(io::Error) -> VerifyError {
     move |e| VerifyError::Input(format!("{what}: {e}"))
 }
 
+/// The boot files in the base layer's verified image: regular files (symlinks followed, as the
+/// writer reads them) that fit the writer's default ESP.
+fn check_boot_files(img: &Path, boot: &BootFiles) -> Result<(), BootLimitError> {
+    let unopened = |reason: String| BootLimitError::BootFile {
+        what: "kernel",
+        path: boot.kernel.clone(),
+        reason: format!("the base layer's image does not open: {reason}"),
+    };
+    let file = File::open(img).map_err(|e| unopened(e.to_string()))?;
+    let fs =
+        ext4_view::Ext4::load(Box::new(ImageFile(file))).map_err(|e| unopened(e.to_string()))?;
+    let size = |what: &'static str, path: &str| {
+        let refuse = |reason: String| BootLimitError::BootFile {
+            what,
+            path: path.to_string(),
+            reason,
+        };
+        let meta = fs.metadata(path).map_err(|e| refuse(e.to_string()))?;
+        if !meta.file_type().is_regular_file() {
+            return Err(refuse("is not a regular file in the base layer".into()));
+        }
+        Ok(meta.len())
+    };
+    let (kernel, initrd, efi) = (
+        size("kernel", &boot.kernel)?,
+        size("initrd", &boot.initrd)?,
+        size("efi", &boot.efi)?,
+    );
+    ingot_layers::boot::check_esp_room(kernel, initrd, efi, ingot_layers::boot::DEFAULT_ESP_SIZE)
+}
+
+/// The decompressed, verified image, read by position (ext4-view's own file reader needs its
+/// `std` feature, which this workspace leaves off).
+struct ImageFile(File);
+
+impl ext4_view::Ext4Read for ImageFile {
+    fn read(
+        &mut self,
+        start: u64,
+        dst: &mut [u8],
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync + 'static>> {
+        use std::os::unix::fs::FileExt;
+        Ok(self.0.read_exact_at(dst, start)?)
+    }
+}
+
+/// Checks one layer's blobs against the signed descriptor; `boot`, for the base layer: the
+/// boot files its image must hold.
 fn verify_layer(
     source: &dyn ArtifactSource,
     layer: &LayerEntry,
+    boot: Option<&BootFiles>,
     work: &Path,
 ) -> Result<(), VerifyError> {
     let name = &layer.name;
@@ -479,6 +551,12 @@ fn verify_layer(
             "layer `{name}`: the hash blob is not the verity tree of the layer's data \
              (root hash {root} matches, tree bytes differ)"
         )));
+    }
+    if let Some(boot) = boot {
+        check_boot_files(&img, boot).map_err(|source| VerifyError::Boot {
+            stack: String::new(),
+            source,
+        })?;
     }
     fs::remove_file(&img).map_err(io_input("removing", &img))?;
     Ok(())

@@ -93,6 +93,10 @@ fn cluster_configuration(b: &Bootstrap) -> Option<(String, Cluster)> {
         if !text.contains("ClusterConfiguration") {
             continue;
         }
+        // Too deep for serde_norway, and slow to find out: skipped like any unreadable file.
+        if crate::parse::yaml_too_deep(text).is_some() {
+            continue;
+        }
         for doc in serde_norway::Deserializer::from_str(text) {
             let Ok(doc) = <Value as serde::Deserialize>::deserialize(doc) else {
                 break;

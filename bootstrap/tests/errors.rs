@@ -138,3 +138,57 @@ fn stage_errors_name_the_input() {
     let m = stage(&i, &mut common::rng(1)).unwrap_err().to_string();
     assert!(m.contains("/etc/passwd line 9"), "{m}");
 }
+
+/// Set in the child [`deeply_nested_yaml_is_refused_at_once`] runs.
+const NESTED_CHILD: &str = "INGOT_TEST_NESTED_YAML_CHILD";
+
+/// 300 KB of `[` (150,000 levels): libyaml's scanner works in proportion to the depth for
+/// every token, so loading it took minutes of CPU before serde_norway refused it. It is refused
+/// before it is loaded, naming the limit and the place. The parse runs in a child (this test
+/// binary again), measured: wall time and peak RSS are printed.
+#[test]
+fn deeply_nested_yaml_is_refused_at_once() {
+    if std::env::var_os(NESTED_CHILD).is_some() {
+        let text = format!("#cloud-config\nwrite_files: {}\n", "[".repeat(150_000));
+        let message = err(text.as_bytes()).to_string();
+        for want in ["deeper than 128", "line 2", "column"] {
+            assert!(message.contains(want), "{want:?} in {message}");
+        }
+        return;
+    }
+    measured_child();
+}
+
+/// Runs [`deeply_nested_yaml_is_refused_at_once`] in a child and prints its wall time and peak
+/// RSS (`wait4`'s `ru_maxrss`).
+#[allow(unsafe_code)]
+fn measured_child() {
+    use std::os::unix::process::ExitStatusExt;
+    let started = std::time::Instant::now();
+    let child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "deeply_nested_yaml_is_refused_at_once",
+            "--test-threads=1",
+        ])
+        .env(NESTED_CHILD, "1")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut status = 0i32;
+    // SAFETY: an all-zero rusage is a valid value; wait4 fills it in for this child only.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child by pid; std's Child is not waited on afterwards.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
+    std::mem::forget(child);
+    println!(
+        "nested YAML refused in {:.3} s wall, peak RSS {} KiB",
+        started.elapsed().as_secs_f64(),
+        usage.ru_maxrss
+    );
+    assert!(
+        std::process::ExitStatus::from_raw(status).success(),
+        "the child's parse did not refuse the document as expected"
+    );
+}

@@ -13,13 +13,14 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ingot_layers::boot::{self as boot_limits, BootLimitError};
 use ingot_layers::descriptor::{
     BlobRef, Compression, DataBlob, LayerEntry, PreloadEntry, StackDescriptor, VerityInfo,
-    ARTIFACT_TYPE, DESCRIPTOR_MEDIA_TYPE, LAYER_MEDIA_TYPE, SCHEMA_VERSION, SIGNATURE_ANNOTATION,
-    VERITY_MEDIA_TYPE, ZSTD,
+    ARTIFACT_TYPE, DESCRIPTOR_MEDIA_TYPE, LAYER_MEDIA_TYPE, MAX_DESCRIPTOR_SIZE, SCHEMA_VERSION,
+    SIGNATURE_ANNOTATION, VERITY_MEDIA_TYPE, ZSTD,
 };
 use ingot_layers::ext4::Ext4Options;
-use ingot_layers::tree::{split_path, DataSource, FileData, Meta, Node, NodeKind};
+use ingot_layers::tree::{split_path, DataSource, FileData, Meta, Node, NodeKind, Tree};
 use ingot_layers::{LayerError, Source};
 use rayon::prelude::*;
 use tracing::info;
@@ -86,7 +87,7 @@ pub enum BuildError {
         reason: String,
     },
     /// A layer could not be built.
-    #[error("layer `{layer}`: {source}")]
+    #[error("layer `{layer}`")]
     Layer {
         /// The layer.
         layer: String,
@@ -94,7 +95,7 @@ pub enum BuildError {
         source: LayerError,
     },
     /// An image could not be preloaded.
-    #[error("layer `{layer}`: {source}")]
+    #[error("layer `{layer}`")]
     Preload {
         /// The layer.
         layer: String,
@@ -102,7 +103,7 @@ pub enum BuildError {
         source: PreloadError,
     },
     /// A file operation failed.
-    #[error("{what} {}: {source}", path.display())]
+    #[error("{what} {}", path.display())]
     Io {
         /// What was being done.
         what: &'static str,
@@ -110,6 +111,26 @@ pub enum BuildError {
         path: PathBuf,
         /// The error.
         source: io::Error,
+    },
+    /// The stack breaks a limit of the boot contract (checked with every layer selected and a
+    /// node layer on top: the most a machine can get).
+    #[error("stack `{stack}` cannot boot as built")]
+    Boot {
+        /// The stack's name.
+        stack: String,
+        /// The limit.
+        source: BootLimitError,
+    },
+    /// The descriptor is larger than readers accept.
+    #[error(
+        "the stack descriptor is {size} bytes, more than the {MAX_DESCRIPTOR_SIZE} bytes every \
+         reader accepts ({layers} layers)"
+    )]
+    DescriptorTooLarge {
+        /// Its canonical size.
+        size: usize,
+        /// How many layers it names.
+        layers: usize,
     },
 }
 
@@ -207,6 +228,7 @@ pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, Bu
         })
         .collect();
 
+    check_boot_contract(manifest)?;
     let built: Vec<BuiltLayer> = manifest
         .layers
         .par_iter()
@@ -225,6 +247,12 @@ pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, Bu
         layers: built.iter().map(|b| b.entry.clone()).collect(),
     };
     let descriptor_bytes = descriptor.to_canonical_json();
+    if descriptor_bytes.len() as u64 > MAX_DESCRIPTOR_SIZE {
+        return Err(BuildError::DescriptorTooLarge {
+            size: descriptor_bytes.len(),
+            layers: descriptor.layers.len(),
+        });
+    }
     let config = writer
         .write_blob(DESCRIPTOR_MEDIA_TYPE, &descriptor_bytes)
         .map_err(io_err("writing the descriptor to", &layout_dir))?;
@@ -343,6 +371,36 @@ fn to_layers_source(source: &LayerSource) -> Source {
     }
 }
 
+/// The partition count and kernel command line of the largest layout the stack can take
+/// ([`boot_limits::check_stack`]), refused before any layer is built.
+fn check_boot_contract(manifest: &Manifest) -> Result<(), BuildError> {
+    let layers: Vec<&str> = manifest.layers.iter().map(|l| l.name.as_str()).collect();
+    boot_limits::check_stack(
+        &manifest.name,
+        &manifest.version,
+        &layers,
+        manifest.boot.bios.is_some(),
+    )
+    .map_err(|source| BuildError::Boot {
+        stack: manifest.name.clone(),
+        source,
+    })
+}
+
+/// The checks on a layer's tree before its image is written: the `var` rule, and for the base
+/// layer the boot files (present, regular files, and within the writer's default ESP).
+fn check_tree(manifest: &Manifest, spec: &LayerSpec, tree: &Tree) -> Result<(), LayerError> {
+    ingot_layers::var_rule::check(tree, spec.kind == BASE_KIND)?;
+    if manifest.layers.first().is_some_and(|b| b.name == spec.name) {
+        let boot = |source| LayerError::Boot { source };
+        let (kernel, initrd, efi) =
+            boot_limits::boot_file_sizes(tree, &manifest.boot).map_err(boot)?;
+        boot_limits::check_esp_room(kernel, initrd, efi, boot_limits::DEFAULT_ESP_SIZE)
+            .map_err(boot)?;
+    }
+    Ok(())
+}
+
 fn build_layer(
     manifest: &Manifest,
     spec: &LayerSpec,
@@ -374,9 +432,8 @@ fn build_layer(
     };
     let source = to_layers_source(&spec.source);
     let (image_size, data_blocks, verity, preload) = if spec.preload.is_empty() {
-        let base = spec.kind == BASE_KIND;
         let b = ingot_layers::build_layer_checked(&source, &img, Some(&hash), &ext4_opts, |t| {
-            ingot_layers::var_rule::check(t, base)
+            check_tree(manifest, spec, t)
         })
         .map_err(lerr)?;
         let v = b.verity.expect("a hash path was given");
@@ -482,7 +539,7 @@ fn build_with_preload(
         })?;
     bar.set_message("ext4");
     let mut tree = source.load(dir).map_err(lerr)?;
-    ingot_layers::var_rule::check(&tree, spec.kind == BASE_KIND).map_err(lerr)?;
+    check_tree(manifest, spec, &tree).map_err(lerr)?;
     for e in &entries {
         let file = staged.join(e.path.trim_start_matches('/'));
         let size = fs::metadata(&file).map_err(io_err("reading", &file))?.len();

@@ -732,3 +732,99 @@ fn force_replaces_only_a_previous_layout() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     ingot_ok(["inspect".as_ref(), layout.as_os_str()]);
 }
+
+/// Issue "hostile input, second pass", items 14, 15 and 18: `ingot build` refuses, naming the
+/// limit and leaving no output, a stack of 70 layers (144 GPT entries with the node layer), of
+/// 40 (a 2,9xx-byte kernel command line), one whose kernel is missing from the base layer, one
+/// whose kernel (sparse, 300 MiB) does not fit the default ESP, and one whose descriptor would
+/// pass the 4 MiB every reader accepts (a `when` rule of 650,000 terms).
+#[test]
+fn build_refuses_stacks_past_a_boot_or_size_limit() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixtures = repo().join("tests/fixtures");
+    let base_dir = fixtures.join("demo/base");
+    let top = |kernel: &str| {
+        format!(
+            "name = \"limits\"\nversion = \"1\"\nsource_date_epoch = 1700000000\n\n[boot]\n\
+             kernel = \"{kernel}\"\ninitrd = \"/boot/initrd.img\"\n\
+             efi = \"/boot/efi/EFI/BOOT/BOOTX64.EFI\"\n"
+        )
+    };
+    let layer = |name: &str, kind: &str, when: Option<&str>, dir: &Path| {
+        let when = when.map_or(String::new(), |w| format!("when = \"{w}\"\n"));
+        format!(
+            "\n[[layer]]\nname = \"{name}\"\nkind = \"{kind}\"\n{when}source = {{ dir = \"{}\" }}\n",
+            dir.display()
+        )
+    };
+    let stack = |kernel: &str, base: &Path, extra: usize, when: &str| {
+        let mut text = top(kernel) + &layer("base", "base", None, base);
+        for i in 0..extra {
+            text += &layer(&format!("layer-{i:02}"), "extra", Some(when), &base_dir);
+        }
+        text
+    };
+    let fat_base = tmp.path().join("fat-base");
+    copy_tree(&base_dir, &fat_base);
+    fs::File::create(fat_base.join("boot/vmlinuz"))
+        .unwrap()
+        .set_len(300 << 20)
+        .unwrap();
+    let huge_rule = format!("any({})", vec!["virt"; 650_000].join(", "));
+    let cases: Vec<(&str, String, Vec<&str>)> = vec![
+        (
+            "seventy",
+            stack("/boot/vmlinuz", &base_dir, 69, "virt"),
+            vec!["144 partitions for 71 layers", "128 entries of a GPT"],
+        ),
+        (
+            "forty",
+            stack("/boot/vmlinuz", &base_dir, 39, "virt"),
+            vec!["kernel command line is", "more than the 2047", "41 layers"],
+        ),
+        (
+            "no-kernel",
+            stack("/boot/vmlinuz-missing", &base_dir, 0, ""),
+            vec![
+                "boot.kernel \"/boot/vmlinuz-missing\"",
+                "is missing from the base layer",
+            ],
+        ),
+        (
+            "fat-kernel",
+            stack("/boot/vmlinuz", &fat_base, 0, ""),
+            vec![
+                "boot files are",
+                "an ESP of 268435456 bytes holds at most 260046848",
+            ],
+        ),
+        (
+            "huge-descriptor",
+            stack("/boot/vmlinuz", &base_dir, 1, &huge_rule),
+            vec![
+                "the stack descriptor is",
+                "more than the 4194304 bytes every reader accepts",
+            ],
+        ),
+    ];
+    for (name, text, want) in cases {
+        let manifest = tmp.path().join(format!("{name}.toml"));
+        fs::write(&manifest, text).unwrap();
+        let out_dir = tmp.path().join(format!("{name}-out"));
+        let started = std::time::Instant::now();
+        let out = ingot([
+            "build".as_ref(),
+            manifest.as_os_str(),
+            "--out".as_ref(),
+            out_dir.as_os_str(),
+            "--quiet".as_ref(),
+        ]);
+        println!("{name}: refused in {:.2?}", started.elapsed());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        for w in want {
+            assert!(stderr.contains(w), "{name}: want {w:?} in: {stderr}");
+        }
+        assert!(!out_dir.exists(), "{name}: output left behind");
+    }
+}

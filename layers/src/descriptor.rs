@@ -30,6 +30,9 @@ pub const VERITY_MEDIA_TYPE: &str = "application/vnd.ingot.verity.v1";
 pub const SIGNATURE_ANNOTATION: &str = "dev.ingot.signature";
 /// The only schema version this code reads and writes.
 pub const SCHEMA_VERSION: u32 = 1;
+/// The largest descriptor (and manifest) any ingot reader accepts: 4 MiB, the distribution
+/// spec's limit for a manifest. `ingot build` refuses to write a larger one.
+pub const MAX_DESCRIPTOR_SIZE: u64 = 4 << 20;
 /// The compression named in [`Compression::algorithm`].
 pub const ZSTD: &str = "zstd";
 

@@ -9,6 +9,12 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LayerError {
+    /// The base layer's boot files break the boot contract: missing, or too big for the ESP.
+    #[error("the base layer's boot files")]
+    Boot {
+        #[source]
+        source: crate::boot::BootLimitError,
+    },
     /// A host file or directory could not be read or written.
     #[error("{op} {}", path.display())]
     Io {

@@ -7,6 +7,7 @@
 
 use std::path::Path;
 
+pub mod boot;
 pub mod descriptor;
 pub mod error;
 pub mod ext4;

@@ -224,17 +224,19 @@ fn wwn_keys(raw: &str) -> Vec<String> {
 }
 
 /// Resolve CAPH's fourth argument (`"sda nvme0n1"` or `"0x5000c500a1b2c3d4 eui.0025…"`, any
-/// mix, `/dev/` prefixes allowed) to disks, in the order given, without duplicates.
+/// mix, `/dev/` prefixes allowed) to disks, in the order given.
 ///
 /// A short name may also name a device left out of [`Facts::disks`] (a loop device, for tests).
 /// Fails with `disk-not-found`, listing every disk (name, size, WWN), when a name or WWN matches
-/// nothing or the spec is empty.
+/// nothing or the spec is empty; with `bad-target` when a token names a partition (the writer
+/// takes whole disks), names a disk an earlier token named (`"sda sda"`, or a name and its
+/// WWN), or is a WWN more than one disk has, naming the disks.
 pub fn resolve_targets(
     sysroot: &Sysroot,
     facts: &Facts,
     spec: &str,
 ) -> Result<Vec<crate::Disk>, GateFailure> {
-    let mut out: Vec<Disk> = Vec::new();
+    let mut out: Vec<(Disk, &str)> = Vec::new();
     let tokens: Vec<&str> = spec.split_whitespace().collect();
     if tokens.is_empty() {
         return Err(GateFailure::new(
@@ -247,35 +249,88 @@ pub fn resolve_targets(
         ));
     }
     for token in tokens {
-        let name = token.strip_prefix("/dev/").unwrap_or(token);
-        let found = if let Some(d) = facts.disk(name) {
-            Some(d.clone())
-        } else if !name.contains('/') && sysroot.path(format!("/sys/block/{name}")).is_dir() {
-            read_disk(sysroot, name).ok()
-        } else {
-            let key = normalize_wwn(token);
-            facts
-                .disks
-                .iter()
-                .find(|d| d.identifiers.contains(&key))
-                .cloned()
-        };
-        match found {
-            Some(d) if out.iter().any(|o| o.name == d.name) => {}
-            Some(d) => out.push(d),
-            None => {
-                return Err(GateFailure::new(
-                    Reason::DiskNotFound,
-                    Some(token),
-                    format!(
-                        "no disk is named or has the WWN {token:?}; disks: {}",
-                        list_for_humans(&facts.disks)
-                    ),
-                ))
+        let d = resolve_token(sysroot, facts, token)?;
+        if let Some((_, earlier)) = out.iter().find(|(o, _)| o.name == d.name) {
+            return Err(bad_target(
+                token,
+                format!(
+                    "{token:?} names disk {}, which {earlier:?} already named: each target disk \
+                 once",
+                    d.name
+                ),
+            ));
+        }
+        out.push((d, token));
+    }
+    Ok(out.into_iter().map(|(d, _)| d).collect())
+}
+
+fn bad_target(token: &str, message: String) -> GateFailure {
+    GateFailure::new(Reason::BadTarget, Some(token), message)
+}
+
+/// One token of the target spec: the disk it names.
+fn resolve_token(sysroot: &Sysroot, facts: &Facts, token: &str) -> Result<Disk, GateFailure> {
+    let name = token.strip_prefix("/dev/").unwrap_or(token);
+    if let Some(d) = facts.disk(name) {
+        return Ok(d.clone());
+    }
+    if !name.contains('/') {
+        if let Some(parent) = partition_parent(sysroot, name) {
+            return Err(bad_target(
+                token,
+                format!(
+                    "{token:?} is a partition of disk {parent}, not a whole disk; name the disk"
+                ),
+            ));
+        }
+        if sysroot.path(format!("/sys/block/{name}")).is_dir() {
+            if let Ok(d) = read_disk(sysroot, name) {
+                return Ok(d);
             }
         }
     }
-    Ok(out)
+    let key = normalize_wwn(token);
+    let matching: Vec<&Disk> = facts
+        .disks
+        .iter()
+        .filter(|d| d.identifiers.contains(&key))
+        .collect();
+    match matching.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(GateFailure::new(
+            Reason::DiskNotFound,
+            Some(token),
+            format!(
+                "no disk is named or has the WWN {token:?}; disks: {}",
+                list_for_humans(&facts.disks)
+            ),
+        )),
+        many => Err(bad_target(
+            token,
+            format!(
+                "the WWN {token:?} matches {} disks: {}; name the disk instead",
+                many.len(),
+                list_for_humans(&many.iter().map(|d| (*d).clone()).collect::<Vec<_>>())
+            ),
+        )),
+    }
+}
+
+/// The disk a partition `name` belongs to, when sysfs says it is one (`/sys/class/block/<name>`
+/// holds a `partition` file and sits in its disk's directory).
+fn partition_parent(sysroot: &Sysroot, name: &str) -> Option<String> {
+    let class = sysroot.path(format!("/sys/class/block/{name}"));
+    if !class.join("partition").exists() {
+        return None;
+    }
+    let real = std::fs::canonicalize(&class).ok();
+    Some(
+        real.as_deref()
+            .and_then(|p| p.parent())
+            .and_then(|p| p.file_name())
+            .map_or_else(|| "?".to_string(), |p| p.to_string_lossy().into_owned()),
+    )
 }
 
 fn list_for_humans(disks: &[Disk]) -> String {

@@ -19,6 +19,9 @@ pub enum Reason {
     NotUefi,
     /// A target name or WWN matches no disk (or no target was given).
     DiskNotFound,
+    /// A target names a partition rather than a whole disk, names a disk a second time, or is
+    /// a WWN more than one disk has.
+    BadTarget,
     /// The target disk is smaller than the layout needs.
     DiskTooSmall,
     /// SMART says the disk is failing.
@@ -53,6 +56,7 @@ impl Reason {
             Reason::ToolsMissing => "tools-missing",
             Reason::NotUefi => "not-uefi",
             Reason::DiskNotFound => "disk-not-found",
+            Reason::BadTarget => "bad-target",
             Reason::DiskTooSmall => "disk-too-small",
             Reason::SmartFailing => "smart-failing",
             Reason::SmartUnavailable => "smart-unavailable",

@@ -106,11 +106,29 @@ fn resolve_by_name_and_every_wwn_spelling() {
         }
         // sdb: sysfs only.
         assert_eq!(targets(m, "0x500a0751e1234568")[0].name, "sdb");
-        let both: Vec<String> = targets(m, "sdb 0x500a0751e1234567 sdb")
+        let both: Vec<String> = targets(m, "sdb 0x500a0751e1234567")
             .into_iter()
             .map(|d| d.name)
             .collect();
         assert_eq!(both, ["sdb", "sda"]);
+        // A disk named twice, by name or by its WWN, is refused naming both tokens.
+        for (spec, token, earlier) in [
+            ("sdb 0x500a0751e1234567 sdb", "sdb", "sdb"),
+            (
+                "sda /dev/sdb naa.500a0751e1234567",
+                "naa.500a0751e1234567",
+                "sda",
+            ),
+        ] {
+            let err = resolve_targets(&m.m.sysroot(), &m.facts, spec).unwrap_err();
+            assert_eq!(err.reason, Reason::BadTarget, "{spec}: {err}");
+            assert_eq!(err.disk.as_deref(), Some(token), "{spec}");
+            assert!(
+                err.message
+                    .contains(&format!("which {earlier:?} already named")),
+                "{spec}: {err}"
+            );
+        }
 
         let err = resolve_targets(&m.m.sysroot(), &m.facts, "0x5000c500deadbeef").unwrap_err();
         assert_eq!(err.reason, Reason::DiskNotFound);
@@ -413,4 +431,132 @@ fn guard_stops_on_md_spanning_target_and_other_disks() {
             other => panic!("{other:?}"),
         }
     });
+}
+
+/// Issue "hostile input, second pass", item 16: a partition given as a target (sysfs shows it
+/// as one: `/sys/class/block/sda1` with a `partition` file, inside sda's directory) is refused
+/// naming its disk; a WWN two disks share is refused naming both.
+#[test]
+fn a_partition_or_a_shared_wwn_is_no_target() {
+    with_machine("two-disk", |m| {
+        let root = &m.m.root;
+        let part = root.join("sys/block/sda/sda1");
+        std::fs::create_dir_all(&part).unwrap();
+        std::fs::write(part.join("partition"), "1\n").unwrap();
+        std::fs::create_dir_all(root.join("sys/class/block")).unwrap();
+        std::os::unix::fs::symlink("../../block/sda/sda1", root.join("sys/class/block/sda1"))
+            .unwrap();
+        for spec in ["sda1", "/dev/sda1", "sdb sda1"] {
+            let err = resolve_targets(&m.m.sysroot(), &m.facts, spec).unwrap_err();
+            assert_eq!(err.reason, Reason::BadTarget, "{spec}: {err}");
+            assert_eq!(err.reason.as_str(), "bad-target");
+            assert!(
+                err.message
+                    .contains("is a partition of disk sda, not a whole disk"),
+                "{spec}: {err}"
+            );
+        }
+
+        let mut facts = m.facts.clone();
+        let sda_ids = facts.disks[0].identifiers.clone();
+        facts.disks[1].identifiers = sda_ids;
+        let err = resolve_targets(&m.m.sysroot(), &facts, "0x5002538e40a1b2c3").unwrap_err();
+        assert_eq!(err.reason, Reason::BadTarget, "{err}");
+        assert!(err.message.contains("matches 2 disks"), "{err}");
+        assert!(
+            err.message.contains("sda (") && err.message.contains("sdb ("),
+            "{err}"
+        );
+        // Either disk by name still resolves.
+        assert_eq!(targets(m, "sdb sda").len(), 2);
+    });
+}
+
+/// The IEEE CRC-32 GPT headers carry.
+fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// Sets the entry count of the GPT header at byte `at` of `image` and fixes the header's CRC,
+/// so only the count is wrong.
+fn bogus_entry_count(image: &std::path::Path, at: u64, count: u32) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(image)
+        .unwrap();
+    let mut h = [0u8; 92];
+    f.read_exact_at(&mut h, at).unwrap();
+    assert_eq!(&h[..8], b"EFI PART");
+    h[80..84].copy_from_slice(&count.to_le_bytes());
+    h[16..20].fill(0);
+    let crc = crc32(&h);
+    h[16..20].copy_from_slice(&crc.to_le_bytes());
+    f.write_all_at(&h, at).unwrap();
+}
+
+/// Item 17: sdb's primary GPT claims 2^28 entries (its CRC correct): the guard reads the
+/// backup table and still finds the Ubuntu install; with both headers bogus it stops, since
+/// what the disk holds cannot be told.
+#[test]
+fn a_bogus_gpt_entry_count_does_not_hide_a_foreign_os() {
+    let Some(m) = common::machine("foreign-os") else {
+        return;
+    };
+    let sdb = m.m.images["sdb"].clone();
+    bogus_entry_count(&sdb, 512, 1 << 28);
+    let t = targets(&m, "sda");
+    let err = guard(&m.facts, &t, &GuardOptions::default()).unwrap_err();
+    assert_eq!(err.reason, Reason::ForeignOs, "{err}");
+    assert!(
+        err.message
+            .starts_with("sdb1 holds an EFI system partition"),
+        "{err}"
+    );
+    let allowed = GuardOptions {
+        allow_foreign_os: true,
+    };
+    let r = guard(&m.facts, &t, &allowed).unwrap();
+    let note = r
+        .warnings
+        .iter()
+        .find(|w| w.reason == Reason::DiskUnreadable)
+        .expect("a warning about sdb's primary GPT");
+    assert!(
+        note.message.contains("claims 268435456 partition entries")
+            && note.message.contains("read the backup GPT instead"),
+        "{}",
+        note.message
+    );
+
+    let len = std::fs::metadata(&sdb).unwrap().len();
+    bogus_entry_count(&sdb, len - 512, 1 << 28);
+    let err = guard(&m.facts, &t, &GuardOptions::default()).unwrap_err();
+    assert_eq!(err.reason, Reason::DiskUnreadable, "{err}");
+    assert_eq!(err.disk.as_deref(), Some("sdb"));
+    assert!(
+        err.message.contains("the primary GPT header claims")
+            && err.message.contains("the backup GPT header claims")
+            && err.message.contains("cannot be told"),
+        "{err}"
+    );
+    // Targeted, the disk is wiped anyway: a warning (sdc's /boot is targeted too).
+    let all = targets(&m, "sda sdb sdc");
+    let r = guard(&m.facts, &all, &GuardOptions::default()).unwrap();
+    assert!(r
+        .warnings
+        .iter()
+        .any(|w| w.reason == Reason::DiskUnreadable));
 }

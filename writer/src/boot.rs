@@ -63,45 +63,6 @@ pub fn partition_uuids(root_hash: &RootHash) -> Option<(Uuid, Uuid)> {
     Some((Uuid::from_bytes(first), Uuid::from_bytes(last)))
 }
 
-/// What the kernel command line names.
-pub struct Cmdline<'a> {
-    /// `name:version` of the stack.
-    pub stack: (&'a str, &'a str),
-    /// The selected layers in stacking order, each with the root hash its tree was checked
-    /// against.
-    pub layers: Vec<(&'a str, &'a RootHash)>,
-    /// The sealed node layer's root hash.
-    pub node: Option<&'a RootHash>,
-    /// The `var` partition's UUID; on a node written to several disks, every member of `var`'s
-    /// mirror, in disk order (the `mirror` module).
-    pub var: Vec<Uuid>,
-    /// Appended after ingot's own parameters.
-    pub extra: &'a [String],
-}
-
-impl Cmdline<'_> {
-    /// `ingot.stack=NAME:VERSION ingot.layers=L:HASH,... [ingot.node=HASH] ingot.var=PARTUUID=U ro EXTRA...`
-    pub fn render(&self) -> String {
-        let layer_list: Vec<String> = self
-            .layers
-            .iter()
-            .map(|(name, root)| format!("{name}:{root}"))
-            .collect();
-        let mut cmdline = format!(
-            "ingot.stack={}:{} ingot.layers={}",
-            self.stack.0,
-            self.stack.1,
-            layer_list.join(",")
-        );
-        if let Some(n) = self.node {
-            cmdline.push_str(&format!(" ingot.node={n}"));
-        }
-        let var: Vec<String> = self.var.iter().map(|u| format!("PARTUUID={u}")).collect();
-        cmdline.push_str(&format!(" ingot.var={} ro", var.join(",")));
-        for arg in self.extra {
-            cmdline.push(' ');
-            cmdline.push_str(arg);
-        }
-        cmdline
-    }
-}
+/// The kernel command line, and its limits (length, `--kernel-arg`, partition count): in
+/// `ingot-layers`, where `ingot build` checks the same rules.
+pub use ingot_layers::boot::{BootLimitError, Cmdline};

@@ -104,7 +104,8 @@ pub struct Cli {
     /// Size of the EFI system partition, in MiB (at least 64; default 256).
     #[arg(long, value_name = "MIB")]
     pub esp_size: Option<u64>,
-    /// Extra kernel command-line argument (repeatable), e.g. console=ttyS0.
+    /// Extra kernel command-line argument (repeatable), e.g. console=ttyS0; no control
+    /// characters and no ingot.* parameter.
     #[arg(long = "kernel-arg", value_name = "ARG")]
     pub kernel_args: Vec<String>,
     /// Writes of one range before the run fails (a range that reads back wrong is rewritten).

@@ -97,6 +97,8 @@ impl WriteError {
             WriteError::Write(WriteStepError::Engine(EngineError::Download { .. })) => {
                 "download-failed"
             }
+            // Found before any disk changed: the stack (or a --kernel-arg) cannot boot here.
+            WriteError::Plan(PlanError::Boot { .. } | PlanError::BootFile { .. }) => "cannot-boot",
             _ => "write-failed",
         }
     }

@@ -107,7 +107,7 @@ pub enum LayoutError {
     EspTooSmall(u64),
 }
 
-fn align_up(v: u64) -> u64 {
+pub fn align_up(v: u64) -> u64 {
     v.div_ceil(MIB) * MIB
 }
 

@@ -120,6 +120,9 @@ fn prepare(req: &ProvisionRequest, reporter: &Reporter) -> Result<Ready, Provisi
     let role = checked.role;
     let staged = steps::stage::run(&opened, checked, &sysroot, req, reporter)?;
     let node = steps::seal::run(&staged, &opened.describe(), &req.machine_name, reporter)?;
+    // Before the teardown: a stack that cannot boot here leaves every disk as it was.
+    steps::plan::check_boot(&opened, Some(&node), &req.settings, targets.len())
+        .map_err(WriteError::from)?;
     let need = min_disk_size(
         req.settings.esp_size,
         &opened.plan_layers(Some(&node)),

@@ -1443,3 +1443,119 @@ fn a_failed_teardown_leaves_the_disks_without_a_partition_table_and_says_so() {
     assert!(!has_partition_table(&sda), "sda keeps its table");
     assert!(!has_partition_table(&sdb), "sdb keeps its table");
 }
+
+/// Issue "hostile input, second pass", items 14, 15 and 16 as CAPH runs the writer: a target
+/// spec naming a partition, naming a disk twice, or a WWN two disks share; a stack of 70
+/// layers (144 GPT entries), of 40 (a kernel command line past 2047 bytes) and one whose
+/// kernel is missing. Each fails with its reason before any disk changes.
+#[test]
+fn targets_and_stacks_past_a_limit_fail_before_any_disk_changes() {
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    let worker = bootstrap_fixture("cloud-config-worker-join.yaml");
+    let demo = published();
+    let publish = |stack: common::Stack| {
+        let published = common::publish_behind_token(
+            &stack.layout,
+            "stacks/demo:1.0.0",
+            TOKEN,
+            &stack.dir.path().join("registry"),
+        );
+        Fixture { stack, published }
+    };
+    let seventy = publish(common::resigned(&demo.stack, |d| {
+        common::with_extra_layers(d, 69)
+    }));
+    let forty = publish(common::resigned(&demo.stack, |d| {
+        common::with_extra_layers(d, 39)
+    }));
+    let no_kernel = publish(common::resigned(&demo.stack, |d| {
+        d.boot.kernel = "/boot/vmlinuz-missing".into()
+    }));
+    // What a test does to the materialized machine first.
+    type Edit = fn(&Path);
+    let none: Edit = |_| {};
+    // sda1 as sysfs shows a partition: a directory of its disk's, linked from /sys/class/block.
+    let partition: Edit = |root| {
+        let part = root.join("sys/block/sda/sda1");
+        fs::create_dir_all(&part).unwrap();
+        fs::write(part.join("partition"), "1\n").unwrap();
+        fs::create_dir_all(root.join("sys/class/block")).unwrap();
+        std::os::unix::fs::symlink("../../block/sda/sda1", root.join("sys/class/block/sda1"))
+            .unwrap();
+    };
+    let same_wwn: Edit = |root| {
+        fs::write(
+            root.join("sys/block/sdb/device/wwid"),
+            "naa.5002538e40a1b2c3\n",
+        )
+        .unwrap();
+    };
+    let cases: Vec<(&str, &str, Edit, &Fixture, &str, &str)> = vec![
+        (
+            "cpu-worker",
+            "sda1",
+            partition,
+            &demo,
+            "bad-target",
+            "a partition of disk sda",
+        ),
+        (
+            "two-disk",
+            "sda sdb sda",
+            none,
+            &demo,
+            "bad-target",
+            "\"sda\" already named",
+        ),
+        (
+            "two-disk",
+            "0x5002538e40a1b2c3",
+            same_wwn,
+            &demo,
+            "bad-target",
+            "matches 2 disks",
+        ),
+        (
+            "cpu-worker",
+            "sda",
+            none,
+            &seventy,
+            "cannot-boot",
+            "128 entries of a GPT",
+        ),
+        (
+            "cpu-worker",
+            "sda",
+            none,
+            &forty,
+            "cannot-boot",
+            "more than the 2047",
+        ),
+        (
+            "cpu-worker",
+            "sda",
+            none,
+            &no_kernel,
+            "cannot-boot",
+            "/boot/vmlinuz-missing",
+        ),
+    ];
+    for (fixture, devices, edit, stack, reason, want) in cases {
+        let m = machine(fixture);
+        edit(&m.m.root);
+        let before = m.m.digests().unwrap();
+        let run = caph(stack, &m, &worker, "node-1", devices, &[]);
+        let what = format!("{fixture} {devices:?} {want}");
+        assert_eq!(run.out.status.code(), Some(1), "{what}: {}", run.show());
+        let last = run.last_line();
+        assert!(
+            last.contains(&format!("FAILED ({reason})")),
+            "{what}: {last}"
+        );
+        assert!(last.contains(want), "{what}: {last}");
+        assert!(last.contains("no disk was changed"), "{what}: {last}");
+        assert_eq!(m.m.digests().unwrap(), before, "{what}: a disk changed");
+    }
+}

@@ -9,7 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use common::{build_stack, demo, Stack};
+use common::{build_stack, demo, resigned, with_extra_layers, Stack};
 use ingot::sign::SecretKey;
 use ingot_testkit::loopdev::{LoopDevice, LoopMount, LoopOptions};
 use ingot_testkit::partitions::{self, Part};
@@ -845,4 +845,143 @@ fn a_target_deleted_mid_run_is_not_reported_written() {
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("was deleted or replaced"), "{stderr}");
     assert!(!stderr.contains("wrote "), "{stderr}");
+}
+
+/// Runs the writer on a fresh 2 GiB image whose every sector holds a pattern, and checks it
+/// fails with `want` in its message and leaves the image byte for byte as it was.
+fn refused_untouched(layout: &Path, key: &Path, extra: &[&str], want: &[&str]) {
+    use sha2::Digest;
+    let img = layout.with_extension("img");
+    sparse_file(&img, 2048 * MIB);
+    {
+        let mut f = fs::OpenOptions::new().write(true).open(&img).unwrap();
+        f.write_all(&vec![0xAB; MIB as usize]).unwrap();
+    }
+    let before = hex::encode(sha2::Sha256::digest(fs::read(&img).unwrap()));
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot-writer"));
+    cmd.arg(layout)
+        .arg("--target")
+        .arg(&img)
+        .arg("--trust-key")
+        .arg(key)
+        .args(extra);
+    let out = run(&mut cmd);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{}: {err}", layout.display());
+    for w in want {
+        assert!(err.contains(w), "{}: want {w:?} in {err}", layout.display());
+    }
+    let after = hex::encode(sha2::Sha256::digest(fs::read(&img).unwrap()));
+    assert_eq!(before, after, "{}: the disk changed", layout.display());
+    fs::remove_file(&img).unwrap();
+}
+
+/// Issue "hostile input, second pass", item 15: 70 layers need 142 GPT entries and 40 layers
+/// a 2,9xx-byte kernel command line; both stacks (signed, as a builder that did not check
+/// could make them) are refused at `plan`, naming the limit, with the disk untouched.
+#[test]
+fn layouts_past_the_gpt_or_command_line_limit_are_refused_before_the_wipe() {
+    let stack = demo();
+    let seventy = resigned(&stack, |d| with_extra_layers(d, 69));
+    refused_untouched(
+        &seventy.layout,
+        &seventy.public,
+        &[],
+        &[
+            "142 partitions",
+            "128 entries of a GPT",
+            "nothing was written",
+        ],
+    );
+    let forty = resigned(&stack, |d| with_extra_layers(d, 39));
+    refused_untouched(
+        &forty.layout,
+        &forty.public,
+        &[],
+        &[
+            "kernel command line is",
+            "more than the 2047",
+            "COMMAND_LINE_SIZE 2048",
+        ],
+    );
+}
+
+/// Item 14: a kernel the base layer lacks, and boot files larger than the ESP, are refused at
+/// `plan` (the boot files' inodes read from the verified blob), before the wipe.
+#[test]
+fn missing_or_oversized_boot_files_are_refused_before_the_wipe() {
+    let stack = demo();
+    let no_kernel = resigned(&stack, |d| d.boot.kernel = "/boot/vmlinuz-missing".into());
+    refused_untouched(
+        &no_kernel.layout,
+        &no_kernel.public,
+        &[],
+        &["/boot/vmlinuz-missing", "nothing was written"],
+    );
+    // A 60 MiB "kernel" (random, so it stays 60 MiB compressed) and a 64 MiB ESP.
+    let work = stack.dir.path();
+    let tree = work.join("fat-base");
+    assert!(run(Command::new("cp")
+        .arg("-a")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/demo/base"))
+        .arg(&tree))
+    .status
+    .success());
+    let mut data = vec![0u8; 60 * MIB as usize];
+    let mut x = 0x2545F4914F6CDD1Du64;
+    for chunk in data.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes());
+    }
+    fs::write(tree.join("boot/vmlinuz"), data).unwrap();
+    let manifest = work.join("fat.toml");
+    fs::write(
+        &manifest,
+        format!(
+            "name = \"fat\"\nversion = \"1\"\nsource_date_epoch = 1700000000\n\n[boot]\nkernel = \"/boot/vmlinuz\"\n\
+             initrd = \"/boot/initrd.img\"\nefi = \"/boot/efi/EFI/BOOT/BOOTX64.EFI\"\n\n[[layer]]\nname = \"base\"\n\
+             kind = \"base\"\nsource = {{ dir = \"{}\" }}\n",
+            tree.display()
+        ),
+    )
+    .unwrap();
+    let fat = build_stack(&manifest);
+    refused_untouched(
+        &fat.layout,
+        &fat.public,
+        &["--esp-size", "64"],
+        &[
+            "boot files are",
+            "an ESP of 67108864 bytes holds at most",
+            "nothing was written",
+        ],
+    );
+}
+
+/// Item 19: a `--kernel-arg` with a newline (it would add lines to the loader entry) or one of
+/// the writer's own `ingot.*` parameters is refused, naming the argument, before the wipe.
+#[test]
+fn hostile_kernel_args_are_refused_before_the_wipe() {
+    let stack = demo();
+    for (arg, want) in [
+        ("quiet\ninitrd /EFI/evil.img", "control character"),
+        (
+            "ingot.var=PARTUUID=00000000-0000-0000-0000-000000000000",
+            "ingot.*",
+        ),
+        ("quiet ingot.layers=base:00", "ingot.*"),
+    ] {
+        refused_untouched(
+            &stack.layout,
+            &stack.public,
+            &["--kernel-arg", arg],
+            &[
+                &format!("kernel argument {arg:?}"),
+                want,
+                "nothing was written",
+            ],
+        );
+    }
 }

@@ -44,6 +44,14 @@ const NOT_APPLIED: &[(&str, &str)] = &[
 ];
 
 pub(super) fn parse(text: &str, jinja: bool) -> Result<Bootstrap, ParseError> {
+    // Before serde_norway: loading a deeply nested document costs time quadratic in its depth.
+    if let Some(at) = super::yaml_too_deep(text) {
+        return Err(ParseError::TooDeep {
+            line: at.line,
+            column: at.column,
+            limit: super::MAX_YAML_DEPTH,
+        });
+    }
     let root: Value = serde_norway::from_str(text).map_err(|e| {
         let (line, column) = e
             .location()

@@ -2,6 +2,7 @@
 
 mod cloud_config;
 mod ignition;
+mod yaml_depth;
 
 use std::io::Read;
 use std::path::{Component, Path, PathBuf};
@@ -9,6 +10,9 @@ use std::path::{Component, Path, PathBuf};
 use thiserror::Error;
 
 use crate::model::{Bootstrap, KubeadmAction};
+
+pub(crate) use yaml_depth::too_deep as yaml_too_deep;
+pub use yaml_depth::MAX_YAML_DEPTH;
 
 /// Largest bootstrap data accepted (CABPK's data lives in a Kubernetes Secret, at most 1 MiB).
 pub const MAX_INPUT_SIZE: usize = 64 << 20;
@@ -42,6 +46,14 @@ pub enum ParseError {
         line: usize,
         column: usize,
         message: String,
+    },
+    #[error(
+        "cloud-config nests collections deeper than {limit} levels at line {line}, column {column}"
+    )]
+    TooDeep {
+        line: usize,
+        column: usize,
+        limit: usize,
     },
     #[error("Ignition config is not valid JSON at line {line}, column {column}: {message}")]
     Json {

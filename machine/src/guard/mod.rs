@@ -73,6 +73,9 @@ pub struct DiskScan {
     pub table: TableKind,
     /// Why the table could not be read (the whole disk was probed instead).
     pub table_error: Option<String>,
+    /// Why the primary GPT was passed over for the backup, when it was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub table_note: Option<String>,
     /// The whole disk first, then each partition.
     pub regions: Vec<RegionScan>,
     /// The disk carries ingot's layout (a GPT with an `ingot-base` partition of the DPS root
@@ -114,10 +117,30 @@ pub fn guard(
         }
         let scan = scan_disk(disk, is_target(&disk.name))?;
         if let Some(e) = &scan.table_error {
+            // An unreadable table hides its partitions: on a disk that is kept, an OS there
+            // cannot be ruled out.
+            if !scan.target && !options.allow_foreign_os {
+                return Err(GateFailure::new(
+                    Reason::DiskUnreadable,
+                    Some(&disk.name),
+                    format!(
+                        "partition table: {e}: whether {} holds an operating system cannot be \
+                         told; wipe it, or target it too",
+                        disk.name
+                    ),
+                ));
+            }
             warnings.push(Warning::new(
                 Reason::DiskUnreadable,
                 Some(&disk.name),
                 format!("partition table: {e}; probed the whole disk instead"),
+            ));
+        }
+        if let Some(note) = &scan.table_note {
+            warnings.push(Warning::new(
+                Reason::DiskUnreadable,
+                Some(&disk.name),
+                format!("partition table: {note}"),
             ));
         }
         scans.push(scan);
@@ -199,10 +222,10 @@ pub fn scan_disk(disk: &Disk, target: bool) -> Result<DiskScan, GateFailure> {
     // gives its size), not sysfs's, so a stale fixture cannot hide the end of a disk.
     let len = file.seek(SeekFrom::End(0)).map_err(unreadable)?;
     let whole = Slice::whole(Arc::new(file), len);
-    let (table, partitions, table_error) =
+    let (table, partitions, table_note, table_error) =
         match partition::read_table(&whole, disk.logical_block_size) {
-            Ok((kind, parts)) => (kind, parts, None),
-            Err(e) => (TableKind::None, vec![], Some(e)),
+            Ok((kind, parts, note)) => (kind, parts, note, None),
+            Err(e) => (TableKind::None, vec![], None, Some(e)),
         };
     let mut regions = vec![RegionScan {
         name: disk.name.clone(),
@@ -229,6 +252,7 @@ pub fn scan_disk(disk: &Disk, target: bool) -> Result<DiskScan, GateFailure> {
         target,
         table,
         table_error,
+        table_note,
         regions,
         ingot,
     })

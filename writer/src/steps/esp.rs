@@ -18,7 +18,7 @@ use fatfs::{FatType, FileSystem, FormatVolumeOptions, FsOptions};
 use ingot_artifact::layerfs::{LayerFs, LayerFsError};
 
 use crate::bios::{self, BiosError};
-use crate::boot::Cmdline;
+use crate::boot::{BootLimitError, Cmdline};
 use crate::engine::bytes::write_bytes;
 use crate::engine::{EngineError, Stopped, WriteStats};
 use crate::layout::{Content, DiskPlan};
@@ -63,21 +63,11 @@ pub fn run(
         )),
         _ => None,
     };
-    let cmdline = Cmdline {
-        stack: (&d.name, &d.version),
-        layers: opened
-            .layers()
-            .iter()
-            .map(|p| (p.entry.name.as_str(), p.verifier.root_hash()))
-            .collect(),
-        node: node.map(|n| &n.root_hash),
-        var: match &settings.mirror {
-            Some(m) => m.members.clone(),
-            None => vec![plan.part(&Content::Var).part_guid],
-        },
-        extra: &settings.kernel_args,
-    }
-    .render();
+    let var = match &settings.mirror {
+        Some(m) => m.members.clone(),
+        None => vec![plan.part(&Content::Var).part_guid],
+    };
+    let cmdline = cmdline(opened, node, var, settings).map_err(EspError::from)?;
     let title = format!("ingot {} {}", d.name, d.version);
     let esp_part = plan.part(&Content::Esp);
     let volume_id = u32::from_le_bytes(plan.disk_guid.as_bytes()[..4].try_into().expect("4 bytes"));
@@ -124,6 +114,30 @@ pub fn run(
         mbr_code = Some(boot_img);
     }
     Ok((cmdline, stats, mbr_code))
+}
+
+/// The kernel command line for this stack, node layer and `var` (every member of its mirror),
+/// refused when it breaks a boot contract limit (see [`Cmdline::checked`]). The `plan` step
+/// checks it the same way before any disk is wiped.
+pub fn cmdline(
+    opened: &OpenedStack,
+    node: Option<&NodeLayer>,
+    var: Vec<uuid::Uuid>,
+    settings: &WriteSettings,
+) -> Result<String, BootLimitError> {
+    let d = opened.descriptor();
+    Cmdline {
+        stack: (&d.name, &d.version),
+        layers: opened
+            .layers()
+            .iter()
+            .map(|p| (p.entry.name.as_str(), p.verifier.root_hash()))
+            .collect(),
+        node: node.map(|n| &n.root_hash),
+        var,
+        extra: &settings.kernel_args,
+    }
+    .checked()
 }
 
 /// The volume up to its last non-zero byte, in whole MiB: the boot sector, both FATs, the
@@ -188,6 +202,8 @@ pub enum EspError {
     Engine(#[from] EngineError),
     #[error(transparent)]
     Stopped(#[from] Stopped),
+    #[error("the kernel command line")]
+    Cmdline(#[from] BootLimitError),
 }
 
 fn io(what: &str) -> impl FnOnce(std::io::Error) -> EspError + '_ {
@@ -209,8 +225,8 @@ fn cluster_size(size: u64) -> u32 {
 /// Builds the ESP image (`size` bytes).
 pub fn build(size: u64, contents: &EspContents<'_>) -> Result<Vec<u8>, EspError> {
     let need = (contents.bootloader.len() + contents.kernel.len() + contents.initrd.len()) as u64;
-    // FATs, directories and cluster slack: keep 8 MiB spare.
-    if need + (8 << 20) > size {
+    // FATs, directories and cluster slack: keep ESP_SPARE (the rule `plan` checks first).
+    if need + ingot_layers::boot::ESP_SPARE > size {
         return Err(EspError::TooSmall { size, need });
     }
     let mut image = Cursor::new(vec![0u8; size as usize]);

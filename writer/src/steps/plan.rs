@@ -6,12 +6,16 @@
 
 use std::path::Path;
 
+use ingot_artifact::layerfs::LayerFsError;
+use uuid::Uuid;
+
+use crate::boot::BootLimitError;
 use crate::engine::Stopped;
-use crate::layout::{plan, DiskPlan, LayoutError};
+use crate::layout::{align_up, plan, DiskPlan, LayoutError};
 use crate::node::NodeLayer;
 use crate::report::{Reporter, Stage};
 use crate::request::WriteSettings;
-use crate::stack::OpenedStack;
+use crate::stack::{OpenedStack, StackError};
 use crate::target::{Target, TargetError};
 
 /// Why the plan could not be made.
@@ -23,6 +27,24 @@ pub enum PlanError {
     Layout(#[from] LayoutError),
     #[error(transparent)]
     Stopped(#[from] Stopped),
+    /// The stack, on this machine, breaks a limit of the boot contract; no disk was changed.
+    #[error("stack `{stack}` cannot boot as it would be written")]
+    Boot {
+        stack: String,
+        #[source]
+        source: BootLimitError,
+    },
+    /// A boot file the descriptor names is not in the base layer; no disk was changed.
+    #[error("stack `{stack}`: boot.{what} {path:?} cannot be read from the base layer")]
+    BootFile {
+        stack: String,
+        what: &'static str,
+        path: String,
+        #[source]
+        source: LayerFsError,
+    },
+    #[error(transparent)]
+    Stack(#[from] StackError),
 }
 
 /// The `plan` step: opens `target` and lays out the opened stack (and the node layer) on it.
@@ -59,12 +81,53 @@ pub fn dry_run(
     lay_out(&target, opened, node, settings)
 }
 
+/// The boot contract's limits for this stack and node layer written to `disks` disks, checked
+/// before any disk changes: the partition count against the GPT's entries, the kernel command
+/// line (length, and the extra arguments) and the boot files: present in the base layer
+/// (read from its blob, only the blocks of their inodes) and within the ESP.
+pub fn check_boot(
+    opened: &OpenedStack,
+    node: Option<&NodeLayer>,
+    settings: &WriteSettings,
+    disks: usize,
+) -> Result<(), PlanError> {
+    let d = opened.descriptor();
+    let refuse = |source| PlanError::Boot {
+        stack: opened.describe(),
+        source,
+    };
+    let layers = opened.plan_layers(node).len();
+    ingot_layers::boot::check_partition_count(layers, d.boot.bios.is_some()).map_err(refuse)?;
+    // The UUIDs are not known yet; every one has the same length.
+    let var = vec![Uuid::nil(); disks.max(1)];
+    crate::steps::esp::cmdline(opened, node, var, settings).map_err(refuse)?;
+    let fs = opened.base_fs()?;
+    let size = |what: &'static str, path: &str| {
+        fs.file_size(path).map_err(|source| PlanError::BootFile {
+            stack: opened.describe(),
+            what,
+            path: path.to_string(),
+            source,
+        })
+    };
+    let (kernel, initrd, efi) = (
+        size("kernel", &d.boot.kernel)?,
+        size("initrd", &d.boot.initrd)?,
+        size("efi", &d.boot.efi)?,
+    );
+    ingot_layers::boot::check_esp_room(kernel, initrd, efi, align_up(settings.esp_size))
+        .map_err(refuse)?;
+    Ok(())
+}
+
 fn lay_out(
     target: &Target,
     opened: &OpenedStack,
     node: Option<&NodeLayer>,
     settings: &WriteSettings,
 ) -> Result<DiskPlan, PlanError> {
+    let disks = settings.mirror.as_ref().map_or(1, |m| m.members.len());
+    check_boot(opened, node, settings, disks)?;
     // Disk 0 (and a single disk) as always; further disks of a mirror their own GUIDs.
     let index = settings.mirror.as_ref().map_or(0, |m| m.index);
     let identity = crate::mirror::disk_identity(opened.manifest_digest(), index);

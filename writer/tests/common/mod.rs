@@ -211,3 +211,91 @@ pub fn signal_at(
     assert!(kill.success());
     child.wait_with_output().unwrap()
 }
+
+/// A copy of `stack`'s layout with its descriptor changed by `edit` and signed again with a
+/// fresh key (manifest and index re-pointed at it): a stack `ingot build` now refuses, as an
+/// older builder or anyone holding a signing key could still publish.
+pub fn resigned(
+    stack: &Stack,
+    edit: impl FnOnce(&mut ingot_layers::descriptor::StackDescriptor),
+) -> Stack {
+    use ingot_layers::descriptor::{
+        StackDescriptor, LAYER_MEDIA_TYPE, SIGNATURE_ANNOTATION, VERITY_MEDIA_TYPE,
+    };
+    use sha2::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("layout");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&stack.layout)
+        .arg(&layout)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let blob = |digest: &str| {
+        layout
+            .join("blobs/sha256")
+            .join(digest.strip_prefix("sha256:").unwrap())
+    };
+    let put = |bytes: &[u8]| -> String {
+        let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)));
+        fs::write(blob(&digest), bytes).unwrap();
+        digest
+    };
+    let index_path = layout.join("index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&fs::read(&index_path).unwrap()).unwrap();
+    let digest = index["manifests"][0]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut m: serde_json::Value =
+        serde_json::from_slice(&fs::read(blob(&digest)).unwrap()).unwrap();
+    let config = m["config"]["digest"].as_str().unwrap().to_string();
+    let mut d: StackDescriptor = serde_json::from_slice(&fs::read(blob(&config)).unwrap()).unwrap();
+    edit(&mut d);
+    let bytes = d.to_canonical_json();
+    m["config"]["digest"] = put(&bytes).into();
+    m["config"]["size"] = bytes.len().into();
+    m["layers"] = d
+        .layers
+        .iter()
+        .flat_map(|l| {
+            [
+                serde_json::json!({"mediaType": LAYER_MEDIA_TYPE, "digest": l.data.digest, "size": l.data.size}),
+                serde_json::json!({"mediaType": VERITY_MEDIA_TYPE, "digest": l.hash.digest, "size": l.hash.size}),
+            ]
+        })
+        .collect();
+    let key = SecretKey::generate();
+    m["annotations"][SIGNATURE_ANNOTATION] = key.sign(&bytes, "resigned by a test").into();
+    let manifest_bytes = serde_json::to_vec(&m).unwrap();
+    index["manifests"][0]["digest"] = put(&manifest_bytes).into();
+    index["manifests"][0]["size"] = manifest_bytes.len().into();
+    fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
+    let public = dir.path().join("ingot.pub");
+    fs::write(&public, key.public_key().to_minisign()).unwrap();
+    let layers = d
+        .layers
+        .iter()
+        .map(|l| (l.name.clone(), l.verity.root_hash.to_string()))
+        .collect();
+    Stack {
+        dir,
+        layout,
+        public,
+        layers,
+    }
+}
+
+/// `count` more layers, each the base layer's blobs under another name (always selected).
+pub fn with_extra_layers(d: &mut ingot_layers::descriptor::StackDescriptor, count: usize) {
+    let base = d.layers[0].clone();
+    d.layers.truncate(1);
+    for i in 0..count {
+        let mut l = base.clone();
+        l.name = format!("layer-{i:02}");
+        l.kind = "extra".into();
+        d.layers.push(l);
+    }
+}

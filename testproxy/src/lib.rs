@@ -65,6 +65,32 @@ pub struct Faults {
     pub cut: Option<Rule>,
     /// Flip (XOR 0xff) this blob byte in every matching response that carries it.
     pub flip: Option<Rule>,
+    /// Answer every matching request with this error status and a body that never ends.
+    pub endless_error: Option<EndlessError>,
+}
+
+/// An error answer whose body never ends (until the client hangs up).
+#[derive(Debug, Clone)]
+pub struct EndlessError {
+    /// Requests whose path contains this.
+    pub path_contains: String,
+    /// The HTTP status, e.g. 500.
+    pub status: u16,
+}
+
+/// Writes an `HTTP status` head and then chunks of `x` until the client goes away.
+fn endless_error(mut client: &TcpStream, status: u16) -> std::io::Result<()> {
+    write!(
+        client,
+        "HTTP/1.1 {status} Error\r\nContent-Type: text/plain\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )?;
+    let chunk = vec![b'x'; 64 << 10];
+    loop {
+        write!(client, "{:x}\r\n", chunk.len())?;
+        client.write_all(&chunk)?;
+        client.write_all(b"\r\n")?;
+    }
 }
 
 /// What the proxy saw and did.
@@ -183,6 +209,14 @@ fn serve(client: TcpStream, shared: &Shared) -> std::io::Result<()> {
             .parse::<u64>()
             .ok()
     });
+    if let Some(e) = shared
+        .faults
+        .endless_error
+        .as_ref()
+        .filter(|e| path.contains(&e.path_contains))
+    {
+        return endless_error(&client, e.status);
+    }
     let mut up = TcpStream::connect(shared.upstream)?;
     let mut out = String::new();
     for (i, l) in head.iter().enumerate() {

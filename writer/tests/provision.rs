@@ -1420,3 +1420,125 @@ fn a_failure_on_the_second_disk_leaves_neither_disk_bootable() {
         run.show()
     );
 }
+
+/// Hostile registry, second pass, item 1, run as CAPH runs the writer: the registry answers a
+/// layer's data blob with HTTP 500 and a body that never ends. The writer read the body whole
+/// (7.9 GB, then SIGABRT: no `FAILED` line, output.json left `running`). Now at most 64 KiB of
+/// an error body is read, each such answer is a failed attempt, and the run ends with
+/// `FAILED (download-failed)` on stdout and in output.json. Prints peak RSS and wall time.
+#[test]
+fn an_endless_error_body_under_caph_fails_the_download() {
+    if !usable("an_endless_error_body_under_caph_fails_the_download") {
+        return;
+    }
+    let p = published();
+    let m = machine("gpu-worker");
+    // The nvidia layer's data blob is only read while it is written (the base layer's is also
+    // read earlier, for the accounts staging needs).
+    let blob = ingot_testkit::layout::read(&p.stack.layout).layer("nvidia")["data"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let proxy = ingot_testproxy::Proxy::start(
+        "127.0.0.1:0".parse().unwrap(),
+        format!("127.0.0.1:{}", p.published.front.port)
+            .parse()
+            .unwrap(),
+        ingot_testproxy::Faults {
+            endless_error: Some(ingot_testproxy::EndlessError {
+                path_contains: blob,
+                status: 500,
+            }),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let output = m.dir.path().join("output.json");
+    let events = m.dir.path().join("events.jsonl");
+    let mut cmd = common::caph_command(
+        &format!("oci://{}/stacks/demo:1.0.0", proxy.host()),
+        TOKEN,
+        &bootstrap_fixture("ignition-v2-worker-join.json"),
+        "node-7",
+        "nvme0n1",
+        &m.m.root,
+        &output,
+        &events,
+        &p.stack.public,
+    );
+    cmd.args(["--no-reboot", "--retries", "3"]);
+    let started = std::time::Instant::now();
+    let (status, stdout, stderr, max_rss_kib) = run_measured(cmd);
+    eprintln!(
+        "exit {:?} after {:.2?}, peak RSS {max_rss_kib} KiB",
+        status.code(),
+        started.elapsed()
+    );
+    let json: serde_json::Value = fs::read(&output)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_default();
+    let last = stdout.lines().last().unwrap_or_default();
+    assert_eq!(status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(
+        last.contains("FAILED (download-failed)"),
+        "last line {last:?}\n{stderr}"
+    );
+    assert_eq!(json["state"], "failed", "{json}");
+    assert!(
+        json["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("download-failed"),
+        "{json}"
+    );
+    assert!(max_rss_kib < 512 << 10, "peak RSS {max_rss_kib} KiB");
+}
+
+/// Runs `cmd` (stdout and stderr piped) to its end: exit status, stdout, stderr, peak RSS.
+#[allow(unsafe_code)] // wait4 is the one way to read a finished child's peak RSS
+fn run_measured(mut cmd: Command) -> (std::process::ExitStatus, String, String, i64) {
+    use std::io::Read;
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = cmd.spawn().unwrap();
+    let read = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = read(Box::new(child.stdout.take().unwrap()));
+    let err = read(Box::new(child.stderr.take().unwrap()));
+    // A run that reads an endless body into memory is stopped at 1 GiB, not left to take the
+    // machine's memory: the RSS assertion then fails.
+    let pid = child.id();
+    std::thread::spawn(move || loop {
+        let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
+            return;
+        };
+        let rss_kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        if rss_kib > 1 << 20 {
+            let _ = Command::new("kill").arg("-9").arg(pid.to_string()).status();
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    });
+    let mut status = 0i32;
+    // SAFETY: an all-zero rusage is a valid value; wait4 fills it in for this child only.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child by pid; std's Child is not waited on afterwards.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
+    std::mem::forget(child);
+    (
+        std::process::ExitStatus::from_raw(status),
+        out.join().unwrap(),
+        err.join().unwrap(),
+        usage.ru_maxrss,
+    )
+}

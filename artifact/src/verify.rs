@@ -84,6 +84,33 @@ pub trait ArtifactSource {
     }
 }
 
+impl From<crate::registry::RegistryError> for VerifyError {
+    fn from(e: crate::registry::RegistryError) -> Self {
+        match e {
+            crate::registry::RegistryError::Integrity { .. } => VerifyError::Digest(e.full_text()),
+            other => VerifyError::Input(other.full_text()),
+        }
+    }
+}
+
+impl ArtifactSource for crate::registry::source::RegistrySource {
+    fn describe(&self) -> String {
+        self.display_name()
+    }
+
+    fn manifest(&self) -> Result<(Vec<u8>, String), VerifyError> {
+        Ok(self.fetch_manifest()?)
+    }
+
+    fn blob(&self, digest: &str, size: u64) -> Result<Vec<u8>, VerifyError> {
+        Ok(self.fetch_blob(digest, size)?)
+    }
+
+    fn blob_file(&self, digest: &str, size: u64) -> Result<PathBuf, VerifyError> {
+        Ok(self.download_blob(digest, size)?)
+    }
+}
+
 /// An artifact in an OCI image layout directory.
 #[derive(Debug)]
 pub struct LayoutSource {

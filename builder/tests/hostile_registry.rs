@@ -43,6 +43,23 @@ enum Mode {
     /// Manifests are fine; a GET of a blob not in [`Hold::pass`] sends its headers, then waits
     /// until [`Server::release`].
     HoldBlobs,
+    /// Every blob GET is answered with this error status and a body that never ends.
+    EndlessErrorBlobs(u16),
+    /// `/v2/` asks for a bearer token from `/token`, whose answer never ends.
+    EndlessToken,
+    /// Every blob response sends 100 bytes of the blob (announcing all of them), then closes.
+    HundredBytesPerConnection,
+    /// Every manifest GET is answered with this status and a body echoing the request's
+    /// `Authorization` header.
+    EchoAuthorization(u16),
+    /// Every manifest GET is redirected to itself.
+    RedirectLoop,
+    /// `/v2/` asks for a bearer token from an `ftp://` realm.
+    FtpRealm,
+    /// A whole-blob GET sends half the blob and closes; a `Range` request is answered 206 with
+    /// the blob's first bytes, the wrong ones. `header_lies`: the `Content-Range` claims the
+    /// asked-for start (else it says `bytes 0-…`, the truth about the wrong bytes).
+    WrongRange { header_lies: bool },
 }
 
 /// The blob responses [`Mode::HoldBlobs`] holds.
@@ -97,10 +114,14 @@ impl Server {
 
 fn serve(conn: &mut Conn, root: &Path, mode: Mode, hold: &Hold) -> std::io::Result<()> {
     conn.out.set_write_timeout(Some(Duration::from_secs(30)))?;
-    let (method, path) = (conn.request.method(), conn.request.path().to_owned());
+    let (method, path) = (conn.request.method().to_owned(), conn.request.path().to_owned());
+    let method = method.as_str();
     let range_start = conn.request.range_start().unwrap_or(0);
     let body_of_head = method == "HEAD";
     let json = ["Content-Type: application/json".to_owned()];
+    if let Some(done) = hostile_answer(conn, mode, method, &path) {
+        return done;
+    }
     if path == "/v2/" {
         return conn.respond("200 OK", &json, b"{}", body_of_head);
     }
@@ -135,6 +156,14 @@ fn serve(conn: &mut Conn, root: &Path, mode: Mode, hold: &Hold) -> std::io::Resu
             && !hold.pass.lock().unwrap().iter().any(|d| d == digest)
         {
             return held(conn, status, rest, hold);
+        }
+        if let (Mode::WrongRange { header_lies }, false) = (mode, body_of_head) {
+            return wrong_range(conn, &bytes, range_start, header_lies);
+        }
+        if mode == Mode::HundredBytesPerConnection && !body_of_head {
+            conn.respond_head(status, &octets, rest.len() as u64)?;
+            conn.out.write_all(&rest[..rest.len().min(100)])?;
+            return conn.out.flush();
         }
         if mode != Mode::OneBytePerSecond || body_of_head {
             let headers = [
@@ -202,6 +231,97 @@ fn huge_manifest(conn: &mut Conn, chunked: bool) -> std::io::Result<()> {
         conn.out.write_all(b"0\r\n\r\n")?;
     }
     Ok(())
+}
+
+/// The answers of the modes that misbehave before (or instead of) serving the layout; `None`
+/// for a request the mode answers honestly.
+fn hostile_answer(
+    conn: &mut Conn,
+    mode: Mode,
+    method: &str,
+    path: &str,
+) -> Option<std::io::Result<()>> {
+    let host = conn.request.header("host").unwrap_or_default().to_owned();
+    let is_blob = path.contains("/blobs/") && method == "GET";
+    let is_manifest = path.contains("/manifests/") && method == "GET";
+    let challenge = |out: &mut std::net::TcpStream, realm: String| {
+        write!(
+            out,
+            "HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm=\"{realm}\",\
+             service=\"hostile\"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        )
+        .and_then(|()| out.flush())
+    };
+    Some(match mode {
+        Mode::EndlessErrorBlobs(status) if is_blob => endless(conn, status),
+        Mode::EndlessToken if path == "/v2/" => {
+            challenge(&mut conn.out, format!("http://{host}/token"))
+        }
+        Mode::EndlessToken if path.starts_with("/token") => endless(conn, 200),
+        Mode::FtpRealm if path == "/v2/" => challenge(&mut conn.out, format!("ftp://{host}/token")),
+        Mode::RedirectLoop if is_manifest => write!(
+            conn.out,
+            "HTTP/1.1 302 Found\r\nLocation: {path}\r\nContent-Length: 0\r\n\
+             Connection: close\r\n\r\n"
+        )
+        .and_then(|()| conn.out.flush()),
+        Mode::EchoAuthorization(status) if is_manifest => {
+            let echo = format!(
+                "{{\"error\":\"you sent Authorization: {}\"}}",
+                conn.request.header("authorization").unwrap_or_default()
+            );
+            let line = match status {
+                400 => "400 Bad Request",
+                _ => "500 Internal Server Error",
+            };
+            let json = ["Content-Type: application/json".to_owned()];
+            conn.respond(line, &json, echo.as_bytes(), false)
+        }
+        _ => return None,
+    })
+}
+
+/// `HTTP status` and a chunked body of spaces that never ends (until the client hangs up).
+fn endless(conn: &mut Conn, status: u16) -> std::io::Result<()> {
+    write!(
+        conn.out,
+        "HTTP/1.1 {status} Hostile\r\nContent-Type: application/json\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )?;
+    let piece = vec![b' '; 64 << 10];
+    while !conn.stopping() {
+        write!(conn.out, "{:x}\r\n", piece.len())?;
+        conn.out.write_all(&piece)?;
+        conn.out.write_all(b"\r\n")?;
+    }
+    Ok(())
+}
+
+/// [`Mode::WrongRange`]'s blob answers.
+fn wrong_range(
+    conn: &mut Conn,
+    blob: &[u8],
+    range_start: u64,
+    header_lies: bool,
+) -> std::io::Result<()> {
+    if range_start == 0 {
+        let octets = ["Content-Type: application/octet-stream".to_owned()];
+        conn.respond_head("200 OK", &octets, blob.len() as u64)?;
+        conn.out.write_all(&blob[..blob.len() / 2])?;
+        return conn.out.flush();
+    }
+    let len = blob.len() - range_start as usize;
+    let first = if header_lies { range_start } else { 0 };
+    write!(
+        conn.out,
+        "HTTP/1.1 206 Partial Content\r\nContent-Type: application/octet-stream\r\n\
+         Content-Range: bytes {first}-{}/{}\r\nContent-Length: {len}\r\n\
+         Connection: close\r\n\r\n",
+        first + len as u64 - 1,
+        blob.len()
+    )?;
+    conn.out.write_all(&blob[..len])?;
+    conn.out.flush()
 }
 
 /// What a run of `ingot` did, with its peak RSS.
@@ -539,4 +659,377 @@ fn the_registry_temp_dir_is_made_only_for_a_downloaded_blob() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(registry_temp_dirs(&whole), Vec::<String>::new());
+}
+
+/// Why [`ingot_within`] stopped a run.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+enum Killed {
+    /// It ran past its time.
+    Time,
+    /// Its RSS passed 1 GiB (reading something endless into memory).
+    Memory,
+}
+
+/// Runs `ingot` like [`ingot_measured`], with `env` and `stdin`, but stops it (SIGKILL) when it
+/// runs longer than `limit` or its RSS passes 1 GiB: a run the fix should end by itself must
+/// not take the machine's memory or the test's time when the fix is missing.
+fn ingot_within(
+    args: &[&str],
+    env: &[(&str, &str)],
+    stdin: Option<&str>,
+    limit: Duration,
+) -> (Run, Option<Killed>) {
+    let started = Instant::now();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
+    cmd.args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("OCI_REGISTRY_AUTH_TOKEN")
+        .env("DOCKER_CONFIG", "/nonexistent")
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().expect("running ingot");
+    if let Some(text) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(text.as_bytes())
+            .unwrap();
+    }
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let pid = child.id() as libc::pid_t;
+    let done = Arc::new(AtomicBool::new(false));
+    let killed = Arc::new(Mutex::new(None));
+    let watchdog = {
+        let (done, killed) = (done.clone(), killed.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::SeqCst) {
+                let rss_kib: u64 = fs::read_to_string(format!("/proc/{pid}/status"))
+                    .ok()
+                    .and_then(|s| {
+                        s.lines()
+                            .find_map(|l| l.strip_prefix("VmRSS:"))
+                            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+                    })
+                    .unwrap_or(0);
+                let why = if rss_kib > 1 << 20 {
+                    Some(Killed::Memory)
+                } else if started.elapsed() > limit {
+                    Some(Killed::Time)
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    *killed.lock().unwrap() = Some(why);
+                    // SAFETY: our own child, not yet waited for (wait4 below reaps it).
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    let mut status = 0i32;
+    // SAFETY: an all-zero rusage is a valid value; wait4 fills it in for this child only.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child by pid; std's Child is not waited on afterwards.
+    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(waited, pid, "wait4");
+    std::mem::forget(child);
+    watchdog.join().unwrap();
+    let run = Run {
+        status: ExitStatus::from_raw(status),
+        stderr: reader.join().unwrap(),
+        max_rss_kib: usage.ru_maxrss,
+        elapsed: started.elapsed(),
+    };
+    let killed = *killed.lock().unwrap();
+    (run, killed)
+}
+
+/// Hostile input, second pass, item 1: an error answer (500, 404, 403) with a body that never
+/// ends, and a token service whose answer never ends, were read whole (`ingot pull` reached
+/// 7.9 GB). Now an error body is read to 64 KiB and a token answer to 1 MiB; a body past its cap
+/// is a failed attempt, and the pull gives up with exit 8, naming the cap. Prints peak RSS and
+/// wall time.
+#[test]
+fn endless_error_bodies_and_token_answers_are_capped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, _, _) = demo(tmp.path());
+    for (mode, cap) in [
+        (Mode::EndlessErrorBlobs(500), "65536"),
+        (Mode::EndlessErrorBlobs(404), "65536"),
+        (Mode::EndlessErrorBlobs(403), "65536"),
+        (Mode::EndlessToken, "1048576"),
+    ] {
+        let server = Server::start(&layout, mode);
+        let url = server.url("demo:1.0.0");
+        let out = tmp.path().join(format!("pulled-{mode:?}"));
+        let args = [
+            "pull",
+            &url,
+            out.to_str().unwrap(),
+            "--quiet",
+            "--retries",
+            "2",
+        ];
+        let (run, killed) = ingot_within(&args, &[], None, Duration::from_secs(120));
+        eprintln!(
+            "{mode:?}: exit {:?} after {:.2?}, peak RSS {} KiB",
+            run.status.code(),
+            run.elapsed,
+            run.max_rss_kib
+        );
+        assert_eq!(killed, None, "{mode:?}: stopped by the test");
+        assert_eq!(run.status.code(), Some(8), "{mode:?}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(cap) && run.stderr.contains("stopped reading"),
+            "{mode:?}: {}",
+            run.stderr
+        );
+        assert!(
+            run.max_rss_kib < RSS_LIMIT_KIB,
+            "{mode:?}: peak RSS {} KiB",
+            run.max_rss_kib
+        );
+    }
+}
+
+/// Hostile input, second pass, item 2: a registry that sends 100 bytes per connection and
+/// closes renewed the retry count with every response, and each response was measured on its
+/// own, so the minimum-speed rule never fired (an 8 MB blob would take about 12 hours). The rule
+/// now holds per blob, across its resumed responses: the pull gives up with exit 8. Prints wall
+/// time.
+#[test]
+fn a_registry_sending_100_bytes_per_connection_is_given_up_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, _, _) = demo(tmp.path());
+    let server = Server::start(&layout, Mode::HundredBytesPerConnection);
+    let url = server.url("demo:1.0.0");
+    let out = tmp.path().join("pulled");
+    let args = [
+        "pull",
+        &url,
+        out.to_str().unwrap(),
+        "--quiet",
+        "--retries",
+        "4",
+    ];
+    let (run, killed) = ingot_within(&args, &[], None, Duration::from_secs(300));
+    eprintln!(
+        "exit {:?} after {:.2?}, peak RSS {} KiB",
+        run.status.code(),
+        run.elapsed,
+        run.max_rss_kib
+    );
+    assert_eq!(killed, None, "stopped by the test: {}", run.stderr);
+    assert_eq!(run.status.code(), Some(8), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("gave up after 4 attempts"),
+        "{}",
+        run.stderr
+    );
+    assert!(!out.join("index.json").exists());
+}
+
+/// Hostile input, second pass, item 3: a registry error body echoing the request's
+/// `Authorization` header was printed as is: the base64 of `user:password` reached the output
+/// (and, under CAPH, a Kubernetes event). Every form of a credential is now scrubbed: the basic
+/// base64, `user:password`, the password, the bearer token as sent and as given.
+#[test]
+fn credentials_echoed_by_the_registry_never_reach_the_output() {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, _, _) = demo(tmp.path());
+    let (user, password, token) = ("alice", "s3cretPassw0rd", "ghp_rawToken0123456789");
+    let pair = format!("{user}:{password}");
+    let forms = [
+        password.to_owned(),
+        pair.clone(),
+        b64(&pair),
+        token.to_owned(),
+        b64(token),
+    ];
+    for status in [400, 500] {
+        let server = Server::start(&layout, Mode::EchoAuthorization(status));
+        let url = server.url("demo:1.0.0");
+        let out = tmp.path().join(format!("pulled-{status}"));
+        let pull = [
+            "pull",
+            &url,
+            out.to_str().unwrap(),
+            "--quiet",
+            "--retries",
+            "1",
+        ];
+        let mut login = pull.to_vec();
+        login.extend(["--username", user, "--password-stdin"]);
+        let password_line = format!("{password}\n");
+        let runs = [
+            (
+                "login",
+                ingot_within(&login, &[], Some(&password_line), Duration::from_secs(60)),
+            ),
+            (
+                "token",
+                ingot_within(
+                    &pull,
+                    &[("OCI_REGISTRY_AUTH_TOKEN", token)],
+                    None,
+                    Duration::from_secs(60),
+                ),
+            ),
+        ];
+        for (how, (run, killed)) in runs {
+            assert_eq!(killed, None, "{status} {how}");
+            assert!(!run.status.success(), "{status} {how}: {}", run.stderr);
+            assert!(
+                run.stderr.contains("you sent Authorization:") && run.stderr.contains("<redacted>"),
+                "{status} {how}: the echo is not in the message: {}",
+                run.stderr
+            );
+            for secret in &forms {
+                assert!(
+                    !run.stderr.contains(secret.as_str()),
+                    "{status} {how}: `{secret}` reached the output: {}",
+                    run.stderr
+                );
+            }
+        }
+    }
+}
+
+/// Hostile input, second pass, item 4: a redirect loop and a token realm with a non-HTTP
+/// scheme were retried as transient (exit 8 after every attempt). No retry can change either:
+/// each now fails at once, exit 1, saying what is wrong.
+#[test]
+fn redirect_loops_and_a_non_http_token_realm_are_permanent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, _, _) = demo(tmp.path());
+    for (mode, says) in [
+        (Mode::RedirectLoop, "redirects"),
+        (Mode::FtpRealm, "not an http(s) URL"),
+    ] {
+        let server = Server::start(&layout, mode);
+        let url = server.url("demo:1.0.0");
+        let out = tmp.path().join(format!("pulled-{mode:?}"));
+        let args = [
+            "pull",
+            &url,
+            out.to_str().unwrap(),
+            "--quiet",
+            "--retries",
+            "8",
+        ];
+        let (run, killed) = ingot_within(&args, &[], None, Duration::from_secs(120));
+        eprintln!(
+            "{mode:?}: exit {:?} after {:.2?}",
+            run.status.code(),
+            run.elapsed
+        );
+        assert_eq!(killed, None, "{mode:?}");
+        assert_eq!(run.status.code(), Some(1), "{mode:?}: {}", run.stderr);
+        assert!(run.stderr.contains(says), "{mode:?}: {}", run.stderr);
+        assert!(
+            !run.stderr.contains("gave up after"),
+            "{mode:?}: {}",
+            run.stderr
+        );
+    }
+}
+
+/// Hostile input, second pass, item 4: a 206 answer with the wrong bytes failed as "the
+/// registry's copy is corrupt or was replaced". It now says the range answer was wrong: at once
+/// when the `Content-Range` names other bytes than were asked for, and at the digest check when
+/// it lies about them.
+#[test]
+fn a_wrong_range_answer_is_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, _, _) = demo(tmp.path());
+    for header_lies in [false, true] {
+        let server = Server::start(&layout, Mode::WrongRange { header_lies });
+        let url = server.url("demo:1.0.0");
+        let out = tmp.path().join(format!("pulled-{header_lies}"));
+        let args = [
+            "pull",
+            &url,
+            out.to_str().unwrap(),
+            "--quiet",
+            "--retries",
+            "3",
+        ];
+        let (run, killed) = ingot_within(&args, &[], None, Duration::from_secs(120));
+        assert_eq!(killed, None);
+        assert_eq!(
+            run.status.code(),
+            Some(4),
+            "lies {header_lies}: {}",
+            run.stderr
+        );
+        assert!(
+            run.stderr.contains("range answer was wrong"),
+            "lies {header_lies}: {}",
+            run.stderr
+        );
+        assert!(!out.join("index.json").exists());
+    }
+}
+
+/// Hostile input, second pass, item 10: `ingot pull` followed a symlink planted as a blob's
+/// `.partial-<hex>` and overwrote the file it pointed at, outside the layout. A partial file
+/// that is not a regular file is now removed (saying so) and the blob fetched into a new one;
+/// the file outside is untouched and the pull completes.
+#[test]
+fn a_symlinked_partial_file_is_not_followed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, _, _) = demo(tmp.path());
+    let server = Server::start(&layout, Mode::Honest);
+    let url = server.url("demo:1.0.0");
+    let victim = tmp.path().join("victim");
+    fs::write(&victim, b"precious").unwrap();
+    let out = tmp.path().join("pulled");
+    fs::create_dir_all(out.join("blobs/sha256")).unwrap();
+    fs::copy(layout.join("oci-layout"), out.join("oci-layout")).unwrap();
+    let config = read_layout(&layout).manifest["config"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let partial = out.join(format!(
+        "blobs/sha256/.partial-{}",
+        &config["sha256:".len()..]
+    ));
+    std::os::unix::fs::symlink(&victim, &partial).unwrap();
+    let args = ["pull", &url, out.to_str().unwrap(), "--quiet"];
+    let (run, killed) = ingot_within(
+        &args,
+        &[("RUST_LOG", "warn")],
+        None,
+        Duration::from_secs(120),
+    );
+    assert_eq!(killed, None);
+    assert!(run.status.success(), "{}", run.stderr);
+    assert_eq!(
+        fs::read(&victim).unwrap(),
+        b"precious",
+        "the file outside was written"
+    );
+    assert!(run.stderr.contains("not a regular file"), "{}", run.stderr);
+    let blob = out.join(format!("blobs/sha256/{}", &config["sha256:".len()..]));
+    assert!(fs::symlink_metadata(&blob).unwrap().file_type().is_file());
+    assert_eq!(sha256_digest(&fs::read(&blob).unwrap()), config);
 }

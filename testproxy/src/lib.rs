@@ -72,6 +72,32 @@ pub struct Faults {
     pub cut: Option<Rule>,
     /// Flip (XOR 0xff) this blob byte in every matching response that carries it.
     pub flip: Option<Rule>,
+    /// Answer every matching request with this error status and a body that never ends.
+    pub endless_error: Option<EndlessError>,
+}
+
+/// An error answer whose body never ends (until the client hangs up).
+#[derive(Debug, Clone)]
+pub struct EndlessError {
+    /// Requests whose path contains this.
+    pub path_contains: String,
+    /// The HTTP status, e.g. 500.
+    pub status: u16,
+}
+
+/// Writes an `HTTP status` head and then chunks of `x` until the client goes away.
+fn endless_error(mut client: &TcpStream, status: u16) -> std::io::Result<()> {
+    write!(
+        client,
+        "HTTP/1.1 {status} Error\r\nContent-Type: text/plain\r\n\
+         Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+    )?;
+    let chunk = vec![b'x'; 64 << 10];
+    loop {
+        write!(client, "{:x}\r\n", chunk.len())?;
+        client.write_all(&chunk)?;
+        client.write_all(b"\r\n")?;
+    }
 }
 
 /// What the proxy saw and did.
@@ -136,6 +162,14 @@ fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
     let path = conn.request.path().to_string();
     if conn.request.header("range").is_some() {
         shared.stats.ranged.fetch_add(1, Ordering::Relaxed);
+    }
+    if let Some(e) = shared
+        .faults
+        .endless_error
+        .as_ref()
+        .filter(|e| path.contains(&e.path_contains))
+    {
+        return endless_error(&conn.out, e.status);
     }
     // `Range: bytes=START-`: the body starts at this blob offset.
     let range_start = conn.request.range_start();

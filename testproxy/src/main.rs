@@ -38,6 +38,7 @@ fn main() -> anyhow::Result<()> {
             rate: args.rate,
             cut: args.cut,
             flip: args.flip,
+            ..Default::default()
         },
     )
     .with_context(|| format!("listening on {}", args.listen))?;

@@ -198,7 +198,7 @@ fn frame_fetcher(r: &RegistrySource, data: &DataBlob) -> FetchFrame {
         tracing::debug!("fetching zstd frame {n} (bytes {range:?}) of blob {digest}");
         registry
             .fetch_range(&reference, &digest, size, range)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.full_text())
     })
 }
 

@@ -84,7 +84,7 @@ fn download(registry: &Registry, reference: &RegistryRef, job: &Job, tx: SyncSen
             false
         }
         Err(e) => {
-            splitter.fail(err(e.to_string()));
+            splitter.fail(err(e.full_text()));
             false
         }
     }

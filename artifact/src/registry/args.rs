@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::auth::ExplicitAuth;
-use super::{RegistryOptions, RetryPolicy, Secret, SpeedLimit};
+use super::auth::Secret;
+use super::error::RegistryError;
+use super::limits::SpeedLimit;
+use super::options::RegistryOptions;
+use super::retry::RetryPolicy;
 
 /// How to reach a registry (shared by every command that reaches one). HTTPS_PROXY,
 /// HTTP_PROXY and NO_PROXY are honoured.
@@ -63,15 +67,15 @@ pub struct RegistryArgs {
 
 impl RegistryArgs {
     /// Resolve into library options (reads the password from stdin if asked to).
-    pub fn options(&self) -> Result<RegistryOptions, super::RegistryError> {
+    pub fn options(&self) -> Result<RegistryOptions, RegistryError> {
         let password = if self.password_stdin {
             let mut s = String::new();
             std::io::stdin()
                 .read_to_string(&mut s)
-                .map_err(super::RegistryError::io(std::path::Path::new("<stdin>")))?;
+                .map_err(RegistryError::io(std::path::Path::new("<stdin>")))?;
             let line = s.lines().next().unwrap_or("").to_owned();
             if line.is_empty() {
-                return Err(super::RegistryError::Reference(
+                return Err(RegistryError::Reference(
                     "--password-stdin: stdin is empty".to_owned(),
                 ));
             }

@@ -20,7 +20,7 @@ use base64::Engine;
 use oci_client::secrets::RegistryAuth;
 use serde::Deserialize;
 
-use super::RegistryError;
+use super::error::RegistryError;
 
 /// The environment variable CAPH sets for the rescue system.
 pub const TOKEN_ENV: &str = "OCI_REGISTRY_AUTH_TOKEN";
@@ -178,7 +178,10 @@ pub fn credentials_from_docker_config(
     let not_config = |e: &dyn fmt::Display| {
         RegistryError::Protocol(format!("{}: not a docker config file: {e}", path.display()))
     };
-    let names: HelperNames = serde_json::from_slice(&text).map_err(|e| not_config(&e))?;
+    let names: HelperNames = serde_json::from_slice(&text).map_err(|e| RegistryError::Decode {
+        what: format!("{}: not a docker config file", path.display()),
+        source: e,
+    })?;
     let helper = names
         .for_registry(registry)
         .unwrap_or_else(|| "the credential helper".to_owned());

@@ -4,17 +4,19 @@
 //!   [`MAX_MANIFEST_SIZE`] (the distribution spec's limit): a `Content-Length` above it is
 //!   refused before the body is read, and a body that grows past it (chunked, or lying about its
 //!   length) is cut off at the cap.
+//!   Every other body read into memory is capped too (`http`: error bodies 64 KiB, token
+//!   answers 1 MiB); a body past its cap is a failed attempt.
 //! - **time**: a transfer must average at least [`SpeedLimit::bytes_per_sec`] over every
-//!   [`SpeedLimit::window`] (curl's `--speed-limit`/`--speed-time`). A slower one is dropped and
+//!   [`SpeedLimit::window`] (curl's `--speed-limit`/`--speed-time`). For a blob the window runs
+//!   across all its responses (a resumed blob is one transfer). A slower one is dropped and
 //!   retried from the last good byte; slow attempts count against the retry budget even when they
-//!   moved a few bytes, so a server that trickles is given up on after about
-//!   `attempts × (window + the backoff)`. A request for a manifest also has to finish within
-//!   [`REQUEST_DEADLINE`], headers included.
+//!   moved a few bytes, and so does a response that ended early while the blob is behind the
+//!   pace, so a server that trickles, or sends a few bytes per connection, is given up on after
+//!   about `attempts × (window + the backoff)`. A request for a manifest also has to finish
+//!   within [`REQUEST_DEADLINE`], headers included.
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH};
 use tokio::time::Instant;
 
 /// The largest manifest or index body read (4 MiB, the distribution spec's limit).
@@ -70,6 +72,19 @@ impl Throughput {
         }
     }
 
+    /// Starts a new window now (after a window that was too slow).
+    pub(crate) fn restart(&mut self) {
+        self.window_end = Instant::now() + self.limit.window;
+        self.bytes = 0;
+    }
+
+    /// Whether the current window, so far, keeps up the pace.
+    pub(crate) fn on_pace(&self) -> bool {
+        let started = self.window_end - self.limit.window;
+        let elapsed = Instant::now().saturating_duration_since(started);
+        self.bytes as f64 >= self.limit.bytes_per_sec as f64 * elapsed.as_secs_f64()
+    }
+
     /// When the current window ends: wait for data no longer than this.
     pub(crate) fn window_end(&self) -> Instant {
         self.window_end
@@ -99,118 +114,6 @@ impl Throughput {
     }
 }
 
-/// Why a capped manifest request failed.
-#[derive(Debug)]
-pub(crate) enum GetError {
-    /// The registry answered with an error status (and this body, cut to the cap).
-    Status(u16, String),
-    /// The body is larger than [`MAX_MANIFEST_SIZE`].
-    TooLarge(String),
-    /// Too slow, or past [`REQUEST_DEADLINE`].
-    TooSlow(String),
-    /// The connection or the HTTP exchange failed.
-    Http(reqwest::Error),
-}
-
-/// A manifest's body and its `Docker-Content-Digest` header.
-pub(crate) struct Got {
-    pub body: Bytes,
-    pub digest_header: Option<String>,
-}
-
-/// `GET url`, reading at most [`MAX_MANIFEST_SIZE`] bytes of body, within [`REQUEST_DEADLINE`]
-/// and `speed`.
-pub(crate) async fn get_capped(
-    http: &reqwest::Client,
-    url: &str,
-    accept: &str,
-    authorization: Option<HeaderValue>,
-    speed: SpeedLimit,
-) -> Result<Got, GetError> {
-    match tokio::time::timeout(
-        REQUEST_DEADLINE,
-        get_capped_inner(http, url, accept, authorization, speed),
-    )
-    .await
-    {
-        Ok(r) => r,
-        Err(_) => Err(GetError::TooSlow(format!(
-            "no complete answer within {REQUEST_DEADLINE:?}"
-        ))),
-    }
-}
-
-async fn get_capped_inner(
-    http: &reqwest::Client,
-    url: &str,
-    accept: &str,
-    authorization: Option<HeaderValue>,
-    speed: SpeedLimit,
-) -> Result<Got, GetError> {
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        ACCEPT,
-        HeaderValue::from_str(accept).expect("media types are header-safe"),
-    );
-    if let Some(a) = authorization {
-        headers.insert(AUTHORIZATION, a);
-    }
-    let mut response = http
-        .get(url)
-        .headers(headers)
-        .send()
-        .await
-        .map_err(GetError::Http)?;
-    let status = response.status();
-    let declared = response
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if let Some(n) = declared.filter(|&n| n > MAX_MANIFEST_SIZE) {
-        return Err(GetError::TooLarge(format!(
-            "the registry announced a {n}-byte body; a manifest may have at most \
-             {MAX_MANIFEST_SIZE} bytes (not read)"
-        )));
-    }
-    let digest_header = response
-        .headers()
-        .get("docker-content-digest")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let mut body = Vec::new();
-    let mut pace = Throughput::start(speed);
-    loop {
-        let chunk = match tokio::time::timeout_at(pace.window_end(), response.chunk()).await {
-            Err(_) => {
-                pace.check().map_err(|e| GetError::TooSlow(e.0))?;
-                continue;
-            }
-            Ok(r) => r.map_err(GetError::Http)?,
-        };
-        let Some(chunk) = chunk else { break };
-        if body.len() as u64 + chunk.len() as u64 > MAX_MANIFEST_SIZE {
-            return Err(GetError::TooLarge(format!(
-                "the body passed {MAX_MANIFEST_SIZE} bytes, the most a manifest may have; \
-                 stopped reading"
-            )));
-        }
-        body.extend_from_slice(&chunk);
-        pace.add(chunk.len() as u64);
-        pace.check().map_err(|e| GetError::TooSlow(e.0))?;
-    }
-    if !status.is_success() {
-        return Err(GetError::Status(
-            status.as_u16(),
-            String::from_utf8_lossy(&body).into_owned(),
-        ));
-    }
-    Ok(Got {
-        body: Bytes::from(body),
-        digest_header,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -229,5 +132,23 @@ mod tests {
         std::thread::sleep(limit.window);
         let e = t.check().unwrap_err();
         assert!(e.0.contains("99 bytes"), "{e:?}");
+    }
+
+    #[test]
+    fn on_pace_compares_the_bytes_with_the_time_the_window_has_run() {
+        let limit = SpeedLimit {
+            bytes_per_sec: 1000,
+            window: Duration::from_secs(60),
+        };
+        let mut t = Throughput::start(limit);
+        t.add(1000);
+        assert!(t.on_pace(), "1000 bytes at once");
+        std::thread::sleep(Duration::from_millis(1200));
+        assert!(!t.on_pace(), "1000 bytes in 1.2 s is behind 1000 bytes/s");
+        t.add(10_000);
+        assert!(t.on_pace());
+        t.restart();
+        t.add(1);
+        assert!(t.on_pace(), "a new window starts at zero");
     }
 }

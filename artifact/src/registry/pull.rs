@@ -15,10 +15,10 @@ use futures_util::StreamExt;
 use ingot_layers::descriptor::canonical_json;
 
 use super::client::Registry;
+use super::error::RegistryError;
 use super::partial;
 use super::progress::{short, Progress};
 use super::reference::RegistryRef;
-use super::RegistryError;
 use crate::oci_layout::{
     Descriptor, ImageIndex, ImageManifest, Layout, LayoutWriter, INDEX_MEDIA_TYPE,
     MANIFEST_MEDIA_TYPE, REF_NAME,
@@ -56,11 +56,11 @@ pub fn pull(reg: &Registry, source: &RegistryRef, out: &Path) -> Result<PullRepo
         )));
     }
     let (manifest_bytes, digest) = reg.fetch_manifest(source)?;
-    let manifest: ImageManifest = serde_json::from_slice(&manifest_bytes).map_err(|e| {
-        RegistryError::Protocol(format!(
-            "{source}: manifest {digest} is not an OCI image manifest: {e}"
-        ))
-    })?;
+    let manifest: ImageManifest =
+        serde_json::from_slice(&manifest_bytes).map_err(|e| RegistryError::Decode {
+            what: format!("{source}: manifest {digest} is not an OCI image manifest"),
+            source: e,
+        })?;
     if let Some(mt) = &manifest.media_type {
         if mt != MANIFEST_MEDIA_TYPE {
             return Err(RegistryError::Protocol(format!(
@@ -183,8 +183,10 @@ fn write_index(out: &Path, desc: Descriptor) -> Result<(), RegistryError> {
         manifests: vec![desc],
         annotations: None,
     };
-    let bytes = canonical_json(&index)
-        .map_err(|e| RegistryError::Protocol(format!("serializing index.json: {e}")))?;
+    let bytes = canonical_json(&index).map_err(|e| RegistryError::Decode {
+        what: "serializing index.json".to_owned(),
+        source: e,
+    })?;
     let path = out.join("index.json");
     let tmp = out.join(".index.json.tmp");
     std::fs::write(&tmp, &bytes).map_err(RegistryError::io(&tmp))?;

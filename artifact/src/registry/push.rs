@@ -9,9 +9,9 @@ use futures_util::StreamExt;
 use tracing::info;
 
 use super::client::Registry;
+use super::error::RegistryError;
 use super::progress::{short, Progress};
 use super::reference::RegistryRef;
-use super::RegistryError;
 use crate::oci_layout::{ImageManifest, Layout, MANIFEST_MEDIA_TYPE};
 
 /// What `publish` did.
@@ -50,13 +50,15 @@ pub fn layout_manifest(
         None => layout.find_manifest(None)?,
     };
     let bytes = layout.read_small_blob(&desc.digest, desc.size)?;
-    let manifest: ImageManifest = serde_json::from_slice(&bytes).map_err(|e| {
-        RegistryError::Protocol(format!(
-            "{}: manifest {} is not an OCI image manifest: {e}",
-            layout_dir.display(),
-            desc.digest
-        ))
-    })?;
+    let manifest: ImageManifest =
+        serde_json::from_slice(&bytes).map_err(|e| RegistryError::Decode {
+            what: format!(
+                "{}: manifest {} is not an OCI image manifest",
+                layout_dir.display(),
+                desc.digest
+            ),
+            source: e,
+        })?;
     Ok((layout, bytes, desc.digest, manifest))
 }
 

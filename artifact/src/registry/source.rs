@@ -1,5 +1,5 @@
 //! [`RegistrySource`]: an artifact read straight from a registry, for `ingot verify` and
-//! `ingot inspect`. The tag is resolved once; everything after is fetched by digest. Large blobs
+//! `ingot inspect` (the verifier's `ArtifactSource`, implemented there). The tag is resolved once; everything after is fetched by digest. Large blobs
 //! are downloaded (resumably, digest-checked) into a private temporary directory, made only
 //! when the first of them is needed: a run killed before that leaves nothing in `$TMPDIR`.
 
@@ -8,11 +8,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::client::{Registry, RegistryOptions};
+use super::client::Registry;
+use super::error::RegistryError;
+use super::options::RegistryOptions;
 use super::progress::{short, Progress};
 use super::reference::RegistryRef;
-use super::RegistryError;
-use crate::verify::{ArtifactSource, VerifyError};
 
 /// An artifact in a registry.
 #[derive(Debug)]
@@ -24,15 +24,6 @@ pub struct RegistrySource {
     tmp: OnceCell<tempfile::TempDir>,
     files: RefCell<HashMap<String, PathBuf>>,
     progress: Progress,
-}
-
-impl From<RegistryError> for VerifyError {
-    fn from(e: RegistryError) -> Self {
-        match e {
-            RegistryError::Integrity { .. } => VerifyError::Digest(e.to_string()),
-            other => VerifyError::Input(other.to_string()),
-        }
-    }
 }
 
 impl RegistrySource {
@@ -89,25 +80,31 @@ impl RegistrySource {
     }
 }
 
-impl ArtifactSource for RegistrySource {
-    fn describe(&self) -> String {
+// The verifier implements its `ArtifactSource` for this type with the methods below: the
+// verifier sits above the registry client, which does not know it.
+impl RegistrySource {
+    /// `oci://…` of the artifact.
+    pub fn display_name(&self) -> String {
         self.reference.to_string()
     }
 
-    fn manifest(&self) -> Result<(Vec<u8>, String), VerifyError> {
-        Ok(self.registry.fetch_manifest(&self.reference)?)
+    /// The manifest's exact bytes and digest.
+    pub fn fetch_manifest(&self) -> Result<(Vec<u8>, String), RegistryError> {
+        self.registry.fetch_manifest(&self.reference)
     }
 
-    fn blob(&self, digest: &str, size: u64) -> Result<Vec<u8>, VerifyError> {
-        Ok(self.registry.fetch_blob(&self.reference, digest, size)?)
+    /// A small blob, read into memory (digest checked).
+    pub fn fetch_blob(&self, digest: &str, size: u64) -> Result<Vec<u8>, RegistryError> {
+        self.registry.fetch_blob(&self.reference, digest, size)
     }
 
-    fn blob_file(&self, digest: &str, size: u64) -> Result<PathBuf, VerifyError> {
+    /// A blob downloaded (once) into the temporary directory; its path.
+    pub fn download_blob(&self, digest: &str, size: u64) -> Result<PathBuf, RegistryError> {
         if let Some(p) = self.files.borrow().get(digest) {
             return Ok(p.clone());
         }
         if !ingot_layers::descriptor::is_sha256_digest(digest) {
-            return Err(VerifyError::Input(format!(
+            return Err(RegistryError::Protocol(format!(
                 "`{digest}` is not a sha256 digest"
             )));
         }

@@ -42,7 +42,7 @@ pub struct PublishArgs {
 
 /// Print a registry error and turn it into its exit code.
 pub fn fail(what: &str, e: &RegistryError) -> ExitCode {
-    eprintln!("ingot: {what}: {e}");
+    eprintln!("ingot: {what}: {}", e.full_text());
     if let RegistryError::Auth { .. } = e {
         eprintln!(
             "ingot: hint: give --username USER --password-stdin or --authfile FILE, set \

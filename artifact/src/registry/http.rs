@@ -1,0 +1,175 @@
+//! The one HTTP configuration every request uses: timeouts, user agent, TLS trust
+//! (`--ca-file`, `--insecure`), plain HTTP or HTTPS. It builds both clients: ingot's own
+//! `reqwest` client (manifests, blobs, tokens: everything a pull reads) and `oci-client`'s
+//! (uploads and HEAD requests), so the two cannot drift apart. Proxies come from the
+//! environment (`HTTP_PROXY`, `HTTPS_PROXY`, `NO_PROXY`, …), read by `reqwest` in both.
+//!
+//! Every body ingot reads into memory goes through [`read_capped`]: a registry decides neither
+//! how much memory an error body, a token answer or a manifest takes, nor how long it takes.
+
+use std::path::Path;
+use std::time::Duration;
+
+use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
+use tokio::time::Instant;
+
+use super::error::{Cause, RegistryError};
+use super::options::RegistryOptions;
+use super::reference::RegistryRef;
+use super::retry::{classify_http, classify_status, Context, Failure};
+
+/// How long a connection may take to open.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a read may wait for the next bytes.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most of an error answer's body read (it only goes into a message).
+pub const ERROR_BODY_CAP: u64 = 64 << 10;
+/// The most of a token service's answer read (a token, as JSON).
+pub const TOKEN_BODY_CAP: u64 = 1 << 20;
+/// How long reading an error body or a token answer may take.
+pub const SMALL_BODY_DEADLINE: Duration = Duration::from_secs(30);
+
+/// The clients, both built from one configuration.
+pub(crate) struct Transport {
+    /// `http` or `https`.
+    pub scheme: &'static str,
+    /// Manifests, blobs and tokens.
+    pub http: reqwest::Client,
+    /// Uploads and HEAD requests.
+    pub oci: oci_client::Client,
+}
+
+/// A `--ca-file`: PEM, checked here so a wrong file is named rather than failing every request.
+fn read_ca_file(path: &Path) -> Result<Vec<u8>, RegistryError> {
+    let data = std::fs::read(path).map_err(RegistryError::io(path))?;
+    if !String::from_utf8_lossy(&data).contains("-----BEGIN CERTIFICATE-----") {
+        return Err(RegistryError::Reference(format!(
+            "--ca-file {}: not a PEM certificate (no BEGIN CERTIFICATE line)",
+            path.display()
+        )));
+    }
+    Ok(data)
+}
+
+/// Both clients for the registry `reference` names.
+pub(crate) fn transport(
+    reference: &RegistryRef,
+    options: &RegistryOptions,
+) -> Result<Transport, RegistryError> {
+    let tls_asked = options.insecure || options.ca_file.is_some();
+    let plain = options.plain_http || (reference.is_loopback() && !tls_asked);
+    let ca = match &options.ca_file {
+        Some(path) => Some((path, read_ca_file(path)?)),
+        None => None,
+    };
+
+    let mut http = reqwest::Client::builder()
+        .read_timeout(READ_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .user_agent(crate::version::USER_AGENT)
+        .danger_accept_invalid_certs(options.insecure);
+    if let Some((path, pem)) = &ca {
+        let cert = reqwest::Certificate::from_pem(pem).map_err(|e| {
+            RegistryError::Reference(format!(
+                "--ca-file {}: not a usable certificate ({e})",
+                path.display()
+            ))
+        })?;
+        http = http.add_root_certificate(cert);
+    }
+    let http = http.build().map_err(|e| RegistryError::Setup {
+        what: "the HTTP client",
+        source: Box::new(e),
+    })?;
+
+    let config = ClientConfig {
+        protocol: if plain {
+            ClientProtocol::Http
+        } else {
+            ClientProtocol::Https
+        },
+        use_monolithic_push: !options.chunked,
+        read_timeout: Some(READ_TIMEOUT),
+        connect_timeout: Some(CONNECT_TIMEOUT),
+        max_concurrent_download: options.concurrency.max(1),
+        max_concurrent_upload: options.concurrency.max(1),
+        user_agent: crate::version::USER_AGENT,
+        accept_invalid_certificates: options.insecure,
+        extra_root_certificates: ca
+            .into_iter()
+            .map(|(_, data)| Certificate {
+                encoding: CertificateEncoding::Pem,
+                data,
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let oci = oci_client::Client::try_from(config).map_err(|e| RegistryError::Setup {
+        what: "the HTTP client",
+        source: Box::new(e),
+    })?;
+    Ok(Transport {
+        scheme: if plain { "http" } else { "https" },
+        http,
+        oci,
+    })
+}
+
+/// Why [`read_capped`] stopped.
+#[derive(Debug)]
+pub(crate) enum Capped {
+    /// The body passed the cap.
+    TooLarge,
+    /// The body did not end by the deadline.
+    TooSlow,
+    /// The connection failed.
+    Http(reqwest::Error),
+}
+
+/// A response's body, at most `cap` bytes of it, by `deadline`.
+pub(crate) async fn read_capped(
+    response: &mut reqwest::Response,
+    cap: u64,
+    deadline: Instant,
+) -> Result<Vec<u8>, Capped> {
+    if response.content_length().is_some_and(|n| n > cap) {
+        return Err(Capped::TooLarge);
+    }
+    let mut body = Vec::new();
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline, response.chunk()).await {
+            Err(_) => return Err(Capped::TooSlow),
+            Ok(r) => r.map_err(Capped::Http)?,
+        };
+        let Some(chunk) = chunk else {
+            return Ok(body);
+        };
+        if body.len() as u64 + chunk.len() as u64 > cap {
+            return Err(Capped::TooLarge);
+        }
+        body.extend_from_slice(&chunk);
+    }
+}
+
+/// An answer with an error status, as a failure: its body read (at most [`ERROR_BODY_CAP`]
+/// bytes, within [`SMALL_BODY_DEADLINE`]) for the message. A body past the cap, or too slow, is a
+/// failed attempt whatever the status says.
+pub(crate) async fn error_answer(
+    ctx: &Context<'_>,
+    what: &str,
+    mut response: reqwest::Response,
+) -> Failure {
+    let status = response.status().as_u16();
+    let deadline = Instant::now() + SMALL_BODY_DEADLINE;
+    match read_capped(&mut response, ERROR_BODY_CAP, deadline).await {
+        Ok(body) => classify_status(ctx, what, status, &body),
+        Err(Capped::TooLarge) => Failure::Transient(Cause::BodyTooLarge {
+            what: format!("error body (HTTP {status})"),
+            cap: ERROR_BODY_CAP,
+        }),
+        Err(Capped::TooSlow) => Failure::Transient(Cause::TooSlow(format!(
+            "the error body (HTTP {status}) did not end within {SMALL_BODY_DEADLINE:?}"
+        ))),
+        Err(Capped::Http(e)) => classify_http(ctx, what, e),
+    }
+}

@@ -1,0 +1,200 @@
+//! The `Authorization` header of a pull, by the distribution token flow, done here rather than
+//! by `oci-client` so that every answer is read with a cap ([`super::http::read_capped`]): a
+//! token service that never stops answering costs at most [`TOKEN_BODY_CAP`] bytes.
+//!
+//! A CAPH bearer token is sent as is. Otherwise `GET /v2/` says what the registry wants: no
+//! challenge (or a `Basic` one) means basic credentials, if there are any; a `Bearer` challenge
+//! names the token service (`realm`), asked for a pull token of the repository with the basic
+//! credentials. A realm that is not an `http(s)` URL is refused for good.
+
+use base64::Engine;
+use reqwest::header::{HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
+use serde::Deserialize;
+use tokio::time::Instant;
+
+use super::auth::Credentials;
+use super::client::Registry;
+use super::error::{Cause, RegistryError};
+use super::http::{error_answer, read_capped, Capped, SMALL_BODY_DEADLINE, TOKEN_BODY_CAP};
+use super::reference::RegistryRef;
+use super::retry::{classify_http, Failure};
+
+/// A token service's answer (docker's `token`, OAuth2's `access_token`).
+#[derive(Deserialize)]
+struct TokenAnswer {
+    #[serde(default)]
+    token: Option<String>,
+    #[serde(default)]
+    access_token: Option<String>,
+}
+
+/// The parameters of a `Bearer` challenge.
+struct Challenge {
+    realm: String,
+    service: Option<String>,
+}
+
+/// The first `Bearer` challenge with a realm in a `WWW-Authenticate` value.
+fn bearer_challenge(value: &str) -> Option<Challenge> {
+    http_auth::ChallengeParser::new(value)
+        .filter_map(Result::ok)
+        .filter(|c| c.scheme.eq_ignore_ascii_case("bearer"))
+        .find_map(|c| {
+            let param = |name: &str| {
+                c.params
+                    .iter()
+                    .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                    .map(|(_, v)| v.to_unescaped())
+            };
+            Some(Challenge {
+                realm: param("realm")?,
+                service: param("service"),
+            })
+        })
+}
+
+fn header(value: String) -> Result<Option<HeaderValue>, Failure> {
+    let mut value = HeaderValue::from_str(&value).map_err(|_| {
+        Failure::Fatal(RegistryError::Protocol(
+            "a credential is not header-safe".to_owned(),
+        ))
+    })?;
+    value.set_sensitive(true);
+    Ok(Some(value))
+}
+
+impl Registry {
+    /// The basic credentials as a header value, if there are any.
+    fn basic(&self) -> Result<Option<HeaderValue>, Failure> {
+        match &self.auth.credentials {
+            Credentials::Basic { username, password } => {
+                let pair = format!("{username}:{}", password.expose());
+                header(format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(pair)
+                ))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// `Authorization` for a pull from `reference`'s repository: a bearer token (the given one,
+    /// or one from the registry's token service), else the basic credentials, else none.
+    pub(crate) async fn pull_authorization(
+        &self,
+        reference: &RegistryRef,
+    ) -> Result<Option<HeaderValue>, Failure> {
+        if let Credentials::Bearer(t) = &self.auth.credentials {
+            return header(format!("Bearer {}", t.expose()));
+        }
+        let ctx = self.ctx();
+        let what = format!("{}: the registry's /v2/ endpoint", self.registry);
+        let ping = format!("{}://{}/v2/", self.transport.scheme, self.registry);
+        // Only the headers are wanted; the body is never read.
+        let answer = self
+            .transport
+            .http
+            .get(&ping)
+            .send()
+            .await
+            .map_err(|e| classify_http(&ctx, &what, e))?;
+        let challenge = answer
+            .headers()
+            .get(WWW_AUTHENTICATE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer_challenge);
+        drop(answer);
+        let Some(challenge) = challenge else {
+            return self.basic();
+        };
+        self.token(reference, &challenge).await
+    }
+
+    /// A pull token from the token service `challenge` names.
+    async fn token(
+        &self,
+        reference: &RegistryRef,
+        challenge: &Challenge,
+    ) -> Result<Option<HeaderValue>, Failure> {
+        let ctx = self.ctx();
+        let realm = ctx.text(challenge.realm.as_bytes());
+        let what = format!("{}: the token service {realm}", self.registry);
+        let mut url = match reqwest::Url::parse(&challenge.realm) {
+            Ok(url) if matches!(url.scheme(), "http" | "https") => url,
+            _ => {
+                return Err(Failure::Fatal(RegistryError::Refused {
+                    what: format!("{what}: the registry's token realm is not an http(s) URL"),
+                    cause: Cause::Answer(format!("WWW-Authenticate realm=\"{realm}\"")),
+                }))
+            }
+        };
+        let scope = format!("repository:{}:pull", reference.to_oci().repository());
+        url.query_pairs_mut().append_pair("scope", &scope);
+        if let Some(s) = &challenge.service {
+            url.query_pairs_mut().append_pair("service", s);
+        }
+        let mut request = self.transport.http.get(url);
+        if let Some(basic) = self.basic()? {
+            request = request.header(AUTHORIZATION, basic);
+        }
+        let mut answer = request
+            .send()
+            .await
+            .map_err(|e| classify_http(&ctx, &what, e))?;
+        if !answer.status().is_success() {
+            return Err(match error_answer(&ctx, &what, answer).await {
+                // Any refusal by the token service is about the credentials (as oci-client has it).
+                Failure::Fatal(_) | Failure::Transient(Cause::Status { .. }) => {
+                    ctx.auth_failed(format!("the token service {realm} refused"))
+                }
+                other => other,
+            });
+        }
+        let deadline = Instant::now() + SMALL_BODY_DEADLINE;
+        let body = match read_capped(&mut answer, TOKEN_BODY_CAP, deadline).await {
+            Ok(body) => body,
+            Err(Capped::TooLarge) => {
+                return Err(Failure::Transient(Cause::BodyTooLarge {
+                    what: format!("answer of the token service {realm}"),
+                    cap: TOKEN_BODY_CAP,
+                }))
+            }
+            Err(Capped::TooSlow) => {
+                return Err(Failure::Transient(Cause::TooSlow(format!(
+                    "the token service {realm} did not answer within {SMALL_BODY_DEADLINE:?}"
+                ))))
+            }
+            Err(Capped::Http(e)) => return Err(classify_http(&ctx, &what, e)),
+        };
+        let parsed: TokenAnswer = serde_json::from_slice(&body).map_err(|e| {
+            Failure::Fatal(RegistryError::Decode {
+                what: format!("{what}: its answer is not a token"),
+                source: e,
+            })
+        })?;
+        let Some(token) = parsed.token.or(parsed.access_token) else {
+            return Err(Failure::Fatal(RegistryError::Protocol(format!(
+                "{what}: its answer has no token"
+            ))));
+        };
+        self.scrubber.add(token.clone());
+        header(format!("Bearer {token}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bearer_challenge_is_found_among_others() {
+        let c = bearer_challenge(
+            r#"Basic realm="x", Bearer realm="https://auth.example/token",service="reg""#,
+        )
+        .unwrap();
+        assert_eq!(c.realm, "https://auth.example/token");
+        assert_eq!(c.service.as_deref(), Some("reg"));
+        assert!(bearer_challenge(r#"Basic realm="registry""#).is_none());
+        assert!(bearer_challenge("Bearer service=\"no realm\"").is_none());
+    }
+}

@@ -59,6 +59,19 @@ pub enum FrameError {
         /// Bytes it should hold.
         want: u64,
     },
+    /// Reading the blob failed.
+    #[error("reading the blob")]
+    Read(#[source] io::Error),
+    /// The blob ended before its size while it was read.
+    #[error(
+        "the blob ended at byte {at} while it was read, {size} bytes were expected (it shrank)"
+    )]
+    Shrank {
+        /// Where it ended.
+        at: u64,
+        /// Its size when opened.
+        size: u64,
+    },
     /// The frames add up to another size than the image size.
     #[error("the frames hold {got} bytes, the image is {want} bytes")]
     TotalSize {
@@ -162,21 +175,123 @@ pub fn decompress_frames(
     out: &mut dyn Write,
 ) -> Result<u64, FrameError> {
     let frames = split_frames(blob)?;
-    let want_frames = image_size.div_ceil(frame_size);
-    let mut written = 0u64;
-    let mut offsets = Vec::with_capacity(frames.len());
+    let mut sink = FrameSink::new(frame_size, image_size, out);
     let mut at = 0u64;
-    for f in &frames {
-        offsets.push(at);
-        at += f.len() as u64;
+    for chunk in frames.chunks(FrameSink::batch()) {
+        let mut batch = Vec::with_capacity(chunk.len());
+        for f in chunk {
+            batch.push((at, *f));
+            at += f.len() as u64;
+        }
+        sink.put(&batch)?;
     }
-    let batch = rayon::current_num_threads().max(1) * 2;
-    for (chunk_no, chunk) in frames.chunks(batch).enumerate() {
-        let first = chunk_no * batch;
-        let results: Vec<Result<Vec<u8>, FrameError>> = chunk
+    sink.finish()
+}
+
+/// [`decompress_frames`] on the blob in `file` (`blob_size` bytes), read with `pread` a batch
+/// of frames at a time instead of mapped: a blob that shrinks while it is read is an error
+/// ([`FrameError::Shrank`]), not a SIGBUS.
+pub fn decompress_frames_file(
+    file: &File,
+    blob_size: u64,
+    frame_size: u64,
+    image_size: u64,
+    out: &mut dyn Write,
+) -> Result<u64, FrameError> {
+    use std::os::unix::fs::FileExt;
+    // ZSTD_compressBound: no frame of `frame_size` input bytes is larger.
+    let bound =
+        frame_size + frame_size / 255 + 64 + ((128 << 10) as u64).saturating_sub(frame_size) / 2048;
+    let mut sink = FrameSink::new(frame_size, image_size, out);
+    // Compressed bytes read but not yet cut into frames start at `buf[0]`, blob offset `at`.
+    let mut buf: Vec<u8> = Vec::new();
+    let (mut at, mut read) = (0u64, 0u64);
+    while at < blob_size {
+        let mut frames: Vec<(u64, std::ops::Range<usize>)> = Vec::new();
+        let mut pos = 0usize;
+        while frames.len() < FrameSink::batch() && at + (pos as u64) < blob_size {
+            // Enough bytes for the largest frame (or the rest of the blob) after `pos`.
+            let want = (pos as u64 + bound).min(blob_size - at) as usize;
+            if buf.len() < want {
+                let old = buf.len();
+                buf.resize(want, 0);
+                let mut got = old;
+                while got < want {
+                    match file.read_at(&mut buf[got..], read) {
+                        Ok(0) => {
+                            return Err(FrameError::Shrank {
+                                at: read,
+                                size: blob_size,
+                            })
+                        }
+                        Ok(n) => {
+                            got += n;
+                            read += n as u64;
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(FrameError::Read(e)),
+                    }
+                }
+            }
+            let len =
+                zstd::zstd_safe::find_frame_compressed_size(&buf[pos..want]).map_err(|code| {
+                    FrameError::Corrupt {
+                        index: (sink.frames + frames.len()) as u64,
+                        offset: at + pos as u64,
+                        reason: zstd::zstd_safe::get_error_name(code).to_owned(),
+                    }
+                })?;
+            frames.push((at + pos as u64, pos..pos + len));
+            pos += len;
+        }
+        let batch: Vec<(u64, &[u8])> = frames.iter().map(|(o, r)| (*o, &buf[r.clone()])).collect();
+        sink.put(&batch)?;
+        buf.drain(..pos);
+        at += pos as u64;
+    }
+    sink.finish()
+}
+
+/// Decompresses batches of frames in parallel and writes them in order, with the size checks.
+struct FrameSink<'o> {
+    frame_size: u64,
+    image_size: u64,
+    want_frames: u64,
+    /// Frames written so far.
+    frames: usize,
+    written: u64,
+    out: &'o mut dyn Write,
+}
+
+impl<'o> FrameSink<'o> {
+    fn new(frame_size: u64, image_size: u64, out: &'o mut dyn Write) -> Self {
+        FrameSink {
+            frame_size,
+            image_size,
+            want_frames: image_size.div_ceil(frame_size),
+            frames: 0,
+            written: 0,
+            out,
+        }
+    }
+
+    /// Frames decompressed at once: two per thread.
+    fn batch() -> usize {
+        rayon::current_num_threads().max(1) * 2
+    }
+
+    /// The next frames, each with its offset in the blob.
+    fn put(&mut self, batch: &[(u64, &[u8])]) -> Result<(), FrameError> {
+        let (first, frame_size, want_frames, image_size) = (
+            self.frames,
+            self.frame_size,
+            self.want_frames,
+            self.image_size,
+        );
+        let results: Vec<Result<Vec<u8>, FrameError>> = batch
             .par_iter()
             .enumerate()
-            .map(|(i, frame)| {
+            .map(|(i, (offset, frame))| {
                 let index = (first + i) as u64;
                 let want = if index + 1 < want_frames {
                     frame_size
@@ -187,7 +302,7 @@ pub fn decompress_frames(
                 let cap = frame_size.min(usize::MAX as u64) as usize;
                 let data = zstd::bulk::decompress(frame, cap).map_err(|e| FrameError::Corrupt {
                     index,
-                    offset: offsets[first + i],
+                    offset: *offset,
                     reason: e.to_string(),
                 })?;
                 if index < want_frames && data.len() as u64 != want {
@@ -200,25 +315,30 @@ pub fn decompress_frames(
                 Ok(data)
             })
             .collect();
+        self.frames += batch.len();
         for r in results {
             let data = r?;
-            written += data.len() as u64;
-            if written > image_size {
+            self.written += data.len() as u64;
+            if self.written > image_size {
                 return Err(FrameError::TotalSize {
-                    got: written,
+                    got: self.written,
                     want: image_size,
                 });
             }
-            out.write_all(&data)?;
+            self.out.write_all(&data)?;
         }
+        Ok(())
     }
-    if written != image_size {
-        return Err(FrameError::TotalSize {
-            got: written,
-            want: image_size,
-        });
+
+    fn finish(self) -> Result<u64, FrameError> {
+        if self.written != self.image_size {
+            return Err(FrameError::TotalSize {
+                got: self.written,
+                want: self.image_size,
+            });
+        }
+        Ok(self.written)
     }
-    Ok(written)
 }
 
 #[cfg(test)]

@@ -360,6 +360,27 @@ impl LayerFs {
         Ok(meta.len())
     }
 
+    /// The SHA-256 of a file's bytes, read 1 MiB at a time: memory stays flat whatever the
+    /// file's size (a sparse file of gigabytes is hashed, not held).
+    pub fn sha256(&self, path: &str) -> Result<[u8; 32], LayerFsError> {
+        use sha2::{Digest, Sha256};
+        let missing = |e: ext4_view::Ext4Error| LayerFsError::Missing {
+            layer: self.layer.clone(),
+            path: path.to_string(),
+            reason: e.to_string(),
+        };
+        let mut file = self.fs.open(path).map_err(missing)?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 1 << 20];
+        loop {
+            let n = file.read_bytes(&mut buf).map_err(missing)?;
+            if n == 0 {
+                return Ok(hasher.finalize().into());
+            }
+            hasher.update(&buf[..n]);
+        }
+    }
+
     /// A whole file's bytes.
     pub fn read(&self, path: &str) -> Result<Vec<u8>, LayerFsError> {
         self.fs.read(path).map_err(|e| LayerFsError::Missing {

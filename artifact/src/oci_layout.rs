@@ -11,6 +11,7 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 use ingot_layers::descriptor::{canonical_json, is_sha256_digest};
+use ingot_verity::input::{self, InputError, Symlinks};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -190,7 +191,11 @@ pub fn sha256_digest(bytes: &[u8]) -> String {
 
 /// `sha256:<hex>` of a file, streamed.
 pub fn sha256_file(path: &Path) -> io::Result<(String, u64)> {
-    let mut f = File::open(path)?;
+    sha256_reader(File::open(path)?)
+}
+
+/// `sha256:<hex>` of everything `f` reads, and how many bytes that was.
+fn sha256_reader(mut f: impl Read) -> io::Result<(String, u64)> {
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut n = 0u64;
@@ -210,25 +215,20 @@ pub fn sha256_file(path: &Path) -> io::Result<(String, u64)> {
 /// The same constant `ingot build` writes descriptors within.
 pub const MAX_MANIFEST_SIZE: u64 = ingot_layers::descriptor::MAX_DESCRIPTOR_SIZE;
 
-/// Reads a small JSON file whole, refusing one larger than [`MAX_MANIFEST_SIZE`] unread.
+/// Reads a small JSON file whole, refusing one larger than [`MAX_MANIFEST_SIZE`] unread, and
+/// anything but a regular file (a FIFO or `/dev/zero` in its place is refused, not read).
 fn read_small(path: &Path) -> Result<Vec<u8>, LayoutError> {
-    let file = fs::File::open(path).map_err(io_err(path))?;
-    let len = file.metadata().map_err(io_err(path))?.len();
-    let too_large = |len: u64| LayoutError::Format {
-        path: path.to_owned(),
-        reason: format!("{len} bytes, more than the {MAX_MANIFEST_SIZE} bytes a manifest may have"),
-    };
-    if len > MAX_MANIFEST_SIZE {
-        return Err(too_large(len));
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    file.take(MAX_MANIFEST_SIZE + 1)
-        .read_to_end(&mut bytes)
-        .map_err(io_err(path))?;
-    if bytes.len() as u64 > MAX_MANIFEST_SIZE {
-        return Err(too_large(bytes.len() as u64)); // it grew while being read
-    }
-    Ok(bytes)
+    input::read_bounded(path, MAX_MANIFEST_SIZE, Symlinks::Follow).map_err(|e| {
+        match input::input_error(&e) {
+            Some(InputError::TooLarge { size, .. }) => LayoutError::Format {
+                path: path.to_owned(),
+                reason: format!(
+                    "{size} bytes, more than the {MAX_MANIFEST_SIZE} bytes a manifest may have"
+                ),
+            },
+            _ => io_err(path)(e),
+        }
+    })
 }
 
 /// An OCI image layout directory, for reading.
@@ -287,27 +287,48 @@ impl Layout {
             .join(&digest["sha256:".len()..]))
     }
 
-    /// The path of a blob that exists with the expected size (its digest is not checked yet).
-    pub fn present_blob(&self, digest: &str, size: u64) -> Result<PathBuf, LayoutError> {
+    /// A blob opened for reading: a regular file (a FIFO, a device or a symlink to one is
+    /// refused before a byte is read) with the expected size.
+    fn open_blob(&self, digest: &str, size: u64) -> Result<(PathBuf, File), LayoutError> {
         let path = self.blob_path(digest)?;
-        let meta = fs::metadata(&path).map_err(|_| LayoutError::Missing {
-            digest: digest.to_owned(),
-            path: path.clone(),
-        })?;
-        if meta.len() != size {
+        let file = match input::open_regular(&path, Symlinks::Follow) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Err(LayoutError::Missing {
+                    digest: digest.to_owned(),
+                    path,
+                })
+            }
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        let len = file.metadata().map_err(io_err(&path))?.len();
+        if len != size {
             return Err(LayoutError::Size {
                 digest: digest.to_owned(),
                 expected: size,
-                actual: meta.len(),
+                actual: len,
             });
         }
-        Ok(path)
+        Ok((path, file))
     }
 
-    /// Read a blob whole and check its digest and size.
+    /// The path of a blob that exists with the expected size (its digest is not checked yet).
+    pub fn present_blob(&self, digest: &str, size: u64) -> Result<PathBuf, LayoutError> {
+        Ok(self.open_blob(digest, size)?.0)
+    }
+
+    /// Read a blob whole and check its digest and size (at most `size + 1` bytes are read).
     pub fn read_blob(&self, digest: &str, size: u64) -> Result<Vec<u8>, LayoutError> {
-        let path = self.present_blob(digest, size)?;
-        let bytes = fs::read(&path).map_err(io_err(&path))?;
+        let (path, file) = self.open_blob(digest, size)?;
+        let bytes =
+            input::read_file_bounded(file, size).map_err(|e| match input::input_error(&e) {
+                Some(InputError::TooLarge { size: actual, .. }) => LayoutError::Size {
+                    digest: digest.to_owned(),
+                    expected: size,
+                    actual: *actual,
+                },
+                _ => io_err(&path)(e),
+            })?;
         let actual = sha256_digest(&bytes);
         if actual != digest {
             return Err(LayoutError::Digest {
@@ -333,10 +354,19 @@ impl Layout {
         self.read_blob(digest, size)
     }
 
-    /// Check a blob file's digest and size by streaming it; returns its path.
+    /// Check a blob file's digest and size by streaming it (at most `size + 1` bytes); returns
+    /// its path.
     pub fn check_blob(&self, digest: &str, size: u64) -> Result<PathBuf, LayoutError> {
-        let path = self.present_blob(digest, size)?;
-        let (actual, _) = sha256_file(&path).map_err(io_err(&path))?;
+        let (path, file) = self.open_blob(digest, size)?;
+        let (actual, read) =
+            sha256_reader(file.take(size.saturating_add(1))).map_err(io_err(&path))?;
+        if read != size {
+            return Err(LayoutError::Size {
+                digest: digest.to_owned(),
+                expected: size,
+                actual: read,
+            });
+        }
         if actual != digest {
             return Err(LayoutError::Digest {
                 digest: digest.to_owned(),

@@ -237,6 +237,12 @@ impl PublicKey {
         let bytes = B64
             .decode(line)
             .map_err(|e| format_err(WHAT, format!("bad base64: {e}")))?;
+        if bytes.len() == SECRET_KEY_LEN {
+            return Err(format_err(
+                WHAT,
+                "it is a minisign secret key; give its public key (the .pub file) instead",
+            ));
+        }
         if bytes.len() != 42 || &bytes[0..2] != SIGALG {
             return Err(format_err(WHAT, "not an Ed25519 minisign key"));
         }

@@ -5,17 +5,27 @@
 
 use std::path::{Path, PathBuf};
 
+use ingot_verity::input::{self, Symlinks};
+
 use crate::sign::{PublicKey, SignError};
+
+/// The largest key file read: a minisign public key file is about 100 bytes.
+pub const MAX_KEY_FILE_SIZE: u64 = 16 << 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
-    #[error("reading the public key {path}: {source}")]
+    #[error("reading the public key {path}")]
     Read {
         path: PathBuf,
+        #[source]
         source: std::io::Error,
     },
-    #[error("loading the public key from {from}: {source}")]
-    Parse { from: String, source: SignError },
+    #[error("loading the public key from {from}")]
+    Parse {
+        from: String,
+        #[source]
+        source: SignError,
+    },
     #[error(
         "no trusted key: pass --trust-key PUB or set INGOT_TRUST_KEY (the writer never accepts \
          an unsigned stack)"
@@ -27,12 +37,16 @@ fn parse(text: &str, from: String) -> Result<PublicKey, KeyError> {
     PublicKey::from_minisign(text).map_err(|source| KeyError::Parse { from, source })
 }
 
-/// Reads a minisign public key file.
+/// Reads a minisign public key file: a regular file of at most [`MAX_KEY_FILE_SIZE`] bytes
+/// (`/dev/zero` or a FIFO is refused, not read).
 pub fn read(path: &Path) -> Result<PublicKey, KeyError> {
-    let text = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let text =
+        input::read_text_bounded(path, MAX_KEY_FILE_SIZE, Symlinks::Follow).map_err(|source| {
+            KeyError::Read {
+                path: path.to_path_buf(),
+                source,
+            }
+        })?;
     parse(&text, path.display().to_string())
 }
 

@@ -539,22 +539,28 @@ fn verify_layer(
         .map_err(io_input("creating a temporary directory in", work))?;
     let img = dir.path().join("image");
     {
+        // Read, not mapped: a blob that shrinks under a map kills the process with SIGBUS
+        // (and leaves the temporary directory); read, it is an error naming the layer.
         let blob = File::open(&data_blob).map_err(io_input("opening", &data_blob))?;
-        // SAFETY: the blob is a file in the layout that nothing else writes while it is read;
-        // a concurrent writer could only make the check fail, never make it pass wrongly,
-        // because the digest was checked above and the decompressed bytes are hashed below.
-        #[allow(unsafe_code)] // mapping a file: see above
-        let map = unsafe { memmap2::Mmap::map(&blob) }.map_err(io_input("mapping", &data_blob))?;
         let file = File::create(&img).map_err(io_input("creating", &img))?;
         let mut out = BufWriter::with_capacity(1 << 20, file);
-        compress::decompress_frames(
-            &map,
+        compress::decompress_frames_file(
+            &blob,
+            layer.data.size,
             layer.data.compression.frame_size,
             layer.size,
             &mut out,
         )
         .map_err(|e| match e {
             FrameError::Io(e) => VerifyError::Input(format!("writing {}: {e}", img.display())),
+            FrameError::Read(e) => VerifyError::Input(format!(
+                "layer `{name}`: reading {}: {e}",
+                data_blob.display()
+            )),
+            FrameError::Shrank { .. } => VerifyError::Input(format!(
+                "layer `{name}`: data blob {}: {e}",
+                data_blob.display()
+            )),
             other => VerifyError::Verity(format!(
                 "layer `{name}`: the data blob does not decompress to the signed image: {other}"
             )),

@@ -7,12 +7,15 @@
 //! removed, and changed (kind, size, mode, owner, content or symlink target).
 
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
 use std::sync::Arc;
 
 use ingot_layers::descriptor::{LayerEntry, StackDescriptor};
+use ingot_verity::input::{self, Symlinks};
 use ingot_verity::{RootHash, Verifier};
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use crate::layerfs::{LayerFs, Node};
 use crate::verify::{verify_metadata, verity_params, ArtifactSource, Trust, VerifyError};
@@ -160,7 +163,9 @@ fn layer_side(e: &LayerEntry) -> LayerSide {
     }
 }
 
-/// A layer's file system from its blob, every block checked against its hash tree.
+/// A layer's file system from its blob, every block checked against its hash tree. The blob is
+/// read with `pread`, one zstd frame at a time, not mapped: a blob that shrinks underneath a
+/// map kills the process with SIGBUS; here it is an error naming the blob.
 fn layer_fs(source: &dyn ArtifactSource, entry: &LayerEntry) -> Result<LayerFs, VerifyError> {
     let verity = |reason: String| VerifyError::Verity(format!("layer `{}`: {reason}", entry.name));
     let params = verity_params(entry)?;
@@ -168,20 +173,77 @@ fn layer_fs(source: &dyn ArtifactSource, entry: &LayerEntry) -> Result<LayerFs, 
     let verifier = Verifier::from_hash_device(&params, &hash, &entry.verity.root_hash)
         .map_err(|e| verity(format!("hash tree: {e}")))?;
     let path = source.blob_file_unhashed(&entry.data.digest, entry.data.size)?;
-    let file = std::fs::File::open(&path)
+    let file = input::open_regular(&path, Symlinks::Follow)
         .map_err(|e| VerifyError::Input(format!("{}: {e}", path.display())))?;
-    // SAFETY: a blob file nobody else writes while we read it; every block read from the map
-    // is checked against the hash tree before use.
-    #[allow(unsafe_code)]
-    let map = unsafe { memmap2::Mmap::map(&file) }
-        .map_err(|e| VerifyError::Input(format!("mapping {}: {e}", path.display())))?;
-    LayerFs::in_blob(
-        &entry.name,
-        Arc::new(map),
-        entry.data.compression.frame_size,
-        Arc::new(verifier),
-    )
-    .map_err(|e| verity(e.to_string()))
+    let frame_size = entry.data.compression.frame_size;
+    let starts = frame_starts(&file, &path, entry)?;
+    let count = starts.len() - 1;
+    let fetch = Box::new(move |n: usize| {
+        let mut frame = vec![0u8; (starts[n + 1] - starts[n]) as usize];
+        read_full_at(&file, &mut frame, starts[n], &path)?;
+        Ok(frame)
+    });
+    LayerFs::fetched(&entry.name, count, fetch, frame_size, Arc::new(verifier))
+        .map_err(|e| verity(e.to_string()))
+}
+
+/// Fills `buf` from `offset` of the blob, or says where it ended.
+fn read_full_at(file: &File, buf: &mut [u8], offset: u64, path: &Path) -> Result<(), String> {
+    let mut got = 0usize;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => {
+                return Err(format!(
+                    "the data blob {} ended at byte {} while being read (it shrank)",
+                    path.display(),
+                    offset + got as u64
+                ))
+            }
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        }
+    }
+    Ok(())
+}
+
+/// Where each zstd frame of the data blob starts, and its end: from the descriptor's frame
+/// index, or (stacks built before it) by reading each frame's header in turn.
+fn frame_starts(file: &File, path: &Path, entry: &LayerEntry) -> Result<Vec<u64>, VerifyError> {
+    let mut starts = vec![0u64];
+    if !entry.data.compression.frames.is_empty() {
+        for f in &entry.data.compression.frames {
+            starts.push(starts.last().expect("one") + f);
+        }
+        return Ok(starts);
+    }
+    let size = entry.data.size;
+    // A zstd frame of `frame_size` input bytes is never larger than ZSTD_compressBound of it.
+    let fs = entry.data.compression.frame_size;
+    let bound = fs
+        + fs / 255
+        + 64
+        + if fs < (128 << 10) {
+            ((128 << 10) - fs) >> 11
+        } else {
+            0
+        };
+    let mut buf = Vec::new();
+    let mut at = 0u64;
+    while at < size {
+        buf.resize(bound.min(size - at) as usize, 0);
+        read_full_at(file, &mut buf, at, path).map_err(VerifyError::Input)?;
+        let len = zstd::zstd_safe::find_frame_compressed_size(&buf).map_err(|code| {
+            VerifyError::Verity(format!(
+                "layer `{}`: the data blob holds no whole zstd frame at byte {at}: {}",
+                entry.name,
+                zstd::zstd_safe::get_error_name(code)
+            ))
+        })?;
+        at += len as u64;
+        starts.push(at);
+    }
+    Ok(starts)
 }
 
 fn walk(source: &dyn ArtifactSource, entry: &LayerEntry) -> Result<Vec<FileInfo>, VerifyError> {
@@ -214,9 +276,8 @@ fn compare(
     if a.kind == b.kind && a.size == b.size {
         match a.kind {
             "file" => {
-                let ha = Sha256::digest(fa.read(&a.path).map_err(e)?);
-                let hb = Sha256::digest(fb.read(&b.path).map_err(e)?);
-                if ha != hb {
+                // Hashed in chunks: a changed file may be gigabytes.
+                if fa.sha256(&a.path).map_err(e)? != fb.sha256(&b.path).map_err(e)? {
                     what.push("content");
                 }
             }

@@ -118,3 +118,63 @@ fn diff_names_the_one_changed_file_and_layer_and_nothing_for_a_build_against_its
     let out = ingot(["diff", a, tmp.path().to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// Item 9 of "hostile input, second pass": a changed 1.5 GiB sparse file is hashed in chunks,
+/// not read whole (it took 1.58 GB of RSS). Both sides have it, differing in the last byte.
+#[test]
+fn diff_hashes_a_large_changed_file_in_bounded_memory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (sk, pk) = keypair(tmp.path(), "release");
+    let fixtures = repo().join("tests/fixtures");
+    let size: u64 = 3 << 29; // 1.5 GiB
+    let mut layouts = Vec::new();
+    for (name, last) in [("a", b'a'), ("b", b'b')] {
+        let base = tmp.path().join(format!("{name}-base"));
+        let status = std::process::Command::new("cp")
+            .args(["-a", "--no-preserve=ownership"])
+            .arg(fixtures.join("demo/base"))
+            .arg(&base)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let f = fs::File::create(base.join("sparse.bin")).unwrap();
+        f.set_len(size).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&f, &[last], size - 1).unwrap();
+        let text = fs::read_to_string(demo_manifest())
+            .unwrap()
+            .replace("../tests/fixtures/demo/base", &base.display().to_string())
+            .replace("../tests/fixtures", &fixtures.display().to_string());
+        let manifest = tmp.path().join(format!("{name}.toml"));
+        fs::write(&manifest, text).unwrap();
+        let out = tmp.path().join(name);
+        build(&manifest, &out, Some(&sk));
+        layouts.push(out);
+    }
+    let args = [
+        "diff".as_ref(),
+        layouts[0].as_os_str(),
+        layouts[1].as_os_str(),
+        "--json".as_ref(),
+        "--trust-key".as_ref(),
+        pk.as_os_str(),
+    ];
+    let r = common::ingot_measured(&args, std::time::Duration::from_secs(300));
+    r.print("diff of a changed 1.5 GiB sparse file");
+    assert_eq!(r.status.code(), Some(1), "{}", r.stderr);
+    let d: Value = serde_json::from_str(&r.stdout).unwrap();
+    let base = d["layers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["name"] == "base")
+        .unwrap();
+    let files = base["changed"].as_array().unwrap();
+    assert_eq!(files.len(), 1, "{base:#}");
+    assert_eq!(files[0]["path"], "/sparse.bin");
+    assert_eq!(files[0]["what"], serde_json::json!(["content"]));
+    assert!(
+        r.max_rss_kib < 256 << 10,
+        "peak RSS {} KiB: the file was read whole",
+        r.max_rss_kib
+    );
+}

@@ -302,12 +302,13 @@ impl Parser<'_> {
         self.chars.get(self.pos).map(|&(_, c)| c)
     }
 
-    /// A word: letters, digits, `-`, `_`.
+    /// A word: letters, digits, `-`, `_`. Non-ASCII letters are taken into the word too (no
+    /// name has one, so such a word is unknown), so that the message names the whole word.
     fn word(&mut self) -> Result<&str, RuleError> {
         self.skip_ws();
         let start = self.pos;
         while let Some(c) = self.peek() {
-            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+            if c.is_alphanumeric() || c == '-' || c == '_' {
                 self.pos += 1;
             } else {
                 break;
@@ -522,6 +523,7 @@ mod tests {
     fn errors_name_the_problem() {
         let cases = [
             ("role == boss", "unknown role `boss`", 9),
+            ("role == contról-plane", "unknown role `contról-plane`", 9),
             ("gpu == amd", "unknown gpu vendor `amd`", 8),
             ("role = worker", "expected `==` or `!=`", 6),
             ("all(virt, uefi", "expected `)`", 15),

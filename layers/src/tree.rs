@@ -103,11 +103,23 @@ pub enum DataSource {
     None,
     /// A host file, opened again when the image is written.
     Path(PathBuf),
+    /// A host file found by a directory scan, opened again when the image is written: the open
+    /// refuses a symbolic link and checks it is still the inode scanned, at the size scanned.
+    Scanned(ScannedFile),
     /// A region of an open file (a plain tar archive or a decompressed copy of one): the file's
     /// byte `i` is at `offset + i`.
     Region { file: Arc<SourceFile>, offset: u64 },
     /// Bytes already in memory (files made on the machine, such as the per-node layer's).
     Bytes(Arc<[u8]>),
+}
+
+/// A regular file as a directory scan saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedFile {
+    pub path: PathBuf,
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
 }
 
 /// An open archive (or spill file) that file data is read from, with a name for messages.

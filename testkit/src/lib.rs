@@ -10,6 +10,7 @@ pub use ingot_testproxy::server as http;
 pub mod layout;
 pub mod loopdev;
 pub mod machine;
+pub mod measure;
 pub mod partitions;
 pub mod qemu;
 pub mod registry;

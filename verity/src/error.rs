@@ -115,6 +115,11 @@ pub enum VerityError {
         data_end: u64,
         hash_offset: u64,
     },
+    #[error(
+        "{path}: data device ended at byte {at} while being read, {need} bytes are needed (it \
+         shrank)"
+    )]
+    DataShrank { path: PathBuf, at: u64, need: u64 },
     #[error("{path}: hash device has {have} bytes after the hash offset, the tree needs {need}")]
     HashTooSmall { path: PathBuf, have: u64, need: u64 },
 }

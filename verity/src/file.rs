@@ -39,9 +39,9 @@ fn device_size(file: &mut File, path: &Path) -> Result<u64, VerityError> {
         .map_err(io(path, "measuring size"))
 }
 
-/// Opens the data device and maps its first `data_blocks` blocks. `data_blocks == 0` means every
-/// whole block of the device; a trailing partial block is ignored, as veritysetup does.
-fn map_data(path: &Path, params: &mut VerityParams) -> Result<(File, Mmap), VerityError> {
+/// Opens the data device and checks it holds `data_blocks` blocks. `data_blocks == 0` means
+/// every whole block of the device; a trailing partial block is ignored, as veritysetup does.
+fn open_data(path: &Path, params: &mut VerityParams) -> Result<File, VerityError> {
     let mut file = File::open(path).map_err(io(path, "opening data device"))?;
     let size = device_size(&mut file, path)?;
     if size == 0 {
@@ -73,6 +73,13 @@ fn map_data(path: &Path, params: &mut VerityParams) -> Result<(File, Mmap), Veri
             block_size: dbs,
         });
     }
+    Ok(file)
+}
+
+/// Opens the data device and maps its first `data_blocks` blocks (see [`open_data`]).
+fn map_data(path: &Path, params: &mut VerityParams) -> Result<(File, Mmap), VerityError> {
+    let file = open_data(path, params)?;
+    let need = params.data_blocks * params.data_block_size as u64;
     let len = usize::try_from(need).map_err(|_| ParamError::Overflow)?;
     // SAFETY-free: memmap2's map is unsafe only because another process may change the file
     // underneath; the tree then describes whatever was read, and verify catches any change.
@@ -257,7 +264,7 @@ pub fn verify_files(
     } else {
         params.clone()
     };
-    let (_data_file, map) = map_data(data, &mut params)?;
+    let data_file = open_data(data, &mut params)?;
     let g = params.geometry()?;
 
     let mut hash_file = File::open(hash).map_err(io(hash, "opening hash device"))?;
@@ -274,6 +281,66 @@ pub fn verify_files(
         .read_exact_at(&mut tree, g.tree_offset())
         .map_err(io(hash, "reading hash tree"))?;
     let verifier = Verifier::new(&params, tree, root_hash)?;
-    verifier.verify_blocks(0, &map)?;
+    verify_data(&verifier, &data_file, data)?;
     Ok(params)
+}
+
+/// Bytes read per step of [`verify_data`]: a multiple of every data block size.
+const VERIFY_CHUNK: usize = 16 << 20;
+
+/// Checks every data block of `file` against `verifier`, read with `pread` (not mapped: a file
+/// that shrinks underneath a map kills the process with SIGBUS; here it is a clean error). The
+/// next chunk is read while the current one is hashed.
+fn verify_data(verifier: &Verifier, file: &File, path: &Path) -> Result<(), VerityError> {
+    let dbs = verifier.params().data_block_size as u64;
+    let blocks = verifier.params().data_blocks;
+    let per = (VERIFY_CHUNK as u64 / dbs).max(1);
+    let read = |first: u64, buf: &mut Vec<u8>| -> Result<(), VerityError> {
+        let n = per.min(blocks - first);
+        buf.resize((n * dbs) as usize, 0);
+        read_full_at(file, buf, first * dbs).map_err(|e| match e {
+            ReadAt::Short(got) => VerityError::DataShrank {
+                path: path.to_path_buf(),
+                at: first * dbs + got,
+                need: blocks * dbs,
+            },
+            ReadAt::Io(e) => io(path, "reading data device")(e),
+        })
+    };
+    let (mut cur, mut next) = (Vec::new(), Vec::new());
+    if blocks > 0 {
+        read(0, &mut cur)?;
+    }
+    let mut first = 0u64;
+    while first < blocks {
+        let after = first + cur.len() as u64 / dbs;
+        let (checked, fetched) = rayon::join(
+            || verifier.verify_blocks(first, &cur),
+            || (after < blocks).then(|| read(after, &mut next)),
+        );
+        checked?;
+        fetched.transpose()?;
+        std::mem::swap(&mut cur, &mut next);
+        first = after;
+    }
+    Ok(())
+}
+
+enum ReadAt {
+    /// The file ended after this many bytes.
+    Short(u64),
+    Io(std::io::Error),
+}
+
+fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> Result<(), ReadAt> {
+    let mut got = 0usize;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => return Err(ReadAt::Short(got as u64)),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ReadAt::Io(e)),
+        }
+    }
+    Ok(())
 }

@@ -11,10 +11,12 @@
 //!   range against its leaf without rehashing the device.
 //! - [`RootHash`]: the root hash, one type from the tree builder to the kernel command line.
 //! - [`format_file`], [`verify_files`], [`read_superblock`]: the same on files and block devices.
+//! - [`input`]: the one bounded reader of local input files (regular files only, a size limit).
 
 mod error;
 mod file;
 mod hash;
+pub mod input;
 mod params;
 mod root_hash;
 #[cfg(target_arch = "x86_64")]

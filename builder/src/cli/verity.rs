@@ -259,10 +259,15 @@ fn format(a: FormatArgs) -> Result<ExitCode> {
 fn verify(a: VerifyArgs) -> Result<ExitCode> {
     let root_text = match (&a.root_hash, &a.root_hash_file) {
         (Some(text), None) => text.clone(),
-        (None, Some(path)) => std::fs::read_to_string(path)
-            .with_context(|| format!("reading root hash from {}", path.display()))?
-            .trim()
-            .to_string(),
+        // A root hash is at most 128 hex digits: a larger file is not read.
+        (None, Some(path)) => ingot_verity::input::read_text_bounded(
+            path,
+            4096,
+            ingot_verity::input::Symlinks::Follow,
+        )
+        .with_context(|| format!("reading root hash from {}", path.display()))?
+        .trim()
+        .to_string(),
         _ => bail!("give the trusted root hash as ROOT_HASH or --root-hash-file"),
     };
     // veritysetup takes either case; ingot prints and signs lower case.

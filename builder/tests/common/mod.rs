@@ -3,6 +3,15 @@
 
 #![allow(dead_code)] // each test binary uses a different subset
 
+use ingot_testkit::measure;
+
+/// Runs `ingot ARGS` measured (peak RSS, wall time), killed at `deadline`.
+pub fn ingot_measured(args: &[&std::ffi::OsStr], deadline: Duration) -> measure::Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
+    cmd.args(args).env_remove("RUST_LOG");
+    measure::measured_with(cmd, deadline, |_| {})
+}
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

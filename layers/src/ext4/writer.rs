@@ -186,6 +186,13 @@ fn emit(sink: &mut Sink<'_>, plan: &Plan<'_>, total: u64) -> Result<(), LayerErr
                         let f = &open.as_ref().expect("just opened").1;
                         sink.copy(f, p, *offset, *len)?;
                     }
+                    DataSource::Scanned(f) => {
+                        if open.as_ref().map(|o| o.0) != Some(*ino) {
+                            open = Some((*ino, crate::source::open_scanned(f)?));
+                        }
+                        let file = &open.as_ref().expect("just opened").1;
+                        sink.copy(file, &f.path, *offset, *len)?;
+                    }
                     DataSource::Region { file, offset: base } => {
                         sink.copy(&file.file, &file.name, base + offset, *len)?;
                     }

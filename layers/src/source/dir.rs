@@ -9,8 +9,12 @@ use std::path::Path;
 
 use rustix::fs::SeekFrom;
 
+use ingot_verity::input::{self, Symlinks};
+
 use crate::error::LayerError;
-use crate::tree::{DataSource, FileData, Meta, Node, NodeId, NodeKind, Tree, MAX_NAME_LEN, ROOT};
+use crate::tree::{
+    DataSource, FileData, Meta, Node, NodeId, NodeKind, ScannedFile, Tree, MAX_NAME_LEN, ROOT,
+};
 
 pub(super) fn load(root: &Path) -> Result<Tree, LayerError> {
     // The root itself may be reached through a symlink; nothing below it is followed.
@@ -25,7 +29,7 @@ pub(super) fn load(root: &Path) -> Result<Tree, LayerError> {
     let mut tree = Tree::new();
     tree.nodes[ROOT].meta = meta_of(root, &md, b"")?;
     let mut links = HashMap::new();
-    walk(&mut tree, root, ROOT, &mut Vec::new(), &mut links)?;
+    walk(&mut tree, root, ROOT, &mut Vec::new(), 0, &mut links)?;
     Ok(tree)
 }
 
@@ -34,6 +38,7 @@ fn walk(
     dir: &Path,
     dir_id: NodeId,
     rel: &mut Vec<u8>,
+    depth: usize,
     links: &mut HashMap<(u64, u64), NodeId>,
 ) -> Result<(), LayerError> {
     let rd = fs::read_dir(dir).map_err(|e| LayerError::io("listing", dir, e))?;
@@ -51,6 +56,8 @@ fn walk(
                 len: name.len(),
             });
         }
+        super::check_path_len(rel, rel, "path")?;
+        super::check_depth(rel, depth + 1)?;
         let path = ent.path();
         let md = fs::symlink_metadata(&path).map_err(|e| LayerError::io("reading", &path, e))?;
         let ft = md.file_type();
@@ -89,7 +96,7 @@ fn walk(
         let id = tree.add_node(Node { meta, kind });
         insert_child(tree, dir_id, name, id);
         if is_dir {
-            walk(tree, &path, id, rel, links)?;
+            walk(tree, &path, id, rel, depth + 1, links)?;
         } else if md.nlink() > 1 {
             links.insert(key, id);
         }
@@ -147,11 +154,37 @@ fn xattrs(
     Ok(out)
 }
 
+/// Opens a file the scan found, for reading its bytes: a regular file only, not through a
+/// symbolic link (`O_NOFOLLOW`), and the same device, inode and size the scan saw, so a file
+/// swapped or changed since cannot bring other bytes into the image.
+fn open_checked(path: &Path, dev: u64, ino: u64, size: u64) -> Result<File, LayerError> {
+    let changed = || LayerError::FileChanged {
+        path: path.to_path_buf(),
+    };
+    let f = match input::open_regular(path, Symlinks::Refuse) {
+        Ok(f) => f,
+        Err(e) if input::input_error(&e).is_some() => return Err(changed()),
+        Err(e) => return Err(LayerError::io("opening", path, e)),
+    };
+    let md = f
+        .metadata()
+        .map_err(|e| LayerError::io("reading", path, e))?;
+    if (md.dev(), md.ino(), md.len()) != (dev, ino, size) {
+        return Err(changed());
+    }
+    Ok(f)
+}
+
+/// [`open_checked`] for a file of the tree, when the image is written.
+pub(crate) fn open_scanned(f: &ScannedFile) -> Result<File, LayerError> {
+    open_checked(&f.path, f.dev, f.ino, f.size)
+}
+
 /// The data ranges of a regular file from SEEK_DATA/SEEK_HOLE, widened to 4 KiB blocks. Opening
 /// the file here also surfaces an unreadable file before any output is written.
 fn file_data(path: &Path, md: &fs::Metadata) -> Result<FileData, LayerError> {
     let size = md.len();
-    let f = File::open(path).map_err(|e| LayerError::io("opening", path, e))?;
+    let f = open_checked(path, md.dev(), md.ino(), size)?;
     if size == 0 {
         return Ok(FileData {
             size,
@@ -168,7 +201,12 @@ fn file_data(path: &Path, md: &fs::Metadata) -> Result<FileData, LayerError> {
     let source = if data.is_empty() {
         DataSource::None
     } else {
-        DataSource::Path(path.to_path_buf())
+        DataSource::Scanned(ScannedFile {
+            path: path.to_path_buf(),
+            dev: md.dev(),
+            ino: md.ino(),
+            size,
+        })
     };
     Ok(FileData { size, source, data })
 }

@@ -10,6 +10,52 @@ mod dir;
 mod oci;
 mod tar;
 
+pub(crate) use dir::open_scanned;
+
+/// The longest path of an entry accepted from a source, in bytes: Linux's `PATH_MAX`, the
+/// longest path a program on the node can open in one call.
+pub const MAX_PATH_LEN: usize = 4096;
+
+/// The deepest entry accepted from a source (directories above it). Real trees stay far below;
+/// the bound keeps the image writer's per-entry paths (each entry keeps its own for messages)
+/// from growing with the square of the depth.
+pub const MAX_DEPTH: usize = 256;
+
+/// An entry's path for a message, cut at 200 bytes (a hostile one may be megabytes).
+fn shown(path: &[u8]) -> Vec<u8> {
+    if path.len() <= 200 {
+        return path.to_vec();
+    }
+    let mut s = path[..200].to_vec();
+    s.extend_from_slice(format!("… ({} bytes)", path.len()).as_bytes());
+    s
+}
+
+/// Refuses a path longer than [`MAX_PATH_LEN`]; `what` says which path (`path`, `link target`).
+fn check_path_len(entry: &[u8], path: &[u8], what: &str) -> Result<(), LayerError> {
+    if path.len() > MAX_PATH_LEN {
+        return Err(LayerError::bad(
+            &shown(entry),
+            format!(
+                "the {what} is {} bytes, more than the {MAX_PATH_LEN} bytes (PATH_MAX) accepted",
+                path.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses an entry more than [`MAX_DEPTH`] components deep.
+fn check_depth(entry: &[u8], depth: usize) -> Result<(), LayerError> {
+    if depth > MAX_DEPTH {
+        return Err(LayerError::bad(
+            &shown(entry),
+            format!("the path is {depth} components deep, more than the {MAX_DEPTH} accepted"),
+        ));
+    }
+    Ok(())
+}
+
 /// A layer's source tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {

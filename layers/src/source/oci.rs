@@ -1,10 +1,10 @@
 //! The flattened filesystem of an image in an OCI image layout: the manifest's layers applied in
 //! order, with whiteouts. Every blob read is checked against its digest first.
 
-use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use ingot_verity::input::{self, Symlinks};
 use sha2::{Digest, Sha256};
 
 use crate::error::LayerError;
@@ -35,10 +35,26 @@ fn blob_path(layout: &Path, digest: &str) -> Result<PathBuf, LayerError> {
     Ok(layout.join("blobs").join("sha256").join(hex))
 }
 
-fn check_digest(layout: &Path, path: &Path, digest: &str) -> Result<(), LayerError> {
-    let mut f = File::open(path).map_err(|e| LayerError::io("opening", path, e))?;
+/// Checks the blob at `path` hashes to `digest`, streaming it: a regular file only (a FIFO or
+/// `/dev/zero` in its place is refused, not read forever), of the size its descriptor gives.
+fn check_digest(layout: &Path, path: &Path, digest: &str, size: u64) -> Result<(), LayerError> {
+    let f = input::open_regular(path, Symlinks::Follow)
+        .map_err(|e| LayerError::io("opening", path, e))?;
+    let len = f
+        .metadata()
+        .map_err(|e| LayerError::io("reading", path, e))?
+        .len();
+    if len != size {
+        return Err(oci_err(
+            layout,
+            format!("blob {digest} is {len} bytes, its descriptor says {size}"),
+        ));
+    }
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
+    // One byte more than the descriptor's size: a file that grows is caught, not read on.
+    let mut f = f.take(size.saturating_add(1));
+    let mut read = 0u64;
     loop {
         let n = f
             .read(&mut buf)
@@ -46,7 +62,14 @@ fn check_digest(layout: &Path, path: &Path, digest: &str) -> Result<(), LayerErr
         if n == 0 {
             break;
         }
+        read += n as u64;
         h.update(&buf[..n]);
+    }
+    if read != size {
+        return Err(oci_err(
+            layout,
+            format!("blob {digest} changed size while being read ({read} bytes, not {size})"),
+        ));
     }
     let got = format!("sha256:{}", hex::encode(h.finalize()));
     if got != digest {
@@ -55,9 +78,16 @@ fn check_digest(layout: &Path, path: &Path, digest: &str) -> Result<(), LayerErr
     Ok(())
 }
 
-fn read_json(layout: &Path, path: &Path) -> Result<serde_json::Value, LayerError> {
-    let text = std::fs::read(path).map_err(|e| LayerError::io("reading", path, e))?;
-    serde_json::from_slice(&text).map_err(|e| oci_err(layout, format!("{}: {e}", path.display())))
+/// The largest `index.json` or manifest read: 4 MiB, the distribution spec's manifest limit.
+const MAX_JSON_SIZE: u64 = 4 << 20;
+
+fn read_small(path: &Path) -> Result<Vec<u8>, LayerError> {
+    input::read_bounded(path, MAX_JSON_SIZE, Symlinks::Follow)
+        .map_err(|e| LayerError::io("reading", path, e))
+}
+
+fn parse_json(layout: &Path, path: &Path, bytes: &[u8]) -> Result<serde_json::Value, LayerError> {
+    serde_json::from_slice(bytes).map_err(|e| oci_err(layout, format!("{}: {e}", path.display())))
 }
 
 pub(super) fn load(
@@ -66,7 +96,8 @@ pub(super) fn load(
     scratch: &Path,
 ) -> Result<Tree, LayerError> {
     let digest = if manifest_digest.is_empty() {
-        let index = read_json(layout, &layout.join("index.json"))?;
+        let path = layout.join("index.json");
+        let index = parse_json(layout, &path, &read_small(&path)?)?;
         let manifests = index["manifests"].as_array().cloned().unwrap_or_default();
         match manifests.as_slice() {
             [one] => one["digest"].as_str().unwrap_or_default().to_string(),
@@ -84,8 +115,12 @@ pub(super) fn load(
         manifest_digest.to_string()
     };
     let mpath = blob_path(layout, &digest)?;
-    check_digest(layout, &mpath, &digest)?;
-    let manifest = read_json(layout, &mpath)?;
+    let bytes = read_small(&mpath)?;
+    let got = format!("sha256:{}", hex::encode(Sha256::digest(&bytes)));
+    if got != digest {
+        return Err(oci_err(layout, format!("blob {digest} has digest {got}")));
+    }
+    let manifest = parse_json(layout, &mpath, &bytes)?;
     let layers = manifest["layers"].as_array().ok_or_else(|| {
         oci_err(
             layout,
@@ -104,8 +139,11 @@ pub(super) fn load(
                 format!("layer {i} has media type {media:?}, not a filesystem layer"),
             ));
         }
+        let size = layer["size"]
+            .as_u64()
+            .ok_or_else(|| oci_err(layout, format!("layer {i} of {digest} has no size")))?;
         let lpath = blob_path(layout, ld)?;
-        check_digest(layout, &lpath, ld)?;
+        check_digest(layout, &lpath, ld, size)?;
         tracing::debug!(layer = i, digest = ld, "applying OCI layer");
         super::tar::apply(&mut tree, &lpath, scratch, true)?;
     }

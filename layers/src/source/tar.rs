@@ -20,6 +20,10 @@ const ZSTD_MAGIC: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
 const WHITEOUT: &[u8] = b".wh.";
 const OPAQUE: &[u8] = b".wh..wh..opq";
 
+/// The largest PAX header or GNU long name/link member read into memory, as Go's
+/// `archive/tar` caps them: real ones are a few hundred bytes.
+pub const MAX_EXTENSION_SIZE: u64 = 1 << 20;
+
 fn tar_err(path: &Path, reason: impl std::fmt::Display) -> LayerError {
     LayerError::Tar {
         path: path.to_path_buf(),
@@ -29,7 +33,9 @@ fn tar_err(path: &Path, reason: impl std::fmt::Display) -> LayerError {
 
 /// Opens `path` as a plain tar, decompressing into a scratch file when it is gzip or zstd.
 fn open_plain(path: &Path, scratch: &Path) -> Result<File, LayerError> {
-    let mut f = File::open(path).map_err(|e| LayerError::io("opening", path, e))?;
+    // A regular file only: a FIFO would hang the open, a device would be read without end.
+    let mut f = ingot_verity::input::open_regular(path, ingot_verity::input::Symlinks::Follow)
+        .map_err(|e| LayerError::io("opening", path, e))?;
     let mut magic = [0u8; 4];
     let n = f
         .read_at(&mut magic, 0)
@@ -276,24 +282,47 @@ pub(super) fn apply(
             }
         }
     }
-    for m in members {
-        match m.action {
+    let mut members = members;
+    for i in 0..members.len() {
+        let m = &mut members[i];
+        match std::mem::replace(&mut m.action, Action::Whiteout) {
             Action::Put(node) => {
                 tree.insert(&m.comps, node, &m.raw)?;
             }
             Action::HardLink(tcomps, target) => {
                 let Some(id) = tree.lookup(&tcomps) else {
-                    return Err(LayerError::bad(
-                        &m.raw,
-                        format!("hard link target {:?} is not in the archive", show(&target)),
-                    ));
+                    return Err(missing_link_target(&members, i, &tcomps, &target));
                 };
+                let m = &members[i];
                 tree.link(&m.comps, id, &m.raw)?;
             }
             Action::Whiteout | Action::Opaque => {}
         }
     }
     Ok(())
+}
+
+/// The error for hard link member `i` whose target is not in the tree: tar extractors only
+/// link to members already extracted, so a target that comes later is named as such.
+fn missing_link_target(
+    members: &[Member],
+    i: usize,
+    tcomps: &[Vec<u8>],
+    target: &[u8],
+) -> LayerError {
+    let later = members[i + 1..]
+        .iter()
+        .any(|m| m.comps == tcomps && matches!(m.action, Action::Put(_) | Action::HardLink(..)));
+    let reason = if later {
+        format!(
+            "hard link target {:?} points forward to a later member of the archive; a hard \
+             link must come after the member it links to",
+            show(target)
+        )
+    } else {
+        format!("hard link target {:?} is not in the archive", show(target))
+    };
+    LayerError::bad(&members[i].raw, reason)
 }
 
 /// A member's name, link, size, owner and attributes once its extension records (GNU long
@@ -335,6 +364,7 @@ fn read_members(path: &Path, scratch: &Path, whiteouts: bool) -> Result<Vec<Memb
         }
         let h = parse_header(&block)
             .map_err(|r| tar_err(path, format!("header at offset {pos}: {r}")))?;
+        let at = pos;
         let data_at = pos + 512;
         let stored = h.size;
         let next = data_at
@@ -351,11 +381,20 @@ fn read_members(path: &Path, scratch: &Path, whiteouts: bool) -> Result<Vec<Memb
             ));
         }
         let read_data = |what: &str| -> Result<Vec<u8>, LayerError> {
+            // Extension records are read into memory: never at a hostile declared size.
+            if stored > MAX_EXTENSION_SIZE {
+                return Err(tar_err(
+                    path,
+                    format!(
+                        "header at offset {at}: the {what} is {stored} bytes, more than the \
+                         {MAX_EXTENSION_SIZE} bytes accepted"
+                    ),
+                ));
+            }
             let mut d = vec![0u8; stored as usize];
             read_exact_at(&plain, &mut d, data_at, path, what)?;
             Ok(d)
         };
-        let at = pos;
         pos = next;
         match h.kind {
             b'x' => {
@@ -462,7 +501,9 @@ fn member(
         gid,
         xattrs,
     } = ext;
+    super::check_path_len(&raw, &raw, "path")?;
     let comps = split_path(&raw, false)?;
+    super::check_depth(&raw, comps.len())?;
     let (Ok(uid), Ok(gid)) = (u32::try_from(uid), u32::try_from(gid)) else {
         return Err(LayerError::bad(&raw, "uid or gid does not fit 32 bits"));
     };
@@ -474,6 +515,7 @@ fn member(
     } else if whiteouts && base.starts_with(WHITEOUT) {
         Action::Whiteout
     } else if h.kind == b'1' {
+        super::check_path_len(&raw, &link, "hard link target")?;
         let tcomps = split_path(&link, false).map_err(|e| match e {
             LayerError::EscapesRoot { .. } | LayerError::AbsolutePath { .. } => {
                 LayerError::EscapesRoot {

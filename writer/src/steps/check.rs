@@ -57,7 +57,13 @@ pub fn run(
     );
     let facts = ingot_machine::detect(sysroot)?;
     reporter.detail("machine", &facts);
-    let raw = std::fs::read(bootstrap_path).map_err(|source| CheckError::Read {
+    // A regular file only, read to its limit and no further (`/dev/zero` or a FIFO is refused).
+    let raw = ingot_verity::input::read_bounded(
+        bootstrap_path,
+        ingot_bootstrap::MAX_INPUT_SIZE as u64,
+        ingot_verity::input::Symlinks::Follow,
+    )
+    .map_err(|source| CheckError::Read {
         path: bootstrap_path.to_path_buf(),
         source,
     })?;

@@ -78,6 +78,10 @@ impl ProvisionError {
             ProvisionError::Machine(_) => "machine-unreadable".into(),
             ProvisionError::Io { .. } => "io".into(),
             ProvisionError::Bootstrap { .. } => "bootstrap-invalid".into(),
+            // The data asks for a path the per-node layer may not carry: the data is wrong.
+            ProvisionError::Stage(ingot_bootstrap::StageError::NotAllowed { .. }) => {
+                "bootstrap-invalid".into()
+            }
             ProvisionError::Stage(_) | ProvisionError::BaseAccounts(_) => "stage-failed".into(),
             ProvisionError::Seal(_) => "seal-failed".into(),
             ProvisionError::Write(WriteError::Engine(EngineError::Deadline { .. })) => {

@@ -466,9 +466,7 @@ fn the_data_cannot_also_write_the_first_boot_script() {
 }
 
 fn refused(text: &str, want: &str) {
-    let err = stage_text(text)
-        .expect_err(want)
-        .to_string();
+    let err = stage_text(text).expect_err(want).to_string();
     assert!(err.starts_with(want), "want {want:?}, got: {err}");
     assert!(
         matches!(
@@ -521,10 +519,15 @@ fn node_layer_paths_outside_the_allow_list_are_refused() {
     }
     // Ignition: files, directories, links, and drop-ins for a unit without contents (the base's).
     let ign = |storage: &str, units: &str| {
-        format!(r#"{{"ignition":{{"version":"3.4.0"}},"storage":{{{storage}}},"systemd":{{"units":[{units}]}}}}"#)
+        format!(
+            r#"{{"ignition":{{"version":"3.4.0"}},"storage":{{{storage}}},"systemd":{{"units":[{units}]}}}}"#
+        )
     };
     refused(
-        &ign(r#""files":[{"path":"/usr/bin/kubelet","contents":{"source":"data:,x"}}]"#, ""),
+        &ign(
+            r#""files":[{"path":"/usr/bin/kubelet","contents":{"source":"data:,x"}}]"#,
+            "",
+        ),
         "storage.files: /usr/bin/kubelet: ",
     );
     refused(
@@ -532,7 +535,10 @@ fn node_layer_paths_outside_the_allow_list_are_refused() {
         "storage.directories: /usr/local: ",
     );
     refused(
-        &ign(r#""links":[{"path":"/etc/ld.so.preload","target":"/etc/x.so"}]"#, ""),
+        &ign(
+            r#""links":[{"path":"/etc/ld.so.preload","target":"/etc/x.so"}]"#,
+            "",
+        ),
         "storage.links: /etc/ld.so.preload: ",
     );
     refused(
@@ -540,7 +546,9 @@ fn node_layer_paths_outside_the_allow_list_are_refused() {
         "systemd.units \"containerd.service\" dropins: /etc/systemd/system/containerd.service.d/x.conf: ",
     );
     let own = stage_text(&ign("", r#"{"name":"mine.service","contents":"[Service]\nExecStart=/bin/true\n","dropins":[{"name":"x.conf","contents":"[Unit]\n"}]}"#)).unwrap();
-    assert!(own.get("/etc/systemd/system/mine.service.d/x.conf").is_some());
+    assert!(own
+        .get("/etc/systemd/system/mine.service.d/x.conf")
+        .is_some());
 }
 
 /// Hostile-input issue, item 6: a user whose home directory is an existing system directory
@@ -549,9 +557,16 @@ fn node_layer_paths_outside_the_allow_list_are_refused() {
 /// /home (/root for root); keys for a base user whose home is elsewhere are refused too.
 #[test]
 fn a_home_that_is_a_system_directory_is_refused() {
-    for home in ["/usr", "/", "/etc", "/home", "/root", "/var/lib/intruder", "/opt"] {
-        let text =
-            format!("#cloud-config\nusers:\n- name: intruder\n  homedir: {home}\n");
+    for home in [
+        "/usr",
+        "/",
+        "/etc",
+        "/home",
+        "/root",
+        "/var/lib/intruder",
+        "/opt",
+    ] {
+        let text = format!("#cloud-config\nusers:\n- name: intruder\n  homedir: {home}\n");
         refused(&text, &format!("users \"intruder\" homedir: {home}: "));
     }
     refused(
@@ -559,7 +574,10 @@ fn a_home_that_is_a_system_directory_is_refused() {
         "users \"daemon\" homedir: /usr/sbin: ",
     );
     // Without a home to make (no_create_home, no keys) any home is only a passwd field.
-    let s = stage_text("#cloud-config\nusers:\n- name: svc\n  homedir: /nonexistent\n  no_create_home: true\n").unwrap();
+    let s = stage_text(
+        "#cloud-config\nusers:\n- name: svc\n  homedir: /nonexistent\n  no_create_home: true\n",
+    )
+    .unwrap();
     assert!(s.get("/nonexistent").is_none());
     let s = stage_text("#cloud-config\nusers:\n- name: capi\n").unwrap();
     let home = s.get("/home/capi").expect("/home/capi");

@@ -250,17 +250,23 @@ fn places_are_v3_and_an_edited_command_line_does_not_boot() {
     );
     set_loader_options(&w, &twice);
     let console = boot(&w, "layers-twice");
-    let why =
-        format!("{FAILED}: ingot.layers appears twice on the kernel command line: refusing to guess");
+    let why = format!(
+        "{FAILED}: ingot.layers appears twice on the kernel command line: refusing to guess"
+    );
     assert!(console.contains(&why), "missing {why:?}:\n{console}");
     assert!(!console.contains("ingot: layer base"), "{console}");
     assert!(!console.contains(END), "{console}");
 
-    let upper = w.cmdline.replace(base_root.as_str(), &base_root.to_uppercase());
+    let upper = w
+        .cmdline
+        .replace(base_root.as_str(), &base_root.to_uppercase());
     assert_ne!(upper, w.cmdline);
     set_loader_options(&w, &upper);
     let console = boot(&w, "upper-case-root");
-    let why = format!("{FAILED}: layer base: root hash '{}' is not lower-case hex", base_root.to_uppercase());
+    let why = format!(
+        "{FAILED}: layer base: root hash '{}' is not lower-case hex",
+        base_root.to_uppercase()
+    );
     assert!(console.contains(&why), "missing {why:?}:\n{console}");
     assert!(!console.contains("ingot: layer base"), "{console}");
     assert!(!console.contains(END), "{console}");

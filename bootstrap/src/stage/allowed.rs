@@ -207,7 +207,10 @@ mod tests {
             ("/etc/ld.so.preload", "every program"),
             ("/etc/ld.so.conf.d/x.conf", "search path"),
             ("/etc/systemd/system.conf.d/env.conf", "DefaultEnvironment"),
-            ("/etc/systemd/system/containerd.service.d/x.conf", "containerd.service"),
+            (
+                "/etc/systemd/system/containerd.service.d/x.conf",
+                "containerd.service",
+            ),
             ("/etc/x/../../usr/bin/kubelet", "plain"),
             ("/etc//x", "plain"),
         ] {
@@ -220,7 +223,15 @@ mod tests {
     fn homes() {
         check_home("capi", 1001, "/home/capi").unwrap();
         check_home("root", 0, "/root").unwrap();
-        for h in ["/usr", "/", "/etc", "/home", "/root", "/var/lib/x", "/home/../usr"] {
+        for h in [
+            "/usr",
+            "/",
+            "/etc",
+            "/home",
+            "/root",
+            "/var/lib/x",
+            "/home/../usr",
+        ] {
             let e = check_home("capi", 1001, h).unwrap_err().to_string();
             assert!(e.contains("users \"capi\" homedir"), "{h}: {e}");
         }

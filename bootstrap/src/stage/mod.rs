@@ -267,14 +267,23 @@ fn own_units(b: &Bootstrap) -> allowed::OwnUnits {
 /// `/home` themselves only as the plain parents the tree makes (the base's modes, root's).
 fn check_tree(tree: &Tree, own_units: &allowed::OwnUnits) -> Result<(), StageError> {
     for e in tree.map.values() {
-        if ["/etc", "/root", "/home"].iter().any(|d| e.path == Path::new(d)) {
-            if e.kind == EntryKind::Dir && e.mode == tree::parent_mode(&e.path) && e.uid == 0 && e.gid == 0 {
+        if ["/etc", "/root", "/home"]
+            .iter()
+            .any(|d| e.path == Path::new(d))
+        {
+            if e.kind == EntryKind::Dir
+                && e.mode == tree::parent_mode(&e.path)
+                && e.uid == 0
+                && e.gid == 0
+            {
                 continue;
             }
             return Err(StageError::NotAllowed {
                 path: e.path.display().to_string(),
                 origin: "the staged per-node files".to_string(),
-                reason: "the per-node layer may not change this system directory's type, mode or owner".to_string(),
+                reason:
+                    "the per-node layer may not change this system directory's type, mode or owner"
+                        .to_string(),
             });
         }
         allowed::check_path(&e.path, "the staged per-node files", own_units)?;

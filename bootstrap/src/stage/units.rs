@@ -67,7 +67,11 @@ fn stage_unit(tree: &mut Tree, u: &UnitSpec, own_units: &OwnUnits) -> Result<(),
     }
     for d in &u.dropins {
         let p = sysdir.join(format!("{}.d", u.name)).join(&d.name);
-        check_path(&p, &format!("systemd.units {:?} dropins", u.name), own_units)?;
+        check_path(
+            &p,
+            &format!("systemd.units {:?} dropins", u.name),
+            own_units,
+        )?;
         tree.data_entry(
             &p,
             EntryKind::File(d.contents.clone().into_bytes()),

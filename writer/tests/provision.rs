@@ -1458,7 +1458,7 @@ fn node_layer_paths_outside_the_allow_list_are_refused_before_the_disk() {
         let before = m.m.digests().unwrap();
         assert_eq!(before.len(), 2, "two disks: {before:?}");
         let file = m.dir.path().join("bootstrap.data");
-        fs::write(&file, &data).unwrap();
+        fs::write(&file, data).unwrap();
         let devices = "0x5002538e40a1b2c3 0x5002538e40a1b2c4";
         let run = caph(&p, &m, &file, "node-1", devices, &[]);
         assert_eq!(run.out.status.code(), Some(1), "{why}: {}", run.show());

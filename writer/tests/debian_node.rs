@@ -207,7 +207,7 @@ for f in admin.conf pki/ca.crt manifests/ingot-test.yaml; do
 done
 say "hostname $(hostname)"
 say "machine-id $(cat /etc/machine-id)"
-ssh-keyscan -t ed25519,rsa 127.0.0.1 2>/dev/null | ssh-keygen -lf - | while read -r bits fp rest; do say "sshd-key $fp"; done
+ssh-keyscan -T 120 -t ed25519,rsa 127.0.0.1 2>/dev/null | ssh-keygen -lf - | while read -r bits fp rest; do say "sshd-key $fp"; done
 say "analyze $(systemd-analyze time | head -1)"
 say "done"
 systemctl poweroff --no-block

@@ -22,8 +22,13 @@ fn main() {
             let head = git(&["rev-parse", "--short=12", "HEAD"])?;
             // Uncommitted changes to tracked files make it a different build.
             // `--no-optional-locks`: no index refresh written back, which would rerun this script.
-            let dirty = git(&["--no-optional-locks", "status", "--porcelain", "--untracked-files=no"])
-                .is_some();
+            let dirty = git(&[
+                "--no-optional-locks",
+                "status",
+                "--porcelain",
+                "--untracked-files=no",
+            ])
+            .is_some();
             Some(if dirty { format!("{head}-dirty") } else { head })
         })
         .unwrap_or_else(|| "unknown".to_owned());

@@ -391,10 +391,15 @@ fn paths_under_kernel_mounts_are_refused() {
         err.contains("/sys/fs/x") && err.contains("under /sys"),
         "{err}"
     );
-    // A path merely starting with the same letters is fine.
-    let ok =
-        stage_text("#cloud-config\nwrite_files:\n- path: /devices.txt\n  content: x\n").unwrap();
-    assert!(ok.get("/devices.txt").is_some());
+    // A path merely starting with the same letters is not under /dev. (Boot contract v3 changed
+    // this check: it was staged; now the per-node layer's allow-list refuses it, for that reason.)
+    let err = stage_text("#cloud-config\nwrite_files:\n- path: /devices.txt\n  content: x\n")
+        .expect_err("/devices.txt")
+        .to_string();
+    assert!(
+        !err.contains("under /dev") && err.contains("only carry paths under /etc, /root and /home"),
+        "{err}"
+    );
 }
 
 /// Issue 15, item 9: in a jinja template, the host name variables in a write_files path are
@@ -458,4 +463,123 @@ fn the_data_cannot_also_write_the_first_boot_script() {
         let s = stage_text(&text).unwrap();
         assert_eq!(file(&s, path).1, "mine");
     }
+}
+
+fn refused(text: &str, want: &str) {
+    let err = stage_text(text).expect_err(want).to_string();
+    assert!(err.starts_with(want), "want {want:?}, got: {err}");
+    assert!(
+        matches!(
+            stage_text(text),
+            Err(ingot_bootstrap::StageError::NotAllowed { .. })
+        ),
+        "{err}"
+    );
+}
+
+/// Boot contract v3: the per-node layer, highest in `/` and sealed for the machine's life, may
+/// only carry what a node's identity and bootstrap need: paths under /etc, /root and /home
+/// (/run and /tmp staged under /etc/ingot). Anything else, and the loader's and systemd's
+/// manager configuration, and a drop-in for a unit of the release, is refused naming the path
+/// and where in the data it came from.
+#[test]
+fn node_layer_paths_outside_the_allow_list_are_refused() {
+    for path in [
+        "/usr/bin/kubelet",
+        "/usr/local/bin/x",
+        "/opt/cni/bin/bridge",
+        "/var/lib/kubelet/config.yaml",
+        "/srv/x",
+        "/boot/vmlinuz",
+        "/x",
+        "/etc",
+        "/etc/ld.so.preload",
+        "/etc/ld.so.conf",
+        "/etc/ld.so.conf.d/evil.conf",
+        "/etc/systemd/system.conf.d/env.conf",
+        "/etc/systemd/system-generators/x",
+        "/etc/systemd/system/containerd.service.d/override.conf",
+        "/etc/systemd/system/multi-user.target.d/x.conf",
+    ] {
+        let text = format!("#cloud-config\nwrite_files:\n- path: {path}\n  content: x\n");
+        refused(&text, &format!("write_files: {path}: "));
+    }
+    // The data's own unit may have its own drop-in; the allowed places stage as before.
+    let ok = stage_text(
+        "#cloud-config\nwrite_files:\n- path: /etc/systemd/system/mine.service\n  content: |\n    [Service]\n    ExecStart=/bin/true\n- path: /etc/systemd/system/mine.service.d/10.conf\n  content: x\n- path: /root/.kube/config\n  content: x\n- path: /home/capi/x\n  content: x\n- path: /run/kubeadm/k.yaml\n  content: x\n",
+    )
+    .unwrap();
+    for p in [
+        "/etc/systemd/system/mine.service.d/10.conf",
+        "/root/.kube/config",
+        "/home/capi/x",
+        "/etc/ingot/run/kubeadm/k.yaml",
+    ] {
+        assert!(ok.get(p).is_some(), "{p}");
+    }
+    // Ignition: files, directories, links, and drop-ins for a unit without contents (the base's).
+    let ign = |storage: &str, units: &str| {
+        format!(
+            r#"{{"ignition":{{"version":"3.4.0"}},"storage":{{{storage}}},"systemd":{{"units":[{units}]}}}}"#
+        )
+    };
+    refused(
+        &ign(
+            r#""files":[{"path":"/usr/bin/kubelet","contents":{"source":"data:,x"}}]"#,
+            "",
+        ),
+        "storage.files: /usr/bin/kubelet: ",
+    );
+    refused(
+        &ign(r#""directories":[{"path":"/usr/local","mode":511}]"#, ""),
+        "storage.directories: /usr/local: ",
+    );
+    refused(
+        &ign(
+            r#""links":[{"path":"/etc/ld.so.preload","target":"/etc/x.so"}]"#,
+            "",
+        ),
+        "storage.links: /etc/ld.so.preload: ",
+    );
+    refused(
+        &ign("", r#"{"name":"containerd.service","dropins":[{"name":"x.conf","contents":"[Service]\nExecStart=\nExecStart=/etc/evil\n"}]}"#),
+        "systemd.units \"containerd.service\" dropins: /etc/systemd/system/containerd.service.d/x.conf: ",
+    );
+    let own = stage_text(&ign("", r#"{"name":"mine.service","contents":"[Service]\nExecStart=/bin/true\n","dropins":[{"name":"x.conf","contents":"[Unit]\n"}]}"#)).unwrap();
+    assert!(own
+        .get("/etc/systemd/system/mine.service.d/x.conf")
+        .is_some());
+}
+
+/// Hostile-input issue, item 6: a user whose home directory is an existing system directory
+/// would make it the user's (mode 0700, the user's uid) in the sealed node layer, hiding the
+/// base's own metadata of `/usr`, `/` or `/etc`. Homes the stage makes must be strictly below
+/// /home (/root for root); keys for a base user whose home is elsewhere are refused too.
+#[test]
+fn a_home_that_is_a_system_directory_is_refused() {
+    for home in [
+        "/usr",
+        "/",
+        "/etc",
+        "/home",
+        "/root",
+        "/var/lib/intruder",
+        "/opt",
+    ] {
+        let text = format!("#cloud-config\nusers:\n- name: intruder\n  homedir: {home}\n");
+        refused(&text, &format!("users \"intruder\" homedir: {home}: "));
+    }
+    refused(
+        "#cloud-config\nusers:\n- name: daemon\n  ssh_authorized_keys:\n  - ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKx3VdZ2n2Zl0QpG1mW8b4YyNw9qL3c7T5s0dR6eF8hJ x\n",
+        "users \"daemon\" homedir: /usr/sbin: ",
+    );
+    // Without a home to make (no_create_home, no keys) any home is only a passwd field.
+    let s = stage_text(
+        "#cloud-config\nusers:\n- name: svc\n  homedir: /nonexistent\n  no_create_home: true\n",
+    )
+    .unwrap();
+    assert!(s.get("/nonexistent").is_none());
+    let s = stage_text("#cloud-config\nusers:\n- name: capi\n").unwrap();
+    let home = s.get("/home/capi").expect("/home/capi");
+    assert_eq!(home.mode, 0o700);
 }

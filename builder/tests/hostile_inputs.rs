@@ -14,8 +14,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::ingot_measured;
-use ingot_testkit::measure::Run;
 use common::{build, demo_manifest, keypair};
+use ingot_testkit::measure::Run;
 
 /// Peak RSS a refused input may cost: the process itself, a few buffers.
 const RSS_LIMIT_KIB: i64 = 96 << 10;

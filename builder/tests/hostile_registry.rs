@@ -114,7 +114,10 @@ impl Server {
 
 fn serve(conn: &mut Conn, root: &Path, mode: Mode, hold: &Hold) -> std::io::Result<()> {
     conn.out.set_write_timeout(Some(Duration::from_secs(30)))?;
-    let (method, path) = (conn.request.method().to_owned(), conn.request.path().to_owned());
+    let (method, path) = (
+        conn.request.method().to_owned(),
+        conn.request.path().to_owned(),
+    );
     let method = method.as_str();
     let range_start = conn.request.range_start().unwrap_or(0);
     let body_of_head = method == "HEAD";

@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use ingot_testkit::measure::{measured_with, Run};
 use common::{build, demo_manifest, keypair, repo};
+use ingot_testkit::measure::{measured_with, Run};
 use rand::RngCore;
 
 const DEADLINE: Duration = Duration::from_secs(120);

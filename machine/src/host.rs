@@ -135,16 +135,27 @@ mod tests {
         std::fs::write(root.join("smartctl/sda.json"), "{}").unwrap();
         std::fs::create_dir_all(root.join("sys/block/md127/slaves")).unwrap();
         let host = Fixture::new(root);
-        let out = host.run("smartctl", &["--json=c", "-H", "-i", "/dev/sda"]).unwrap();
+        let out = host
+            .run("smartctl", &["--json=c", "-H", "-i", "/dev/sda"])
+            .unwrap();
         assert!(out.status.success());
         assert_eq!(out.stdout, b"{}");
-        assert!(host.run("smartctl", &["-H", "/dev/sdb"]).is_err(), "no fixture file");
+        assert!(
+            host.run("smartctl", &["-H", "/dev/sdb"]).is_err(),
+            "no fixture file"
+        );
         host.run("mdadm", &["--stop", "/dev/md127"]).unwrap();
-        assert!(!root.join("sys/block/md127").exists(), "the array left sysfs");
+        assert!(
+            !root.join("sys/block/md127").exists(),
+            "the array left sysfs"
+        );
         std::fs::create_dir_all(root.join("host/fail")).unwrap();
         std::fs::write(root.join("host/fail/wipefs"), "wipefs: busy").unwrap();
         let out = host.run("wipefs", &["--all", "/dev/sda1"]).unwrap();
-        assert_eq!((out.status.code(), &out.stderr[..]), (Some(1), &b"wipefs: busy"[..]));
+        assert_eq!(
+            (out.status.code(), &out.stderr[..]),
+            (Some(1), &b"wipefs: busy"[..])
+        );
         let ran = std::fs::read_to_string(root.join("host/ran")).unwrap();
         assert_eq!(
             ran.lines().collect::<Vec<_>>(),

@@ -245,12 +245,12 @@ pub fn run(
 pub fn run_step(host: &dyn Host, step: &Step) -> Result<(), GateFailure> {
     let args: Vec<&str> = step.args.iter().map(String::as_str).collect();
     let out = host.run(&step.program, &args).map_err(|e| {
-            refuse(
-                Reason::TeardownFailed,
-                None,
-                format!("{}: {e}", step.command_line()),
-            )
-        })?;
+        refuse(
+            Reason::TeardownFailed,
+            None,
+            format!("{}: {e}", step.command_line()),
+        )
+    })?;
     if !out.status.success() {
         return Err(refuse(
             Reason::TeardownFailed,

@@ -100,7 +100,10 @@ pub fn fast_tier() -> bool {
 pub fn have_root(test: &str) -> bool {
     if fast_tier() {
         use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "SKIP {test}: needs root; not in the quick tier");
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIP {test}: needs root; not in the quick tier"
+        );
         return false;
     }
     if is_root() {

@@ -24,8 +24,9 @@ pub enum WriteError {
     Resolve(VerifyError),
     #[error(transparent)]
     Verify(#[from] VerifyStepError),
+    /// Boxed: the plan's boot checks carry a whole layer-read error.
     #[error(transparent)]
-    Plan(#[from] PlanError),
+    Plan(Box<PlanError>),
     #[error(transparent)]
     Wipe(TableError),
     #[error(transparent)]
@@ -72,6 +73,10 @@ impl ProvisionError {
             ProvisionError::Check(CheckError::Read { .. }) => "io".into(),
             ProvisionError::Check(CheckError::Bootstrap { .. }) => "bootstrap-invalid".into(),
             ProvisionError::Gate(g) => g.reason.as_str().to_string(),
+            // The data asks for a path the per-node layer may not carry: the data is wrong.
+            ProvisionError::Stage(StageStepError::Stage(
+                ingot_bootstrap::StageError::NotAllowed { .. },
+            )) => "bootstrap-invalid".into(),
             ProvisionError::Stage(_) => "stage-failed".into(),
             ProvisionError::Seal(_) => "seal-failed".into(),
             ProvisionError::Write(w) => w.reason().into(),
@@ -98,7 +103,11 @@ impl WriteError {
                 "download-failed"
             }
             // Found before any disk changed: the stack (or a --kernel-arg) cannot boot here.
-            WriteError::Plan(PlanError::Boot { .. } | PlanError::BootFile { .. }) => "cannot-boot",
+            WriteError::Plan(p)
+                if matches!(**p, PlanError::Boot { .. } | PlanError::BootFile { .. }) =>
+            {
+                "cannot-boot"
+            }
             _ => "write-failed",
         }
     }
@@ -106,13 +115,22 @@ impl WriteError {
     /// The stop (deadline or signal) behind this error, from whichever step noticed it.
     fn stopped(&self) -> Option<&Stopped> {
         match self {
+            WriteError::Plan(p) => match &**p {
+                PlanError::Stopped(s) => Some(s),
+                _ => None,
+            },
             WriteError::Stopped(s)
-            | WriteError::Plan(PlanError::Stopped(s))
             | WriteError::Esp(EspError::Stopped(s))
             | WriteError::Write(WriteStepError::Engine(EngineError::Stopped(s)))
             | WriteError::Esp(EspError::Engine(EngineError::Stopped(s))) => Some(s),
             _ => None,
         }
+    }
+}
+
+impl From<PlanError> for WriteError {
+    fn from(e: PlanError) -> Self {
+        WriteError::Plan(Box::new(e))
     }
 }
 
@@ -166,7 +184,7 @@ mod tests {
         assert_eq!(engine(EngineError::Stopped(deadline())), "deadline");
         let stops = [
             WriteError::Stopped(deadline()),
-            WriteError::Plan(PlanError::Stopped(deadline())),
+            WriteError::from(PlanError::Stopped(deadline())),
             WriteError::Esp(EspError::Stopped(deadline())),
         ];
         for e in stops {

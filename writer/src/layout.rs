@@ -254,7 +254,6 @@ impl DiskPlan {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

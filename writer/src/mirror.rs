@@ -11,7 +11,6 @@
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-
 /// Where each member's superblock sits in its `var` partition (metadata 1.2).
 pub const SUPERBLOCK_OFFSET: u64 = 4096;
 /// How much of each `var` partition is zeroed before the superblock is written: the superblock

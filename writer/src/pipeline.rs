@@ -29,8 +29,8 @@ use crate::request::{
     Outcome, Planned, ProvisionRequest, Provisioned, WriteRequest, WriteSettings,
 };
 use crate::stack::OpenedStack;
-use crate::steps::write::CopyFrom;
 use crate::steps;
+use crate::steps::write::CopyFrom;
 use crate::target::Target;
 
 /// A failed run: its error, and what it left on the disks.
@@ -75,7 +75,10 @@ fn clear_tables<'a>(disks: impl IntoIterator<Item = &'a Path>) -> bool {
         let cleared = match Target::open(disk) {
             Ok(t) => steps::wipe::after_failure(&t),
             Err(e) => {
-                tracing::error!("{}: cannot open it to clear its partition tables: {e}", disk.display());
+                tracing::error!(
+                    "{}: cannot open it to clear its partition tables: {e}",
+                    disk.display()
+                );
                 false
             }
         };
@@ -154,7 +157,13 @@ pub fn provision(
         .check_stop("checking the machine and the stack")
         .map_err(Failed::untouched)?;
     // From here on the disks change, the teardown first.
-    if let Err(e) = steps::teardown::run(req.host.as_ref(), &p.sysroot, &p.targets, &p.teardown, reporter) {
+    if let Err(e) = steps::teardown::run(
+        req.host.as_ref(),
+        &p.sysroot,
+        &p.targets,
+        &p.teardown,
+        reporter,
+    ) {
         let cleared = clear_tables(p.targets.iter().map(|d| d.node.as_path()));
         return Err(Failed::changed(e, cleared));
     }

@@ -15,11 +15,11 @@ use ingot_machine::host::{Fixture, Host, Live};
 use crate::caph::{self, Reboot, OUTPUT_JSON};
 use crate::cli::Cli;
 use crate::config::{self, Settings};
+use crate::engine::WriteOptions;
 use crate::pipeline;
 use crate::report::{DiskState, Reporter, Stage};
 use crate::request::{ProvisionRequest, WriteRequest, WriteSettings};
 use crate::steps;
-use crate::engine::WriteOptions;
 
 /// The public key compiled in at build time (INGOT_TRUST_KEY_BUILTIN: a minisign .pub's text).
 const BUILTIN_KEY: Option<&str> = option_env!("INGOT_TRUST_KEY_BUILTIN");

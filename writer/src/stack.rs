@@ -218,4 +218,3 @@ pub fn map_blob(path: &Path) -> Result<memmap2::Mmap, StackError> {
         source,
     })
 }
-

@@ -163,3 +163,116 @@ fn written_disks_boot_verified_and_tampering_stops_them() {
         });
     });
 }
+
+/// Rewrites the `options` line of the disk's ESP loader entry (mtools, as an attacker with the
+/// ESP would): the ESP is not covered by dm-verity, the initramfs is what refuses a bad line.
+fn set_loader_options(w: &Written, options: &str) {
+    let (esp, _) = w.part("ESP");
+    let at = format!("{}@@{esp}", w.image.display());
+    let out = run_ok(
+        Command::new("mtype")
+            .args(["-i", &at])
+            .arg("::/loader/entries/ingot.conf"),
+    );
+    let entry = String::from_utf8(out.stdout).unwrap();
+    let edited: String = entry
+        .lines()
+        .map(|l| {
+            if l.starts_with("options ") {
+                format!("options {options}\n")
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    assert_ne!(edited, entry, "no options line:\n{entry}");
+    let file = w.dir.path().join("ingot.conf");
+    fs::write(&file, edited).unwrap();
+    run_ok(
+        Command::new("mcopy")
+            .args(["-o", "-i", &at])
+            .arg(&file)
+            .arg("::/loader/entries/ingot.conf"),
+    );
+}
+
+/// Boot contract v3 on the fixture stack (it boots through the same `scripts/ingot`): var, /etc
+/// and /opt/cni/bin are mounted nosuid,nodev, /opt is read-only; then the ESP's loader entry is
+/// edited, once to carry a second `ingot.layers=` (an attacker's own layer list after the real
+/// one, which version 2 took), once with the base's root hash in upper case: neither boots, and
+/// the console says why before any layer is opened.
+#[test]
+fn places_are_v3_and_an_edited_command_line_does_not_boot() {
+    if !usable("places_are_v3_and_an_edited_command_line_does_not_boot") {
+        return;
+    }
+    let p = publish(TOKEN);
+    let w = write_machine(
+        &p,
+        TOKEN,
+        "cpu-worker",
+        "sda",
+        "0x5002538e40a1b2c3",
+        "cloud-config-worker-join.yaml",
+        "worker-7",
+    );
+    let console = boot(&w, "v3");
+    assert_good_boot(&p, &w, &console, "worker-7", &["base"], &["control-plane"]);
+    for line in [
+        "ingot-node: /opt is read-only\n",
+        "ingot-node: /opt/cni/bin is writable\n",
+        "ingot-node: /etc/kubernetes is writable\n",
+    ] {
+        assert!(console.contains(line), "missing {line:?}:\n{console}");
+    }
+    for (at, fs_type) in [
+        ("/var", "ext4"),
+        ("/etc", "overlay"),
+        ("/etc/kubernetes", "ext4"),
+        ("/opt/cni/bin", "overlay"),
+    ] {
+        let prefix = format!("ingot-node: mount {at} {fs_type} ");
+        let opts = console
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {prefix:?}:\n{console}"));
+        let opts: Vec<&str> = opts.split(',').collect();
+        for want in ["rw", "nosuid", "nodev"] {
+            assert!(opts.contains(&want), "{at}: {opts:?} lacks {want}");
+        }
+    }
+
+    let base_root = &w.layers[0].1;
+    let twice = format!(
+        "{} ingot.layers=base:{}",
+        w.cmdline,
+        "0".repeat(base_root.len())
+    );
+    set_loader_options(&w, &twice);
+    let console = boot(&w, "layers-twice");
+    let why = format!(
+        "{FAILED}: ingot.layers appears twice on the kernel command line: refusing to guess"
+    );
+    assert!(console.contains(&why), "missing {why:?}:\n{console}");
+    assert!(!console.contains("ingot: layer base"), "{console}");
+    assert!(!console.contains(END), "{console}");
+
+    let upper = w
+        .cmdline
+        .replace(base_root.as_str(), &base_root.to_uppercase());
+    assert_ne!(upper, w.cmdline);
+    set_loader_options(&w, &upper);
+    let console = boot(&w, "upper-case-root");
+    let why = format!(
+        "{FAILED}: layer base: root hash '{}' is not lower-case hex",
+        base_root.to_uppercase()
+    );
+    assert!(console.contains(&why), "missing {why:?}:\n{console}");
+    assert!(!console.contains("ingot: layer base"), "{console}");
+    assert!(!console.contains(END), "{console}");
+
+    // The line as the writer wrote it boots again.
+    set_loader_options(&w, &w.cmdline);
+    let console = boot(&w, "restored");
+    assert!(console.contains(&format!("{END}\n")), "{console}");
+}

@@ -7,9 +7,18 @@
 //! and no network device at all. The test's own bootstrap data installs a check unit whose
 //! `INGOT-CHECK` lines on the serial console say what the node saw: systemd's state and failed
 //! units, the kubeadm runs, containerd's images and a container run from the preload, which
-//! places are writable, the node's identity, the boot time. Each disk boots twice (the first
-//! boot's work is not repeated, its writes to /etc and /var persist); then one byte of
-//! /usr/bin/containerd in the worker's base partition is flipped and the node must not come up.
+//! places are writable, the node's identity, the boot time. Each disk boots twice. Boot contract
+//! version 3: on first boot the data's own commands, as root, write `/etc/ingot-probe`, install
+//! and enable a unit of their own under /etc/systemd/system, and drop files into /opt/cni/bin and
+//! /etc/kubernetes; the second boot must show the first two gone (and the unit not run), the
+//! CNI directory empty of the drop, /etc/kubernetes and kubeadm's state kept, /var's writes kept
+//! and the first boot's work not repeated. Then one byte of /usr/bin/containerd in the worker's
+//! base partition is flipped and the node must not come up.
+//!
+//! The check unit itself is the harness: sealed in the node layer like any data file, and pulled
+//! into every boot by `systemd.wants=ingot-check.service` on the kernel command line (the
+//! writer's `--kernel-arg`), since an enable link written at run time does not survive a reboot
+//! any more (that is the point) and cloud-config cannot seal a symlink.
 //!
 //! Needs root, mmdebstrap (and Debian's archive), qemu-system-x86_64, OVMF, docker-registry,
 //! busybox-static, debugfs and ssh-keygen; skipped with a message without root, qemu or
@@ -140,8 +149,13 @@ done
 kind=$(sed -n 's/^kind: *//p' "$cfg" | head -1)
 name=$(sed -n 's/^ *name: *//p' "$cfg" | head -1)
 sum=$(sha256sum "$cfg" | cut -d' ' -f1)
-mkdir -p /var/lib/ingot-test
+mkdir -p /var/lib/ingot-test /etc/kubernetes/pki /etc/kubernetes/manifests
 echo "args=$* kind=$kind name=$name sha256=$sum" >>/var/lib/ingot-test/kubeadm.log
+# kubeadm's own state, as the real one leaves it: kubeconfig, PKI, static pod manifests.
+boot=$(cat /proc/sys/kernel/random/boot_id)
+echo "stand-in kubeconfig $boot" >/etc/kubernetes/admin.conf
+echo "stand-in ca $boot" >/etc/kubernetes/pki/ca.crt
+echo "stand-in manifest $boot" >/etc/kubernetes/manifests/ingot-test.yaml
 "#;
 
 /// What the check unit runs: waits for the boot to finish, prints what the node sees as
@@ -172,18 +186,29 @@ fi
 for d in /etc/kubernetes /etc/cni/net.d /opt/cni/bin /var/lib/kubelet; do
   if mkdir -p "$d" && echo written >"$d/ingot-write-test"; then say "write $d ok"; else say "write $d failed"; fi
 done
-for d in /usr /usr/bin /sbin /lib; do
+for d in /usr /usr/bin /sbin /lib /opt; do
   err=$(sh -c "echo x >$d/ingot-write-test" 2>&1) && say "write $d ok" || say "write $d refused: $err"
+done
+for m in /var /etc /etc/kubernetes /opt/cni/bin; do
+  say "mount $m $(awk -v m=$m '$5==m {o=$6} END {print o}' /proc/self/mountinfo)"
+done
+for f in /etc/ingot-probe /etc/systemd/system/ingot-probe.service /opt/cni/bin/ingot-probe /etc/kubernetes/ingot-probe; do
+  if [ -e "$f" ]; then say "probe $f present $(cat "$f" | head -1)"; else say "probe $f absent"; fi
+done
+say "probe-enabled $(systemctl is-enabled ingot-probe.service 2>&1)"
+[ -f /var/lib/ingot-test/probe-ran ] && while read -r l; do say "probe-ran $l"; done </var/lib/ingot-test/probe-ran
+for f in admin.conf pki/ca.crt manifests/ingot-test.yaml; do
+  say "kube-state $f $(cat /etc/kubernetes/$f 2>&1)"
 done
 say "hostname $(hostname)"
 say "machine-id $(cat /etc/machine-id)"
-ssh-keyscan -t ed25519,rsa 127.0.0.1 2>/dev/null | ssh-keygen -lf - | while read -r bits fp rest; do say "sshd-key $fp"; done
+ssh-keyscan -T 120 -t ed25519,rsa 127.0.0.1 2>/dev/null | ssh-keygen -lf - | while read -r bits fp rest; do say "sshd-key $fp"; done
 say "analyze $(systemd-analyze time | head -1)"
 say "done"
 systemctl poweroff --no-block
 "#;
 
-const CHECK_UNIT: &str = "[Unit]\nDescription=ingot test: what the node sees\n\n[Service]\nType=simple\nExecStart=/usr/local/sbin/ingot-check\nStandardOutput=journal+console\nStandardError=journal+console\n\n[Install]\nWantedBy=multi-user.target\n";
+const CHECK_UNIT: &str = "[Unit]\nDescription=ingot test: what the node sees\nAfter=ingot-preload.service ingot-bootstrap.service kubelet.service\n\n[Service]\nType=simple\nExecStart=/etc/ingot-test/check\nStandardOutput=journal+console\nStandardError=journal+console\n\n[Install]\nWantedBy=multi-user.target\n";
 
 /// The kubeadm config a role's bootstrap data stages (jinja: the node name is the hostname).
 fn kubeadm_config(control_plane: bool) -> String {
@@ -198,8 +223,21 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("      {l}\n")).collect()
 }
 
-/// CABPK-shaped cloud-config: the kubeadm config under /run/kubeadm, the check unit and script,
-/// and runcmd running kubeadm, then enabling and starting the check unit.
+/// The first boot's writes outside the named state, as root from runcmd: a file in /etc, a unit of
+/// its own (enabled and run once now, it logs the boot it ran in), a CNI plugin, a file in
+/// /etc/kubernetes. Contract version 3: only the last survives a reboot.
+const PROBES: &[&str] = &[
+    "echo probe >/etc/ingot-probe",
+    "printf '[Unit]\\nDescription=ingot test: a unit written at run time\\n[Service]\\nType=oneshot\\nExecStart=/bin/sh -c \"cat /proc/sys/kernel/random/boot_id >>/var/lib/ingot-test/probe-ran\"\\n[Install]\\nWantedBy=multi-user.target\\n' >/etc/systemd/system/ingot-probe.service",
+    "systemctl daemon-reload",
+    "systemctl enable --now ingot-probe.service",
+    "echo plugin >/opt/cni/bin/ingot-probe",
+    "echo kube >/etc/kubernetes/ingot-probe",
+];
+
+/// CABPK-shaped cloud-config: the kubeadm config under /run/kubeadm, the check unit and script
+/// (under /etc: the node layer may carry nothing under /usr), and runcmd running kubeadm, then
+/// the [`PROBES`].
 fn bootstrap_data(control_plane: bool) -> String {
     let (config, cmd) = if control_plane {
         (
@@ -213,8 +251,12 @@ fn bootstrap_data(control_plane: bool) -> String {
         )
     };
     let script = CHECK_SCRIPT.replace("IMAGE_REF", IMAGE_REF);
+    let probes: String = PROBES
+        .iter()
+        .map(|p| format!("- {}\n", serde_json::to_string(p).unwrap()))
+        .collect();
     format!(
-        "## template: jinja\n#cloud-config\nwrite_files:\n-   path: {config}\n    owner: root:root\n    permissions: '0640'\n    content: |\n{}-   path: /usr/local/sbin/ingot-check\n    permissions: '0755'\n    content: |\n{}-   path: /etc/systemd/system/ingot-check.service\n    permissions: '0644'\n    content: |\n{}runcmd:\n- {cmd}\n- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n- systemctl enable ingot-check.service\n- systemctl start --no-block ingot-check.service\n",
+        "## template: jinja\n#cloud-config\nwrite_files:\n-   path: {config}\n    owner: root:root\n    permissions: '0640'\n    content: |\n{}-   path: /etc/ingot-test/check\n    permissions: '0755'\n    content: |\n{}-   path: /etc/systemd/system/ingot-check.service\n    permissions: '0644'\n    content: |\n{}runcmd:\n- {cmd}\n- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n{probes}",
         indent(&kubeadm_config(control_plane)),
         indent(&script),
         indent(CHECK_UNIT),
@@ -340,7 +382,7 @@ fn write_machine(p: &Published, fixture: &str, devices: &str, name: &str, cp: bo
         .unwrap_or_else(|e| panic!("materializing {fixture}: {e}"));
     let data = dir.path().join("bootstrap.data");
     fs::write(&data, bootstrap_data(cp)).unwrap();
-    let cmd = common::caph_command(
+    let mut cmd = common::caph_command(
         &p.registry.url,
         TOKEN,
         &data,
@@ -351,6 +393,8 @@ fn write_machine(p: &Published, fixture: &str, devices: &str, name: &str, cp: bo
         &dir.path().join("events.jsonl"),
         &p.stack.public,
     );
+    // The harness's check unit runs at every boot (module docs).
+    cmd.args(["--kernel-arg", "systemd.wants=ingot-check.service"]);
     common::caph_write_for_boot(cmd, fixture);
     let image = m.images["sda"].clone();
     let parts = partitions(&image);
@@ -450,7 +494,7 @@ fn assert_node_up(w: &Written, console: &str, c: &BTreeMap<String, Vec<String>>)
             c["write"]
         );
     }
-    for d in ["/usr", "/usr/bin", "/sbin", "/lib"] {
+    for d in ["/usr", "/usr/bin", "/sbin", "/lib", "/opt"] {
         let refused = c["write"]
             .iter()
             .find(|l| l.starts_with(&format!("{d} ")))
@@ -460,6 +504,18 @@ fn assert_node_up(w: &Written, console: &str, c: &BTreeMap<String, Vec<String>>)
                 && refused.contains("Read-only file system"),
             "{refused}"
         );
+    }
+    // Contract v3: var (and the state bound from it) nosuid,nodev; /etc and the CNI plugins
+    // directory too (nothing there is a setuid program or a device).
+    for m in ["/var", "/etc", "/etc/kubernetes", "/opt/cni/bin"] {
+        let opts = c["mount"]
+            .iter()
+            .find_map(|l| l.strip_prefix(&format!("{m} ")))
+            .unwrap_or_else(|| panic!("no mount {m}: {:?}", c["mount"]));
+        let opts: Vec<&str> = opts.split(',').collect();
+        for want in ["rw", "nosuid", "nodev"] {
+            assert!(opts.contains(&want), "{m} mounted {opts:?}, not {want}");
+        }
     }
     assert_eq!(one(c, "hostname", console), w.hostname);
     let (machine_id, fps) = sealed_identity(w);
@@ -522,6 +578,34 @@ fn assert_first_boot(p: &Published, w: &Written, console: &str, cp: bool) -> Str
     let boot_id = one(&c, "boot-id", console).to_string();
     assert_eq!(one(&c, "persist-etc", console), boot_id);
     assert_eq!(one(&c, "persist-var", console), boot_id);
+    // The first boot's own writes, as root, all landed (so their absence later means something).
+    for (f, content) in [
+        ("/etc/ingot-probe", "probe"),
+        ("/etc/systemd/system/ingot-probe.service", "[Unit]"),
+        ("/opt/cni/bin/ingot-probe", "plugin"),
+        ("/etc/kubernetes/ingot-probe", "kube"),
+    ] {
+        assert!(
+            c["probe"].contains(&format!("{f} present {content}")),
+            "{f}: {:?}",
+            c["probe"]
+        );
+    }
+    assert_eq!(one(&c, "probe-enabled", console), "enabled");
+    assert_eq!(
+        c["probe-ran"],
+        std::slice::from_ref(&boot_id),
+        "the probe unit ran once"
+    );
+    for f in ["admin.conf", "pki/ca.crt", "manifests/ingot-test.yaml"] {
+        assert!(
+            c["kube-state"]
+                .iter()
+                .any(|l| l.starts_with(&format!("{f} stand-in ")) && l.ends_with(&boot_id)),
+            "kubeadm wrote {f}: {:?}",
+            c["kube-state"]
+        );
+    }
     boot_id
 }
 
@@ -546,12 +630,49 @@ fn assert_second_boot(w: &Written, console: &str, first_boot: &str, cp: bool) {
         c["condition"]
     );
     assert!(!console.contains("ingot-preload: imported"), "{console}");
-    assert_ne!(one(&c, "boot-id", console), first_boot);
+    let boot_id = one(&c, "boot-id", console);
+    assert_ne!(boot_id, first_boot);
+    // Contract v3 (this check said "kept" under v2): /etc's changes vanish at reboot, so the
+    // check script's first-boot marker in /etc is gone and made anew.
     assert_eq!(
         one(&c, "persist-etc", console),
-        first_boot,
-        "/etc kept its change"
+        boot_id,
+        "/etc dropped the first boot's change"
     );
+    for f in [
+        "/etc/ingot-probe",
+        "/etc/systemd/system/ingot-probe.service",
+        "/opt/cni/bin/ingot-probe",
+    ] {
+        assert!(
+            c["probe"].contains(&format!("{f} absent")),
+            "{f} survived the reboot: {:?}",
+            c["probe"]
+        );
+    }
+    assert!(
+        one(&c, "probe-enabled", console).contains("No such file"),
+        "{console}"
+    );
+    assert_eq!(
+        c["probe-ran"],
+        [first_boot.to_string()],
+        "the unit written at run time did not run again"
+    );
+    assert!(
+        c["probe"].contains(&"/etc/kubernetes/ingot-probe present kube".to_string()),
+        "/etc/kubernetes is named state: {:?}",
+        c["probe"]
+    );
+    for f in ["admin.conf", "pki/ca.crt", "manifests/ingot-test.yaml"] {
+        assert!(
+            c["kube-state"]
+                .iter()
+                .any(|l| l.starts_with(&format!("{f} stand-in ")) && l.ends_with(first_boot)),
+            "kubeadm's {f} survived: {:?}",
+            c["kube-state"]
+        );
+    }
     assert_eq!(
         one(&c, "persist-var", console),
         first_boot,

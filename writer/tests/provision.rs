@@ -1559,3 +1559,58 @@ fn targets_and_stacks_past_a_limit_fail_before_any_disk_changes() {
         assert_eq!(m.m.digests().unwrap(), before, "{what}: a disk changed");
     }
 }
+
+/// Boot contract v3's allow-list for the per-node layer: CAPH-shaped data (the worker-join
+/// fixture) with one hostile addition each, a `write_files` entry at /usr/bin/kubelet (it would
+/// shadow the release's kubelet for the machine's life) and a user whose home is /usr or / (the
+/// sealed layer would make that directory the user's, mode 0700), is refused in the stage step:
+/// `FAILED (bootstrap-invalid)` naming the path and where in the data it came from, and both
+/// disks of the two-disk machine are byte for byte as before.
+#[test]
+fn node_layer_paths_outside_the_allow_list_are_refused_before_the_disk() {
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    let good = fs::read_to_string(bootstrap_fixture("cloud-config-worker-join.yaml")).unwrap();
+    assert!(good.contains("\nwrite_files:\n"), "{good}");
+    let kubelet = good.replacen(
+        "\nwrite_files:\n",
+        "\nwrite_files:\n-   path: /usr/bin/kubelet\n    permissions: '0755'\n    content: |\n      #!/bin/sh\n      echo not the release's kubelet\n",
+        1,
+    );
+    assert!(good.contains("\nusers:\n  - name: capi\n"), "{good}");
+    let home = |dir: &str| {
+        good.replacen(
+            "\nusers:\n",
+            &format!("\nusers:\n  - name: intruder\n    homedir: {dir}\n"),
+            1,
+        )
+    };
+    let p = published();
+    let cases = [
+        (kubelet, "write_files: /usr/bin/kubelet: "),
+        (home("/usr"), "users \"intruder\" homedir: /usr: "),
+        (home("/"), "users \"intruder\" homedir: /: "),
+    ];
+    for (data, why) in cases {
+        let m = machine("two-disk");
+        let before = m.m.digests().unwrap();
+        assert_eq!(before.len(), 2, "two disks: {before:?}");
+        let file = m.dir.path().join("bootstrap.data");
+        fs::write(&file, data).unwrap();
+        let devices = "0x5002538e40a1b2c3 0x5002538e40a1b2c4";
+        let run = caph(&p, &m, &file, "node-1", devices, &[]);
+        assert_eq!(run.out.status.code(), Some(1), "{why}: {}", run.show());
+        assert!(
+            run.last_line().contains("FAILED (bootstrap-invalid)"),
+            "{why}: {}",
+            run.show()
+        );
+        assert!(
+            run.stdout.contains(why) || run.stderr.contains(why),
+            "{why}: {}",
+            run.show()
+        );
+        assert_eq!(m.m.digests().unwrap(), before, "{why}: a disk changed");
+    }
+}

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use super::accounts::Accounts;
+use super::allowed::{check_path, OwnUnits};
 use super::jinja::render_jinja;
 use super::tree::Tree;
 use super::{Entry, EntryKind, StageError, APPEND_DIR, RELOCATED_DIRS};
@@ -97,17 +98,25 @@ pub(super) fn stage_data(
     b: &Bootstrap,
     acc: &Accounts,
     host: &str,
+    own_units: &OwnUnits,
 ) -> Result<Deferred, StageError> {
     let jinja = matches!(b.format, Format::CloudConfig { jinja: true });
+    let files = match b.format {
+        Format::CloudConfig { .. } => "write_files",
+        Format::Ignition { .. } => "storage.files",
+    };
     let mut deferred = Deferred::default();
     for d in &b.dirs {
         let (uid, gid) = owner(acc, &d.path, &d.owner)?;
-        let at = deferred.staged_at(&render_path(&d.path, jinja, host)?);
+        let path = render_path(&d.path, jinja, host)?;
+        check_path(&path, "storage.directories", own_units)?;
+        let at = deferred.staged_at(&path);
         tree.dir(&at, d.mode, uid, gid)?;
     }
     for f in &b.files {
         let (uid, gid) = owner(acc, &f.path, &f.owner)?;
         let path = render_path(&f.path, jinja, host)?;
+        check_path(&path, files, own_units)?;
         let at = deferred.staged_at(&path);
         let mut content = f.content.clone();
         if f.jinja {
@@ -138,7 +147,9 @@ pub(super) fn stage_data(
                 None => {
                     let keep = Path::new(APPEND_DIR).join(path.strip_prefix("/").unwrap_or(&path));
                     tree.warnings.push(format!(
-                        "{}: appended on first boot (the base OS's file is not known when staging)",
+                        "{}: appended on first boot (the base OS's file is not known when staging); \
+                         /etc is volatile (boot contract v3), so outside /etc/kubernetes and the \
+                         stack's persistent paths the append is gone after the next reboot",
                         path.display()
                     ));
                     tree.put(&keep, EntryKind::File(content), f.mode, uid, gid)?;
@@ -151,7 +162,9 @@ pub(super) fn stage_data(
     }
     for l in &b.links {
         let (uid, gid) = owner(acc, &l.path, &l.owner)?;
-        let at = deferred.staged_at(&render_path(&l.path, jinja, host)?);
+        let path = render_path(&l.path, jinja, host)?;
+        check_path(&path, "storage.links", own_units)?;
+        let at = deferred.staged_at(&path);
         tree.data_entry(&at, EntryKind::Symlink(l.target.clone()), 0o777, uid, gid)?;
     }
     Ok(deferred)

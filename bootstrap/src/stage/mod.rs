@@ -1,6 +1,7 @@
 //! Staging: a [`Bootstrap`] plus the machine's facts become the per-node layer's files.
 
 mod accounts;
+mod allowed;
 mod data;
 mod first_boot;
 mod identity;
@@ -184,6 +185,14 @@ pub enum StageError {
     Conflict { path: String, reason: String },
     #[error("generating SSH host key: {reason}")]
     HostKey { reason: String },
+    /// A path the per-node layer may not carry (`docs/bootstrap.md`, the allow-list); `origin`
+    /// says where in the bootstrap data it came from.
+    #[error("{origin}: {path}: {reason}")]
+    NotAllowed {
+        path: String,
+        origin: String,
+        reason: String,
+    },
 }
 
 /// Quotes a word for `sh`.
@@ -214,6 +223,7 @@ pub fn stage<R: RngCore + CryptoRng>(
     rng: &mut R,
 ) -> Result<Staged, StageError> {
     let b = &input.bootstrap;
+    let own_units = own_units(b);
     let mut tree = Tree::new(b.warnings.clone());
     tree.warnings
         .extend(crate::kubelet::serving_cert_warnings(b));
@@ -221,9 +231,10 @@ pub fn stage<R: RngCore + CryptoRng>(
     let role = b.role();
     identity::stage_node_facts(&mut tree, input, &host, role)?;
     let accounts = users::stage_accounts(&mut tree, input)?;
-    let deferred = data::stage_data(&mut tree, b, &accounts, &host)?;
-    units::stage_units(&mut tree, &b.units)?;
+    let deferred = data::stage_data(&mut tree, b, &accounts, &host, &own_units)?;
+    units::stage_units(&mut tree, &b.units, &own_units)?;
     first_boot::stage_first_boot(&mut tree, input, &deferred, &host)?;
+    check_tree(&tree, &own_units)?;
     let secrets = tighten_secrets(&mut tree);
     Ok(Staged {
         entries: tree.map.into_values().collect(),
@@ -232,6 +243,52 @@ pub fn stage<R: RngCore + CryptoRng>(
         hostname: host,
         role,
     })
+}
+
+/// The units the bootstrap data brings itself: its files directly in /etc/systemd/system and its
+/// Ignition units with contents.
+fn own_units(b: &Bootstrap) -> allowed::OwnUnits {
+    let sysdir = Path::new("/etc/systemd/system");
+    let files = b
+        .files
+        .iter()
+        .filter(|f| f.path.parent() == Some(sysdir))
+        .filter_map(|f| f.path.file_name())
+        .map(|n| n.to_string_lossy().into_owned());
+    let units = b
+        .units
+        .iter()
+        .filter(|u| u.contents.is_some() && !u.mask)
+        .map(|u| u.name.clone());
+    files.chain(units).collect()
+}
+
+/// The last word on the allow-list: every staged entry, whatever made it. `/etc`, `/root` and
+/// `/home` themselves only as the plain parents the tree makes (the base's modes, root's).
+fn check_tree(tree: &Tree, own_units: &allowed::OwnUnits) -> Result<(), StageError> {
+    for e in tree.map.values() {
+        if ["/etc", "/root", "/home"]
+            .iter()
+            .any(|d| e.path == Path::new(d))
+        {
+            if e.kind == EntryKind::Dir
+                && e.mode == tree::parent_mode(&e.path)
+                && e.uid == 0
+                && e.gid == 0
+            {
+                continue;
+            }
+            return Err(StageError::NotAllowed {
+                path: e.path.display().to_string(),
+                origin: "the staged per-node files".to_string(),
+                reason:
+                    "the per-node layer may not change this system directory's type, mode or owner"
+                        .to_string(),
+            });
+        }
+        allowed::check_path(&e.path, "the staged per-node files", own_units)?;
+    }
+    Ok(())
 }
 
 /// Tightens the mode of every staged secret and lists them.

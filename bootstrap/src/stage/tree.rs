@@ -7,7 +7,7 @@ use super::{Entry, EntryKind, StageError, HIDDEN_DIRS};
 
 /// Default mode of a directory created as a parent. Overlayfs takes a merged directory's
 /// metadata from the upper layer, so these must match the base OS.
-fn parent_mode(path: &Path) -> u32 {
+pub(super) fn parent_mode(path: &Path) -> u32 {
     match path.to_str() {
         Some("/root") => 0o700,
         Some("/tmp") | Some("/var/tmp") => 0o1777,
@@ -40,7 +40,7 @@ impl Tree {
     }
 
     /// Paths under the kernel's mounts cannot be staged: the mount hides them at boot.
-    fn check_visible(path: &Path) -> Result<(), StageError> {
+    pub(super) fn check_visible(path: &Path) -> Result<(), StageError> {
         match HIDDEN_DIRS.iter().find(|d| path.starts_with(d)) {
             Some(dir) => Err(Self::conflict(
                 path,

@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use super::allowed::{check_path, OwnUnits};
 use super::tree::Tree;
 use super::{EntryKind, StageError};
 use crate::model::UnitSpec;
@@ -39,14 +40,18 @@ fn install_targets(contents: &str) -> Vec<(String, &'static str)> {
 const SYSTEM_DIR: &str = "/etc/systemd/system";
 
 /// Stages every unit of the data.
-pub(super) fn stage_units(tree: &mut Tree, units: &[UnitSpec]) -> Result<(), StageError> {
+pub(super) fn stage_units(
+    tree: &mut Tree,
+    units: &[UnitSpec],
+    own_units: &OwnUnits,
+) -> Result<(), StageError> {
     for u in units {
-        stage_unit(tree, u)?;
+        stage_unit(tree, u, own_units)?;
     }
     Ok(())
 }
 
-fn stage_unit(tree: &mut Tree, u: &UnitSpec) -> Result<(), StageError> {
+fn stage_unit(tree: &mut Tree, u: &UnitSpec, own_units: &OwnUnits) -> Result<(), StageError> {
     let sysdir = Path::new(SYSTEM_DIR);
     let unit_path = sysdir.join(&u.name);
     if let Some(c) = &u.contents {
@@ -62,6 +67,11 @@ fn stage_unit(tree: &mut Tree, u: &UnitSpec) -> Result<(), StageError> {
     }
     for d in &u.dropins {
         let p = sysdir.join(format!("{}.d", u.name)).join(&d.name);
+        check_path(
+            &p,
+            &format!("systemd.units {:?} dropins", u.name),
+            own_units,
+        )?;
         tree.data_entry(
             &p,
             EntryKind::File(d.contents.clone().into_bytes()),

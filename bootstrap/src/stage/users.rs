@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use super::accounts::Accounts;
+use super::allowed::check_home;
 use super::tree::Tree;
 use super::{Entry, EntryKind, StageError, StageInput};
 
@@ -20,6 +21,9 @@ pub(super) fn stage_accounts(tree: &mut Tree, input: &StageInput) -> Result<Acco
     let mut sudoers = String::new();
     for r in &acc.resolved {
         let home = PathBuf::from(&r.home);
+        if r.create_home || !r.keys.is_empty() {
+            check_home(&r.name, r.uid, &r.home)?;
+        }
         if r.create_home {
             tree.dir(&home, 0o700, r.uid, r.gid)?;
         }

@@ -154,4 +154,3 @@ impl LayerData<'_> {
         }
     }
 }
-

@@ -7,9 +7,9 @@ use std::path::Path;
 
 use serde_json::json;
 
+use crate::layout::DiskPlan;
 use crate::report::Reporter;
 use crate::request::{Outcome, Planned, Provisioned};
-use crate::layout::DiskPlan;
 
 fn layer_list(outcome: &Outcome) -> String {
     let names: Vec<&str> = outcome.layers.iter().map(|(n, _)| n.as_str()).collect();

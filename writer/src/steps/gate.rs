@@ -9,9 +9,9 @@
 
 use ingot_machine::{Disk, Facts, GateReport, Sysroot};
 
-use ingot_machine::GateFailure;
 use crate::report::{Reporter, Stage};
 use crate::request::ProvisionRequest;
+use ingot_machine::GateFailure;
 
 fn passed(reporter: &Reporter, report: &GateReport) {
     for w in &report.warnings {
@@ -60,11 +60,7 @@ pub fn run(
 
 /// The firmware gate on a BIOS machine, once the stack is verified: it boots only when the stack
 /// carries a BIOS loader (`[boot] bios`); otherwise `not-uefi`, before any disk is touched.
-pub fn firmware(
-    facts: &Facts,
-    bios_loader: bool,
-    reporter: &Reporter,
-) -> Result<(), GateFailure> {
+pub fn firmware(facts: &Facts, bios_loader: bool, reporter: &Reporter) -> Result<(), GateFailure> {
     if facts.uefi {
         return Ok(());
     }

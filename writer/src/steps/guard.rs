@@ -7,8 +7,8 @@
 
 use ingot_machine::{Disk, Facts, GuardOptions, GuardReport};
 
-use ingot_machine::GateFailure;
 use crate::report::{Reporter, Stage};
+use ingot_machine::GateFailure;
 
 pub fn run(
     facts: &Facts,

@@ -25,4 +25,3 @@ pub fn run(
     target.reread_partitions();
     Ok(())
 }
-

@@ -41,7 +41,7 @@ pub enum PlanError {
         what: &'static str,
         path: String,
         #[source]
-        source: LayerFsError,
+        source: Box<LayerFsError>,
     },
     #[error(transparent)]
     Stack(#[from] StackError),
@@ -107,7 +107,7 @@ pub fn check_boot(
             stack: opened.describe(),
             what,
             path: path.to_string(),
-            source,
+            source: Box::new(source),
         })
     };
     let (kernel, initrd, efi) = (

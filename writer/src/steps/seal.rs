@@ -4,8 +4,8 @@
 //! Reads the [`Staged`] files, the stack's name and the machine name (they seed the image);
 //! returns the [`NodeLayer`]: image, hash device and root hash.
 
-use ingot_bootstrap::Staged;
 use crate::node::NodeLayer;
+use ingot_bootstrap::Staged;
 
 /// Why the per-node layer could not be sealed.
 #[derive(Debug, thiserror::Error)]

@@ -11,8 +11,8 @@ use ingot_machine::host::Host;
 use ingot_machine::teardown::{self, Step};
 use ingot_machine::{Disk, GuardReport, Sysroot};
 
-use ingot_machine::GateFailure;
 use crate::report::{Reporter, Stage};
+use ingot_machine::GateFailure;
 
 /// The teardown commands for `guard`'s findings; empty when there is nothing to stop or clear.
 pub fn plan(

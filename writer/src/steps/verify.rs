@@ -72,11 +72,12 @@ fn prepare(opened: &Source, entry: &LayerEntry) -> Result<VerifiedLayer, VerifyS
     let params = verity_params(entry)?;
     let hash_bytes = source.blob(&entry.hash.digest, entry.hash.size)?;
     let root = &entry.verity.root_hash;
-    let verifier =
-        Verifier::from_hash_device(&params, &hash_bytes, root).map_err(|source| VerifyStepError::Tree {
+    let verifier = Verifier::from_hash_device(&params, &hash_bytes, root).map_err(|source| {
+        VerifyStepError::Tree {
             layer: entry.name.clone(),
             source,
-        })?;
+        }
+    })?;
     // Not hashed whole: every block is checked against the tree after it is written and read
     // back, which covers exactly the bytes on the disk. From a registry it is not fetched here
     // at all, but streamed while it is written.

@@ -6,10 +6,9 @@
 //! Reads the opened target, the verified stack, the node layer and the plan; returns the bytes
 //! written and skipped and the rewrites ([`WriteStats`]).
 
-
+use crate::engine::bytes::write_bytes;
 use crate::engine::frames::{copied_frames, mapped_frames};
 use crate::engine::layer::write_layer;
-use crate::engine::bytes::write_bytes;
 use crate::engine::{EngineError, LayerData, WriteOptions, WriteStats};
 use crate::layout::{Content, DiskPlan, MIB};
 use crate::mirror::{Mirror, ARRAY_NAME, SUPERBLOCK_OFFSET, ZEROED};
@@ -105,7 +104,8 @@ pub fn run(
     if !target.zero_range(var.offset, MIB)? {
         target.write_direct(&AlignedBuf::new(MIB as usize), var.offset)?;
     }
-    opts.check_stop("writing the layers").map_err(EngineError::from)?;
+    opts.check_stop("writing the layers")
+        .map_err(EngineError::from)?;
     Ok(total)
 }
 /// Where a layer not on this machine comes from: the next registry stream, or a disk written
@@ -220,4 +220,3 @@ pub fn write_member(
         reporter,
     )?)
 }
-

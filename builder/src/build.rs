@@ -394,7 +394,7 @@ fn check_tree(manifest: &Manifest, spec: &LayerSpec, tree: &Tree) -> Result<(), 
     if manifest.layers.first().is_some_and(|b| b.name == spec.name) {
         let boot = |source| LayerError::Boot { source };
         let (kernel, initrd, efi) =
-            boot_limits::boot_file_sizes(tree, &manifest.boot).map_err(boot)?;
+            boot_limits::boot_file_sizes(|p| tree.file_size(p), &manifest.boot).map_err(boot)?;
         boot_limits::check_esp_room(kernel, initrd, efi, boot_limits::DEFAULT_ESP_SIZE)
             .map_err(boot)?;
     }

@@ -6,13 +6,10 @@
 //! wiped: written anyway, it would not boot (x86 Linux truncates a longer command line; a GPT
 //! has room for 128 partitions; a missing kernel is found only after the wipe).
 
-use std::collections::VecDeque;
-
 use ingot_verity::RootHash;
 use uuid::Uuid;
 
 use crate::descriptor::BootFiles;
-use crate::tree::{NodeId, NodeKind, Tree, ROOT};
 
 /// x86 Linux's `COMMAND_LINE_SIZE`, the terminating NUL included: the longest command line
 /// the kernel keeps whole is one byte shorter.
@@ -26,8 +23,6 @@ pub const DEFAULT_ESP_SIZE: u64 = 256 << 20;
 pub const ESP_SPARE: u64 = 8 << 20;
 /// The prefix of ingot's own kernel parameters; `--kernel-arg` may not set one.
 pub const OWN_PREFIX: &str = "ingot.";
-/// Symlinks followed when resolving a boot file (Linux's `MAXSYMLINKS`).
-const MAX_SYMLINKS: usize = 40;
 
 /// A boot contract limit a stack or a write exceeds.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -220,20 +215,19 @@ pub fn check_esp_room(kernel: u64, initrd: u64, efi: u64, esp: u64) -> Result<()
     Ok(())
 }
 
-/// The sizes of the kernel, initrd and bootloader in a base layer's tree, each a regular file
-/// (symlinks followed, as the writer reads them); a missing one is refused by name.
-pub fn boot_file_sizes(tree: &Tree, boot: &BootFiles) -> Result<(u64, u64, u64), BootLimitError> {
+/// The sizes of the kernel, initrd and bootloader in a base layer, each a regular file
+/// (symlinks followed, as the writer reads them: `file_size` answers for a path, as
+/// the tree's `file_size` does); a missing one is refused by name.
+pub fn boot_file_sizes(
+    file_size: impl Fn(&str) -> Result<u64, String>,
+    boot: &BootFiles,
+) -> Result<(u64, u64, u64), BootLimitError> {
     let size = |what: &'static str, path: &str| {
-        let refuse = |reason: String| BootLimitError::BootFile {
+        file_size(path).map_err(|reason| BootLimitError::BootFile {
             what,
             path: path.to_string(),
             reason,
-        };
-        let id = resolve(tree, path).map_err(refuse)?;
-        match &tree.nodes[id].kind {
-            NodeKind::File(f) => Ok(f.size),
-            _ => Err(refuse("is not a regular file in the base layer".into())),
-        }
+        })
     };
     Ok((
         size("kernel", &boot.kernel)?,
@@ -242,56 +236,10 @@ pub fn boot_file_sizes(tree: &Tree, boot: &BootFiles) -> Result<(u64, u64, u64),
     ))
 }
 
-/// The node at `path`, following symlinks (at most [`MAX_SYMLINKS`]) anywhere along it.
-fn resolve(tree: &Tree, path: &str) -> Result<NodeId, String> {
-    // `..` is kept (a symlink may hold it) and walked like the kernel walks it.
-    let components = |p: &[u8]| -> Vec<Vec<u8>> {
-        p.split(|&b| b == b'/')
-            .filter(|c| !c.is_empty() && *c != b".")
-            .map(<[u8]>::to_vec)
-            .collect()
-    };
-    let mut pending: VecDeque<Vec<u8>> = components(path.as_bytes()).into();
-    // The directories walked so far, the root first: `..` pops one.
-    let mut walked = vec![ROOT];
-    let mut hops = 0;
-    while let Some(name) = pending.pop_front() {
-        if name == b".." {
-            if walked.len() > 1 {
-                walked.pop();
-            }
-            continue;
-        }
-        let dir = *walked.last().expect("the root stays");
-        let children = tree
-            .children(dir)
-            .ok_or_else(|| "a component on the way is not a directory".to_string())?;
-        let id = *children
-            .get(&name)
-            .ok_or_else(|| "is missing from the base layer".to_string())?;
-        match &tree.nodes[id].kind {
-            NodeKind::Symlink(target) => {
-                hops += 1;
-                if hops > MAX_SYMLINKS {
-                    return Err(format!("more than {MAX_SYMLINKS} symlinks on the way"));
-                }
-                if target.starts_with(b"/") {
-                    walked.truncate(1);
-                }
-                for c in components(target).into_iter().rev() {
-                    pending.push_front(c);
-                }
-            }
-            _ => walked.push(id),
-        }
-    }
-    Ok(*walked.last().expect("the root stays"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tree::{FileData, Meta, Node};
+    use crate::tree::{FileData, Meta, Node, NodeKind, Tree};
     use std::sync::Arc;
 
     fn tree() -> Tree {
@@ -328,18 +276,19 @@ mod tests {
     fn boot_files_resolve_through_symlinks_and_must_exist() {
         let t = tree();
         assert_eq!(
-            boot_file_sizes(&t, &files("/vmlinuz", "/boot/vmlinuz")).unwrap(),
+            boot_file_sizes(|p| t.file_size(p), &files("/vmlinuz", "/boot/vmlinuz")).unwrap(),
             (100, 100, 100)
         );
-        let e = boot_file_sizes(&t, &files("/vmlinuz", "/boot/initrd.img")).unwrap_err();
+        let e = boot_file_sizes(|p| t.file_size(p), &files("/vmlinuz", "/boot/initrd.img"))
+            .unwrap_err();
         assert!(
             e.to_string()
                 .contains("boot.initrd \"/boot/initrd.img\": is missing"),
             "{e}"
         );
-        let e = boot_file_sizes(&t, &files("/boot", "/boot/vmlinuz")).unwrap_err();
+        let e = boot_file_sizes(|p| t.file_size(p), &files("/boot", "/boot/vmlinuz")).unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");
-        let e = boot_file_sizes(&t, &files("/loop", "/boot/vmlinuz")).unwrap_err();
+        let e = boot_file_sizes(|p| t.file_size(p), &files("/loop", "/boot/vmlinuz")).unwrap_err();
         assert!(e.to_string().contains("more than 40 symlinks"), "{e}");
     }
 

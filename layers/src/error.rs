@@ -56,10 +56,9 @@ pub enum LayerError {
     TooLarge(String),
     /// A timestamp later than ext4 can store.
     #[error(
-        "source_date_epoch {0} is past ext4's last timestamp {max} (2446-05-10T22:38:55Z)",
-        max = crate::ext4::MAX_SOURCE_DATE_EPOCH
+        "source_date_epoch {epoch} is past ext4's last timestamp {max} (2446-05-10T22:38:55Z)"
     )]
-    EpochTooLate(u64),
+    EpochTooLate { epoch: u64, max: u64 },
     /// Building the dm-verity hash tree failed.
     #[error("dm-verity hash tree for {}", path.display())]
     Verity {

@@ -6,6 +6,7 @@
 //! directory entries holding the same `NodeId`.
 
 use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::fs::File;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -320,6 +321,67 @@ pub fn split_path(path: &[u8], allow_absolute: bool) -> Result<Vec<Vec<u8>>, Lay
         }
     }
     Ok(out)
+}
+
+/// Symlinks followed when resolving a path (Linux's `MAXSYMLINKS`).
+const MAX_SYMLINKS: usize = 40;
+
+impl Tree {
+    /// The size of the regular file at `path`, symlinks followed anywhere along it as the
+    /// kernel follows them; why not, when it is missing or not a regular file.
+    pub fn file_size(&self, path: &str) -> Result<u64, String> {
+        let id = resolve(self, path)?;
+        match &self.nodes[id].kind {
+            NodeKind::File(f) => Ok(f.size),
+            _ => Err("is not a regular file in the base layer".into()),
+        }
+    }
+}
+
+/// The node at `path`, following symlinks (at most [`MAX_SYMLINKS`]) anywhere along it.
+fn resolve(tree: &Tree, path: &str) -> Result<NodeId, String> {
+    // `..` is kept (a symlink may hold it) and walked like the kernel walks it.
+    let components = |p: &[u8]| -> Vec<Vec<u8>> {
+        p.split(|&b| b == b'/')
+            .filter(|c| !c.is_empty() && *c != b".")
+            .map(<[u8]>::to_vec)
+            .collect()
+    };
+    let mut pending: VecDeque<Vec<u8>> = components(path.as_bytes()).into();
+    // The directories walked so far, the root first: `..` pops one.
+    let mut walked = vec![ROOT];
+    let mut hops = 0;
+    while let Some(name) = pending.pop_front() {
+        if name == b".." {
+            if walked.len() > 1 {
+                walked.pop();
+            }
+            continue;
+        }
+        let dir = *walked.last().expect("the root stays");
+        let children = tree
+            .children(dir)
+            .ok_or_else(|| "a component on the way is not a directory".to_string())?;
+        let id = *children
+            .get(&name)
+            .ok_or_else(|| "is missing from the base layer".to_string())?;
+        match &tree.nodes[id].kind {
+            NodeKind::Symlink(target) => {
+                hops += 1;
+                if hops > MAX_SYMLINKS {
+                    return Err(format!("more than {MAX_SYMLINKS} symlinks on the way"));
+                }
+                if target.starts_with(b"/") {
+                    walked.truncate(1);
+                }
+                for c in components(target).into_iter().rev() {
+                    pending.push_front(c);
+                }
+            }
+            _ => walked.push(id),
+        }
+    }
+    Ok(*walked.last().expect("the root stays"))
 }
 
 #[cfg(test)]

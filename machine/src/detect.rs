@@ -1,31 +1,9 @@
 //! What this machine is: firmware, PCI devices, CPU virtualization, disks.
 
-use std::path::PathBuf;
-
 use serde::Serialize;
 
+use crate::error::MachineError;
 use crate::{disks, Disk, Sysroot};
-
-/// Reading the machine failed (not a gate decision: the facts themselves are missing).
-#[derive(Debug, thiserror::Error)]
-pub enum MachineError {
-    /// A file or directory every Linux machine has could not be read.
-    #[error("cannot read {path}: {source}")]
-    Io {
-        /// The path below the sysroot.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// A file had content we cannot interpret.
-    #[error("cannot parse {path}: {what}")]
-    Parse {
-        /// The path below the sysroot.
-        path: PathBuf,
-        /// What was wrong with it.
-        what: String,
-    },
-}
 
 /// One PCI function from `/sys/bus/pci/devices/*`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -63,7 +41,7 @@ pub struct Facts {
     /// Both: hardware virtualization is usable.
     pub virtualization: bool,
     /// The machine's disks, sorted by name, without loop, ram, zram, dm, md, optical and floppy
-    /// devices (those can still be targeted by name, see [`crate::resolve_targets`]).
+    /// devices (those can still be targeted by name, see `resolve_targets`).
     pub disks: Vec<Disk>,
 }
 

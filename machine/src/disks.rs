@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-use crate::detect::MachineError;
+use crate::error::MachineError;
 use crate::gate::{GateFailure, Reason};
 use crate::{Facts, Sysroot};
 

@@ -22,6 +22,7 @@
 
 mod detect;
 mod disks;
+mod error;
 mod gate;
 pub mod guard;
 pub mod host;
@@ -30,8 +31,9 @@ mod speed;
 mod sysroot;
 pub mod teardown;
 
-pub use detect::{detect, Facts, MachineError, PciDevice};
+pub use detect::{detect, Facts, PciDevice};
 pub use disks::{normalize_wwn, read_disk, resolve_targets, Disk};
+pub use error::MachineError;
 pub use gate::{
     gate_size, gate_tools, gate_uefi, GateDetail, GateFailure, GateReport, Reason, Warning,
 };

@@ -11,6 +11,7 @@ pub mod layout;
 pub mod loopdev;
 pub mod machine;
 pub mod measure;
+pub mod modules;
 pub mod partitions;
 pub mod qemu;
 pub mod registry;

@@ -10,9 +10,10 @@ use std::path::Path;
 use memmap2::{Advice, Mmap, MmapOptions};
 
 use crate::error::{ParamError, VerityError};
+use crate::params::SUPERBLOCK_SIZE;
 use crate::params::{Geometry, VerityParams};
 use crate::root_hash::RootHash;
-use crate::superblock::{Superblock, SUPERBLOCK_SIZE};
+use crate::superblock::Superblock;
 use crate::tree::{build_tree_sparse, ZeroRanges};
 use crate::verify::Verifier;
 

@@ -3,7 +3,32 @@
 use digest::Digest;
 
 use crate::error::ParamError;
-use crate::params::HashType;
+
+/// dm-verity hash type (`--format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HashType {
+    /// 0: the original Chrome OS format: `H(block || salt)`, digests packed back to back.
+    ChromeOs,
+    /// 1: normal: `H(salt || block)`, each digest padded to a power of two.
+    Normal,
+}
+
+impl HashType {
+    pub fn from_u32(v: u32) -> Result<Self, ParamError> {
+        match v {
+            0 => Ok(HashType::ChromeOs),
+            1 => Ok(HashType::Normal),
+            other => Err(ParamError::HashType(other)),
+        }
+    }
+
+    pub fn as_u32(self) -> u32 {
+        match self {
+            HashType::ChromeOs => 0,
+            HashType::Normal => 1,
+        }
+    }
+}
 
 /// A hash algorithm known to both veritysetup (OpenSSL names) and the kernel's crypto API.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -27,10 +27,13 @@ mod verify;
 
 pub use error::{ParamError, SuperblockError, VerifyError, VerityError};
 pub use file::{format_file, read_superblock, verify_files, FormatResult};
+pub use hash::HashType;
 pub use hash::{is_zero, HashAlgorithm};
-pub use params::{Geometry, HashType, VerityParams, MAX_BLOCK_SIZE, MAX_SALT_SIZE, MIN_BLOCK_SIZE};
+pub use params::{
+    Geometry, VerityParams, MAX_BLOCK_SIZE, MAX_SALT_SIZE, MIN_BLOCK_SIZE, SUPERBLOCK_SIZE,
+};
 pub use root_hash::{RootHash, RootHashError, MAX_ROOT_HASH_SIZE};
-pub use superblock::{Superblock, SUPERBLOCK_SIZE};
+pub use superblock::Superblock;
 pub use tree::{build_tree, build_tree_sparse, Tree, ZeroRanges};
 pub use verify::Verifier;
 

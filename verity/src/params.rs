@@ -5,7 +5,7 @@
 //! from the data block count, and levels are stored top first.
 
 use crate::error::ParamError;
-use crate::hash::HashAlgorithm;
+use crate::hash::{HashAlgorithm, HashType};
 
 /// Smallest block size veritysetup accepts.
 pub const MIN_BLOCK_SIZE: u32 = 512;
@@ -15,31 +15,9 @@ pub const MAX_BLOCK_SIZE: u32 = 512 * 1024;
 /// Largest salt the superblock can hold.
 pub const MAX_SALT_SIZE: usize = 256;
 
-/// dm-verity hash type (`--format`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HashType {
-    /// 0: the original Chrome OS format: `H(block || salt)`, digests packed back to back.
-    ChromeOs,
-    /// 1: normal: `H(salt || block)`, each digest padded to a power of two.
-    Normal,
-}
-
-impl HashType {
-    pub fn from_u32(v: u32) -> Result<Self, ParamError> {
-        match v {
-            0 => Ok(HashType::ChromeOs),
-            1 => Ok(HashType::Normal),
-            other => Err(ParamError::HashType(other)),
-        }
-    }
-
-    pub fn as_u32(self) -> u32 {
-        match self {
-            HashType::ChromeOs => 0,
-            HashType::Normal => 1,
-        }
-    }
-}
+/// The size of the verity superblock at the start of a hash device (when it has one): the
+/// tree starts at the next hash block.
+pub const SUPERBLOCK_SIZE: usize = 512;
 
 /// Everything that determines a hash tree and where it sits on the hash device.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,7 +152,7 @@ impl Geometry {
         }
 
         let hash_start_block = if p.superblock {
-            (p.hash_offset + crate::superblock::SUPERBLOCK_SIZE as u64).div_ceil(hbs)
+            (p.hash_offset + SUPERBLOCK_SIZE as u64).div_ceil(hbs)
         } else {
             p.hash_offset / hbs
         };

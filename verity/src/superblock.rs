@@ -3,9 +3,9 @@
 
 use crate::error::SuperblockError;
 use crate::hash::HashAlgorithm;
-use crate::params::{HashType, VerityParams};
+use crate::hash::HashType;
+use crate::params::{VerityParams, SUPERBLOCK_SIZE};
 
-pub const SUPERBLOCK_SIZE: usize = 512;
 const SIGNATURE: [u8; 8] = *b"verity\0\0";
 const VERSION: u32 = 1;
 

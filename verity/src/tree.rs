@@ -176,7 +176,7 @@ fn hash_level<D: Digest + Clone + Send + Sync + 'static>(
 mod tests {
     use super::*;
     use crate::hash::HashAlgorithm;
-    use crate::params::HashType;
+    use crate::hash::HashType;
     use sha2::Sha256;
 
     fn mod251(n: usize) -> Vec<u8> {

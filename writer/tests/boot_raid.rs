@@ -68,7 +68,7 @@ fn assert_var_mirror(console: &str, present: usize, of: usize, state: &str) {
     let md = line.split_whitespace().nth(3).unwrap();
     for want in [
         format!("ingot: var {md} has no file system: formatting it (first boot)\n"),
-        format!("ingot: var {md} mounted read-write\n"),
+        format!("ingot: var {md} mounted read-write (nosuid,nodev)\n"),
     ] {
         assert!(console.contains(&want), "missing {want:?}:\n{console}");
     }

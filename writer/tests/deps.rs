@@ -65,3 +65,40 @@ fn the_lower_crates_use_nothing_above_them() {
         );
     }
 }
+
+/// Inside a crate, modules form a line too: none names a module that names it back (through
+/// `crate::` or `super::` paths, doc links included), read from the sources.
+#[test]
+fn the_modules_of_each_crate_form_a_line() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut knots = Vec::new();
+    for krate in LINED_CRATES {
+        let graph = ingot_testkit::modules::graph(&root.join(krate).join("src"));
+        assert!(
+            graph.len() > 1 || *krate == "docgen",
+            "{krate}: no modules read"
+        );
+        for cycle in ingot_testkit::modules::cycles(&graph) {
+            knots.push(format!("{krate}: {}", cycle.join(", ")));
+        }
+    }
+    assert!(
+        knots.is_empty(),
+        "modules that name each other in a circle:\n{}",
+        knots.join("\n")
+    );
+}
+
+/// Every crate of the workspace.
+const LINED_CRATES: &[&str] = &[
+    "verity",
+    "layers",
+    "bootstrap",
+    "machine",
+    "artifact",
+    "builder",
+    "writer",
+    "docgen",
+    "testkit",
+    "testproxy",
+];

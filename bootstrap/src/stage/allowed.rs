@@ -95,7 +95,7 @@ pub(super) fn check_path(
     }
     // Under the kernel's own mounts: the tree's own, more precise refusal.
     super::tree::Tree::check_visible(path)?;
-    if super::data::relocate(path).is_some() {
+    if super::relocate(path).is_some() {
         return Ok(());
     }
     if !["/etc", "/root", "/home"].iter().any(|d| below(path, d)) {

@@ -8,7 +8,7 @@ use super::accounts::Accounts;
 use super::allowed::{check_path, OwnUnits};
 use super::jinja::render_jinja;
 use super::tree::Tree;
-use super::{Entry, EntryKind, StageError, APPEND_DIR, RELOCATED_DIRS};
+use super::{relocate, Entry, EntryKind, StageError, APPEND_DIR};
 use crate::model::{Bootstrap, Format, IdOrName, Owner};
 
 /// What the first-boot script must do for the data's files.
@@ -18,19 +18,6 @@ pub(super) struct Deferred {
     pub(super) restore: BTreeSet<&'static str>,
     /// (kept copy, target) of appends to files the layer does not hold.
     pub(super) appends: Vec<(PathBuf, PathBuf)>,
-}
-
-/// Where a path from the data is staged: tmpfs directories move under `/etc/ingot/`.
-pub(super) fn relocate(path: &Path) -> Option<(PathBuf, &'static str)> {
-    for (from, to) in RELOCATED_DIRS {
-        if let Ok(rest) = path.strip_prefix(from) {
-            if rest.as_os_str().is_empty() {
-                return Some((PathBuf::from(to), to));
-            }
-            return Some((Path::new(to).join(rest), to));
-        }
-    }
-    None
 }
 
 /// The numeric owner of `path`, names looked up in the accounts.

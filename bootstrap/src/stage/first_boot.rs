@@ -5,8 +5,9 @@
 
 use std::path::Path;
 
-use super::data::{relocate, Deferred};
+use super::data::Deferred;
 use super::jinja::render_jinja;
+use super::relocate;
 use super::tree::Tree;
 use super::{shell_quote, StageError, StageInput, RELOCATED_DIRS};
 use crate::model::Format;

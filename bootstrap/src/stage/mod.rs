@@ -30,6 +30,19 @@ pub const RELOCATED_DIRS: &[(&str, &str)] = &[
     ("/tmp", "/etc/ingot/tmp"),
 ];
 
+/// Where a path from the data is staged: tmpfs directories move under `/etc/ingot/`.
+pub(crate) fn relocate(path: &Path) -> Option<(PathBuf, &'static str)> {
+    for (from, to) in RELOCATED_DIRS {
+        if let Ok(rest) = path.strip_prefix(from) {
+            if rest.as_os_str().is_empty() {
+                return Some((PathBuf::from(to), to));
+            }
+            return Some((Path::new(to).join(rest), to));
+        }
+    }
+    None
+}
+
 /// Directories the kernel's own filesystems (proc, sysfs, devtmpfs) cover at boot: nothing is
 /// staged under them.
 pub const HIDDEN_DIRS: &[&str] = &["/proc", "/sys", "/dev"];

@@ -170,7 +170,10 @@ pub(crate) fn write_unpersisted(
     digest: bool,
 ) -> Result<Unpersisted, LayerError> {
     if opts.source_date_epoch > MAX_SOURCE_DATE_EPOCH {
-        return Err(LayerError::EpochTooLate(opts.source_date_epoch));
+        return Err(LayerError::EpochTooLate {
+            epoch: opts.source_date_epoch,
+            max: MAX_SOURCE_DATE_EPOCH,
+        });
     }
     let uuid = derive_uuid("ingot ext4 uuid", &opts.seed);
     let mut hash_seed = [0u8; 16];

@@ -6,7 +6,7 @@
 //! follows: the PV UUID (32 characters, no dashes), the device size, then two zero-terminated
 //! lists of (offset, size) areas: data areas, then metadata areas. All integers little-endian.
 
-use super::probe::Slice;
+use super::slice::Slice;
 
 const SECTOR: usize = 512;
 

@@ -7,7 +7,7 @@
 
 use serde::Serialize;
 
-use super::probe::Slice;
+use super::slice::Slice;
 
 /// `MD_SB_MAGIC`.
 pub const MD_MAGIC: u32 = 0xa92b_4efc;

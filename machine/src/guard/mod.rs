@@ -13,6 +13,7 @@ mod lvm;
 mod md;
 mod partition;
 mod probe;
+mod slice;
 mod storage;
 
 use std::fs::File;
@@ -32,7 +33,8 @@ pub use storage::{ArrayOnTargets, Teardown, VgOnTargets};
 /// The GPT type of ingot's base layer partition (DPS root x86-64), see docs/writer.md.
 const INGOT_BASE_TYPE: &str = "4f68bce3-e8cd-4db1-96e7-fbcaf984b709";
 pub use partition::{Partition, TableKind};
-pub use probe::{probe as probe_region, Finding, Slice};
+pub use probe::{probe as probe_region, Finding};
+pub use slice::Slice;
 
 #[cfg(feature = "fixtures")]
 pub use lvm::write_pv;

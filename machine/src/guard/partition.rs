@@ -4,7 +4,7 @@
 
 use serde::Serialize;
 
-use super::probe::Slice;
+use super::slice::Slice;
 
 /// One partition: where it is, and what the table says it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

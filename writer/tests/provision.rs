@@ -1398,7 +1398,7 @@ fn a_failure_on_the_second_disk_leaves_neither_disk_bootable() {
 }
 
 /// The teardown is the first step that changes a disk: when one of its commands fails (here
-/// `mdadm --stop`, failed by the fixture machine's host), the run fails in `teardown` with
+/// the first `mdadm --stop`, failed by the fixture machine's host), the run fails in `teardown` with
 /// `teardown-failed`, and the disks it began to change are left without a partition table.
 /// The last line and output.json say so, from the run's own record of what it changed.
 #[test]
@@ -1415,7 +1415,7 @@ fn a_failed_teardown_leaves_the_disks_without_a_partition_table_and_says_so() {
     fs::create_dir_all(&fail).unwrap();
     fs::write(
         fail.join("mdadm"),
-        "mdadm: Cannot get exclusive access to /dev/md127",
+        "mdadm: Cannot get exclusive access to /dev/md126",
     )
     .unwrap();
     let run = caph(
@@ -1430,7 +1430,7 @@ fn a_failed_teardown_leaves_the_disks_without_a_partition_table_and_says_so() {
     let last = run.last_line();
     assert!(
         last.starts_with("ingot-writer: FAILED (teardown-failed): ")
-            && last.contains("mdadm --stop /dev/md127")
+            && last.contains("mdadm --stop /dev/md126")
             && last.contains("Cannot get exclusive access")
             && last.ends_with("; the target disk was left without a partition table"),
         "{}",

@@ -1,8 +1,9 @@
 //! An HTTP/1.1 proxy in front of one upstream (a docker-registry), for tests and benchmarks:
 //!
 //! - a bandwidth limit shared by every connection, as one network link would be;
-//! - a connection cut after a given number of body bytes of the first response whose request
-//!   path contains a pattern (a registry transfer dropped mid-blob);
+//! - a connection cut after a given number of body bytes of the first whole (not `Range`)
+//!   response whose request path contains a pattern (a registry transfer dropped mid-blob; the
+//!   ranged reads of a few frames that come before it, and the resumed request after it, pass);
 //! - a byte flipped at a given offset of the blob a matching response carries, whether the
 //!   response is whole or a `Range` part of it (a registry or cache serving a corrupt copy).
 //!
@@ -22,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use server::{Conn, Server};
 
-/// Where a fault applies: the first (cut) or every (flip) response to a request whose path
-/// contains `path_contains`, at blob byte `offset`.
+/// Where a fault applies: the first whole (cut) or every (flip) response to a request whose
+/// path contains `path_contains`, at blob byte `offset`.
 #[derive(Debug, Clone)]
 pub struct Rule {
     pub path_contains: String,
@@ -217,7 +218,9 @@ fn respond(
             .map(|r| r.offset)
     };
     let flip = matches(&shared.faults.flip);
-    let cut = matches(&shared.faults.cut).filter(|_| !shared.cut_done.swap(true, Ordering::SeqCst));
+    let cut = matches(&shared.faults.cut)
+        .filter(|_| status == "200")
+        .filter(|_| !shared.cut_done.swap(true, Ordering::SeqCst));
     send(client, &pending[..body_start], shared)?;
     let mut body = pending[body_start..].to_vec();
     // `at`: the blob offset of body[0].

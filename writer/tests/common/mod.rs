@@ -26,6 +26,29 @@ pub struct Stack {
     pub layers: Vec<(String, String)>,
 }
 
+impl Stack {
+    /// The stack in `layout` (signed with the key whose public half is `public`), its layers'
+    /// names and root hashes from `descriptor`.
+    fn new(
+        dir: tempfile::TempDir,
+        layout: PathBuf,
+        public: PathBuf,
+        descriptor: &ingot_layers::descriptor::StackDescriptor,
+    ) -> Stack {
+        let layers = descriptor
+            .layers
+            .iter()
+            .map(|l| (l.name.clone(), l.verity.root_hash.to_string()))
+            .collect();
+        Stack {
+            dir,
+            layout,
+            public,
+            layers,
+        }
+    }
+}
+
 /// Builds `manifest` signed with a fresh key (4 MiB zstd frames, level 3).
 pub fn build_stack(manifest: &Path) -> Stack {
     build_stack_framed(manifest, 4 << 20)
@@ -52,18 +75,7 @@ pub fn build_stack_framed(manifest: &Path, frame_size: usize) -> Stack {
         },
     )
     .unwrap_or_else(|e| panic!("building {}: {e}", manifest.display()));
-    let layers = built
-        .descriptor
-        .layers
-        .iter()
-        .map(|l| (l.name.clone(), l.verity.root_hash.to_string()))
-        .collect();
-    Stack {
-        dir,
-        layout,
-        public,
-        layers,
-    }
+    Stack::new(dir, layout, public, &built.descriptor)
 }
 
 /// The demo stack (`manifests/demo.toml`).
@@ -275,17 +287,7 @@ pub fn resigned(
     fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
     let public = dir.path().join("ingot.pub");
     fs::write(&public, key.public_key().to_minisign()).unwrap();
-    let layers = d
-        .layers
-        .iter()
-        .map(|l| (l.name.clone(), l.verity.root_hash.to_string()))
-        .collect();
-    Stack {
-        dir,
-        layout,
-        public,
-        layers,
-    }
+    Stack::new(dir, layout, public, &d)
 }
 
 /// `count` more layers, each the base layer's blobs under another name (always selected).

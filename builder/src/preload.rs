@@ -34,7 +34,7 @@ const MAX_NESTING: usize = 4;
 #[derive(Debug, thiserror::Error)]
 pub enum PreloadError {
     /// The layout or one of the image's blobs is missing or fails its digest.
-    #[error("preload `{name}`: {source}")]
+    #[error("preload `{name}`")]
     Layout {
         /// The preload's name.
         name: String,
@@ -50,7 +50,7 @@ pub enum PreloadError {
         reason: String,
     },
     /// Writing the archive failed.
-    #[error("preload `{name}`: writing the archive: {source}")]
+    #[error("preload `{name}`: writing the archive")]
     Io {
         /// The preload's name.
         name: String,

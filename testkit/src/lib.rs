@@ -4,6 +4,7 @@
 pub mod command;
 pub mod console;
 pub mod digest;
+pub mod error_rule;
 /// The one HTTP test server ([`http::Server`]), of which the registry front ([`registry::Front`]),
 /// the proxy (`ingot-testproxy`) and the builder's hostile registry are behaviours.
 pub use ingot_testproxy::server as http;

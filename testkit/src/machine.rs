@@ -24,7 +24,7 @@ use ingot_machine::Sysroot;
 #[derive(Debug, thiserror::Error)]
 pub enum FixtureError {
     /// File system trouble.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// Where.
         path: PathBuf,

@@ -86,14 +86,14 @@ pub enum VerifyError {
 pub enum VerityError {
     #[error(transparent)]
     Param(#[from] ParamError),
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Superblock {
         path: PathBuf,
         source: SuperblockError,
     },
     #[error(transparent)]
     Verify(#[from] VerifyError),
-    #[error("{path}: {what}: {source}")]
+    #[error("{path}: {what}")]
     Io {
         path: PathBuf,
         what: &'static str,

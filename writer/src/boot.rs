@@ -6,7 +6,8 @@
 //! first and last 128 bits of its root hash (the Discoverable Partitions rule, so systemd's tools
 //! and the initramfs find them from the kernel command line alone). The command line names the
 //! stack, each layer with its root hash in stacking order, the node layer's root hash and the
-//! `var` partition.
+//! `var` partition. The command line itself and its limits are `ingot_layers::boot` (`Cmdline`,
+//! `BootLimitError`), where `ingot build` checks the same rules.
 
 use ingot_verity::RootHash;
 use uuid::Uuid;
@@ -62,7 +63,3 @@ pub fn partition_uuids(root_hash: &RootHash) -> Option<(Uuid, Uuid)> {
     let last: [u8; 16] = root_hash.get(root_hash.len() - 16..)?.try_into().ok()?;
     Some((Uuid::from_bytes(first), Uuid::from_bytes(last)))
 }
-
-/// The kernel command line, and its limits (length, `--kernel-arg`, partition count): in
-/// `ingot-layers`, where `ingot build` checks the same rules.
-pub use ingot_layers::boot::{BootLimitError, Cmdline};

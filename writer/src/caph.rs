@@ -7,9 +7,8 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use ingot_artifact::error_text::chain;
 
-use crate::pipeline;
+use crate::pipeline::{self, Failed};
 use crate::report::{DiskState, Reporter};
 use crate::request::ProvisionRequest;
 use crate::steps;
@@ -44,12 +43,12 @@ pub fn provision(
             println!("IMAGE_URL_DONE {msg}");
             Ok(ExitCode::SUCCESS)
         }
-        Err(failed) => {
-            let reason = failed.error.reason();
-            let text = chain(&failed.error);
-            reporter.failed(&format!("{reason}: {text}"), failed.disks);
+        Err(Failed { error, disks }) => {
+            let reason = error.reason();
+            let text = format!("{:#}", anyhow::Error::new(error));
+            reporter.failed(&format!("{reason}: {text}"), disks);
             eprintln!("ingot-writer: error: {text}");
-            println!("{}", failed_line(&reason, &text, failed.disks.describe()));
+            println!("{}", failed_line(&reason, &text, disks.describe()));
             Ok(ExitCode::from(1))
         }
     }
@@ -74,7 +73,7 @@ pub fn dry_run(
         }
         Err(e) => {
             let reason = e.reason();
-            let text = chain(&e);
+            let text = format!("{:#}", anyhow::Error::new(e));
             reporter.failed(&format!("{reason}: {text}"), DiskState::Untouched);
             eprintln!("ingot-writer: error: {text}");
             println!(

@@ -22,10 +22,7 @@ fn main() -> ExitCode {
     match ingot_writer::run::run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!(
-                "ingot-writer: error: {}",
-                ingot_artifact::error_text::chain(e.as_ref())
-            );
+            eprintln!("ingot-writer: error: {e:#}");
             ExitCode::from(2)
         }
     }

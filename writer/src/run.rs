@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use ingot_artifact::error_text::chain;
 use ingot_artifact::verify::{StackRef, Trust};
 use ingot_layers::select::{Machine, Role};
 use ingot_machine::host::{Fixture, Host, Live};
@@ -16,7 +15,7 @@ use crate::caph::{self, Reboot, OUTPUT_JSON};
 use crate::cli::Cli;
 use crate::config::{self, Settings};
 use crate::engine::WriteOptions;
-use crate::pipeline;
+use crate::pipeline::{self, Failed};
 use crate::report::{DiskState, Reporter, Stage};
 use crate::request::{ProvisionRequest, WriteRequest, WriteSettings};
 use crate::steps;
@@ -169,13 +168,13 @@ fn write_target(
             eprintln!("{}", steps::finish::written(&outcome, target, &reporter));
             Ok(ExitCode::SUCCESS)
         }
-        Err(failed) => {
-            let text = chain(&failed.error);
-            reporter.failed(&text, failed.disks);
+        Err(Failed { error, disks }) => {
+            let text = format!("{:#}", anyhow::Error::new(error));
+            reporter.failed(&text, disks);
             eprintln!("ingot-writer: error: {text}");
             eprintln!(
                 "ingot-writer: {}",
-                match failed.disks {
+                match disks {
                     DiskState::Untouched => format!("nothing was written to {}", target.display()),
                     DiskState::Cleared =>
                         format!("{} was left without a partition table", target.display()),
@@ -198,7 +197,7 @@ fn write_target_dry_run(req: &WriteRequest, reporter: &Reporter) -> Result<ExitC
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            let text = chain(&e);
+            let text = format!("{:#}", anyhow::Error::new(e));
             reporter.failed(&text, DiskState::Untouched);
             eprintln!("ingot-writer: error: {text}");
             eprintln!(

@@ -1,5 +1,7 @@
-//! Who may depend on whom (docs/architecture.md): the writer links the artifact crate, never the
-//! builder, and the test-support crate is never a normal dependency of anything.
+//! The house rules, read from the workspace (docs/architecture.md): who may depend on whom (the
+//! writer links the artifact crate, never the builder, and the test-support crate is never a
+//! normal dependency of anything), modules that form a line inside each crate, and the error
+//! rule.
 
 use std::process::Command;
 
@@ -86,6 +88,28 @@ fn the_modules_of_each_crate_form_a_line() {
         knots.is_empty(),
         "modules that name each other in a circle:\n{}",
         knots.join("\n")
+    );
+}
+
+/// The error rule: a variant with a source does not format it too, so a chain printed with
+/// `{:#}` says each cause once.
+#[test]
+fn no_error_formats_its_own_source() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut breaches = Vec::new();
+    for krate in LINED_CRATES {
+        for dir in ["src", "tests"] {
+            let path = root.join(krate).join(dir);
+            if path.is_dir() {
+                breaches.extend(ingot_testkit::error_rule::breaches(&path));
+            }
+        }
+    }
+    let text: Vec<String> = breaches.iter().map(ToString::to_string).collect();
+    assert!(
+        text.is_empty(),
+        "errors that print their cause twice:\n{}",
+        text.join("\n")
     );
 }
 

@@ -83,10 +83,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!(
-                "ingot: error: {}",
-                ingot_artifact::error_text::chain(err.as_ref())
-            );
+            eprintln!("ingot: error: {err:#}");
             ExitCode::from(1)
         }
     }

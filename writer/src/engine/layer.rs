@@ -51,7 +51,7 @@ pub fn write_layer(
 ) -> Result<WriteStats, EngineError> {
     check_geometry(layer)?;
     let started = Instant::now();
-    // Three stages joined by short bounded queues, so that the disk always has work:
+    // Three threads joined by short bounded queues, so that the disk always has work:
     //   decode (rayon) → write (O_DIRECT) → read back (O_DIRECT) and check against the tree.
     // The queues hold a few frames each: memory stays bounded whatever the layer's size.
     // Buffers go back to a pool, so the run does not fault in fresh pages for every frame.
@@ -75,12 +75,12 @@ pub fn write_layer(
         let checker = s.spawn(|| check_phase(target, layer, check_rx, &pool, opts, reporter));
         let decoded = decode_phase(layer, frames, batch, &pool, &write_tx, opts);
         drop(write_tx);
-        let written = writer.join().expect("write stage panicked");
-        let checked = checker.join().expect("read-back stage panicked");
+        let written = writer.join().expect("write thread panicked");
+        let checked = checker.join().expect("read-back thread panicked");
         let flushed = flusher.join().expect("flusher panicked");
         (decoded, written.and_then(|w| flushed.map(|()| w)), checked)
     });
-    // A later stage's error explains an earlier stage's stop; a decode error stands on its own.
+    // A later thread's error explains an earlier thread's stop; a decode error stands on its own.
     let (written, checked) = (written?, checked?);
     let (input_wait, decode) = decoded?;
     let (w, skipped, write_time) = written;
@@ -171,7 +171,7 @@ fn decode_phase(
         next += chunk.len() as u64;
         for f in decoded {
             if write_tx.send(f?).is_err() {
-                return Ok((wait, decode)); // a later stage failed; its error is the one to report
+                return Ok((wait, decode)); // a later thread failed; its error is the one to report
             }
         }
     }
@@ -210,7 +210,7 @@ fn write_phase(
         written += w;
         skipped += sk;
         if check_tx.send(f).is_err() {
-            break; // the read-back stage failed; its error is the one to report
+            break; // the read-back thread failed; its error is the one to report
         }
     }
     Ok((written, skipped, time))

@@ -18,7 +18,6 @@ use fatfs::{FatType, FileSystem, FormatVolumeOptions, FsOptions};
 use ingot_artifact::layerfs::{LayerFs, LayerFsError};
 
 use crate::bios::{self, BiosError};
-use crate::boot::{BootLimitError, Cmdline};
 use crate::engine::bytes::write_bytes;
 use crate::engine::{EngineError, Stopped, WriteStats};
 use crate::layout::{Content, DiskPlan};
@@ -27,6 +26,7 @@ use crate::report::{Reporter, Stage};
 use crate::request::WriteSettings;
 use crate::stack::OpenedStack;
 use crate::target::{Target, TargetError};
+use ingot_layers::boot::{BootLimitError, Cmdline};
 
 /// The `esp` step; see the module docs.
 pub fn run(

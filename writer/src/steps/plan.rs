@@ -9,7 +9,6 @@ use std::path::Path;
 use ingot_artifact::layerfs::LayerFsError;
 use uuid::Uuid;
 
-use crate::boot::BootLimitError;
 use crate::engine::Stopped;
 use crate::layout::{align_up, plan, DiskPlan, LayoutError};
 use crate::node::NodeLayer;
@@ -17,6 +16,7 @@ use crate::report::{Reporter, Stage};
 use crate::request::WriteSettings;
 use crate::stack::{OpenedStack, StackError};
 use crate::target::{Target, TargetError};
+use ingot_layers::boot::BootLimitError;
 
 /// Why the plan could not be made.
 #[derive(Debug, thiserror::Error)]

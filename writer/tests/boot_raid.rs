@@ -17,7 +17,8 @@ use std::fs;
 use std::path::Path;
 
 use common::boot::{
-    assert_good_boot, boot, boot_disks, publish, republish, write, write_machine, Written,
+    assert_good_boot, assert_var_mirror, boot, boot_disks, publish, republish, var_members, write,
+    write_machine,
 };
 use ingot_testkit::digest::sha256_file;
 use ingot_testkit::qemu::OVMF_CODE;
@@ -41,39 +42,6 @@ fn sha(path: &Path) -> String {
     sha256_file(path).unwrap()
 }
 
-/// The `var` members on the command line, in disk order.
-fn var_members(w: &Written) -> Vec<String> {
-    w.arg("ingot.var=")
-        .split(',')
-        .map(|m| {
-            m.strip_prefix("PARTUUID=")
-                .unwrap_or_else(|| panic!("{m} in {}", w.cmdline))
-                .to_string()
-        })
-        .collect()
-}
-
-/// `var` came up from `present` of `of` members, `state` (`degraded`/`complete`), was formatted
-/// (first boot) and mounted read-write on the md device.
-fn assert_var_mirror(console: &str, present: usize, of: usize, state: &str) {
-    let line = console
-        .lines()
-        .find(|l| l.starts_with("ingot: var: RAID1 /dev/md"))
-        .unwrap_or_else(|| panic!("var not assembled:\n{console}"));
-    assert!(
-        line.contains(&format!(" assembled from {present} of {of} members "))
-            && line.ends_with(&format!(", {state}")),
-        "{line}"
-    );
-    let md = line.split_whitespace().nth(3).unwrap();
-    for want in [
-        format!("ingot: var {md} has no file system: formatting it (first boot)\n"),
-        format!("ingot: var {md} mounted read-write (nosuid,nodev)\n"),
-    ] {
-        assert!(console.contains(&want), "missing {want:?}:\n{console}");
-    }
-}
-
 #[test]
 fn two_disk_node_boots_from_either_disk_alone_and_rewritten_boots_the_new_stack() {
     if !usable(ingot_testkit::test_name!()) {
@@ -81,7 +49,7 @@ fn two_disk_node_boots_from_either_disk_alone_and_rewritten_boots_the_new_stack(
     }
     let p = publish(TOKEN);
     let mut w = write_machine(&p, TOKEN, "two-disk", "sda", DEVICES, DATA, NAME);
-    let members = var_members(&w);
+    let members = var_members(&w.cmdline);
     assert_eq!(members.len(), 2, "{}", w.cmdline);
     let (sda, sdb) = (w.images["sda"].clone(), w.images["sdb"].clone());
 

@@ -33,12 +33,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use ingot_testkit::digest::sha256_file;
 use ingot_testkit::machine::materialize;
 use ingot_testkit::qemu::{self, OVMF_CODE};
 use ingot_testkit::skip::{have_file, have_root, have_tools};
 use sha2::{Digest, Sha256};
 
-use common::boot::run_ok;
+use common::boot::{assert_var_mirror, esp_cmdline, run_ok, var_members};
 use common::{partitions, repo_root};
 
 const TOKEN: &str = "ghp_ingotDebianNodeToken0123456789abcdef";
@@ -203,6 +204,10 @@ done
 say "hostname $(hostname)"
 say "machine-id $(cat /etc/machine-id)"
 ssh-keyscan -T 120 -t ed25519,rsa 127.0.0.1 2>/dev/null | ssh-keygen -lf - | while read -r bits fp rest; do say "sshd-key $fp"; done
+say "uname $(uname -r)"
+containerd config dump 2>&1 | while IFS= read -r l; do say "ctr-dump $l"; done
+journalctl -b -u containerd -o cat | grep -m1 'Start cri plugin with config' | while IFS= read -r l; do say "cri-config $l"; done
+say "md-units $(systemctl list-units --all --plain --no-legend 'mdmonitor*' 'mdadm*' 'mdcheck*' | awk '{print $1 "=" $3 "/" $4}' | tr '\n' ' ')"
 say "analyze $(systemd-analyze time | head -1)"
 say "done"
 systemctl poweroff --no-block
@@ -268,6 +273,10 @@ struct Published {
     stack: common::Stack,
     registry: common::Published,
     digest: String,
+    /// The base's kernel release (`uname -r`), read from its tree.
+    kver: String,
+    /// The handlers of the base's RuntimeClass objects.
+    runtime_classes: Vec<String>,
 }
 
 fn publish(work: &Path) -> Published {
@@ -281,9 +290,11 @@ fn publish(work: &Path) -> Published {
         .map_or(work.to_path_buf(), |t| t.with_extension("inputs"));
     if kept.is_some() && trees.join("preload-digest").exists() {
         eprintln!("reusing the trees in {}", trees.display());
+        let kver = assert_security_kernel(&trees, work);
+        let classes = runtime_classes(&trees);
         let stack = common::build_stack(&trees.join("stack.toml"));
         let digest = fs::read_to_string(trees.join("preload-digest")).unwrap();
-        return published(stack, digest);
+        return published(stack, digest, kver, classes);
     }
     let _ = fs::remove_dir_all(inputs.join("images"));
     let _ = fs::remove_dir_all(inputs.join("image-root"));
@@ -308,6 +319,8 @@ fn publish(work: &Path) -> Published {
         started.elapsed(),
         String::from_utf8_lossy(&out.stderr)
     );
+    let kver = assert_security_kernel(&trees, work);
+    let classes = runtime_classes(&trees);
     let started = Instant::now();
     let stack = common::build_stack(&trees.join("stack.toml"));
     eprintln!("ingot build: {:.1?}", started.elapsed());
@@ -316,10 +329,128 @@ fn publish(work: &Path) -> Published {
     } else {
         fs::remove_dir_all(&trees).unwrap();
     }
-    published(stack, digest)
+    published(stack, digest, kver, classes)
 }
 
-fn published(stack: common::Stack, digest: String) -> Published {
+/// The base's one kernel, `KVER` (its only `/usr/lib/modules/KVER`), is bookworm-security's
+/// current one: apt, given the three suites the build uses (the same mirrors) and the base's own
+/// dpkg status (`/usr/lib/ingot/dpkg/status`), has no newer candidate for `linux-image-amd64` or
+/// `linux-image-KVER` than what is installed, which is what `packages.txt` records.
+fn assert_security_kernel(trees: &Path, work: &Path) -> String {
+    let base = trees.join("base");
+    let kernels: Vec<String> = fs::read_dir(base.join("usr/lib/modules"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let [kver] = kernels.as_slice() else {
+        panic!("the base has {kernels:?} in /usr/lib/modules, not one kernel");
+    };
+    let packages = fs::read_to_string(base.join("usr/share/ingot/packages.txt")).unwrap();
+    let recorded = |pkg: &str| {
+        packages
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{pkg} ")))
+            .unwrap_or_else(|| panic!("packages.txt has no {pkg}:\n{packages}"))
+            .to_string()
+    };
+    let apt = work.join("apt");
+    for d in ["lists/partial", "cache/archives/partial", "sources.list.d"] {
+        fs::create_dir_all(apt.join(d)).unwrap();
+    }
+    let env = |k: &str, default: &str| std::env::var(k).unwrap_or_else(|_| default.to_string());
+    let (mirror, security) = (
+        env("INGOT_DEBIAN_MIRROR", "http://deb.debian.org/debian"),
+        env(
+            "INGOT_DEBIAN_SECURITY_MIRROR",
+            "http://deb.debian.org/debian-security",
+        ),
+    );
+    let key = "[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg]";
+    fs::write(
+        apt.join("sources.list"),
+        format!(
+            "deb {key} {mirror} bookworm main\ndeb {key} {mirror} bookworm-updates main\ndeb {key} {security} bookworm-security main\n"
+        ),
+    )
+    .unwrap();
+    let opts = |cmd: &mut Command| {
+        for (k, v) in [
+            ("Dir::State::Lists", apt.join("lists")),
+            ("Dir::Cache", apt.join("cache")),
+            ("Dir::Etc::SourceList", apt.join("sources.list")),
+            ("Dir::Etc::SourceParts", apt.join("sources.list.d")),
+            ("Dir::State::status", base.join("usr/lib/ingot/dpkg/status")),
+        ] {
+            cmd.arg("-o").arg(format!("{k}={}", v.display()));
+        }
+        cmd.args([
+            "-o",
+            "APT::Sandbox::User=root",
+            "-o",
+            "Debug::NoLocking=true",
+        ]);
+    };
+    let started = Instant::now();
+    let mut update = Command::new("apt-get");
+    opts(&mut update);
+    run_ok(update.args(["-q", "update"]));
+    for pkg in [
+        "linux-image-amd64".to_string(),
+        format!("linux-image-{kver}"),
+    ] {
+        let mut policy = Command::new("apt-cache");
+        opts(&mut policy);
+        let out = run_ok(policy.args(["policy", &pkg]));
+        let out = String::from_utf8_lossy(&out.stdout).into_owned();
+        let field = |f: &str| {
+            out.lines()
+                .find_map(|l| l.trim().strip_prefix(f))
+                .unwrap_or_else(|| panic!("no {f} in apt-cache policy {pkg}:\n{out}"))
+                .trim()
+                .to_string()
+        };
+        let (installed, candidate) = (field("Installed:"), field("Candidate:"));
+        eprintln!("{pkg}: installed {installed}, candidate {candidate}");
+        assert_eq!(installed, candidate, "{pkg} is not the current one:\n{out}");
+        assert_eq!(installed, recorded(&pkg), "{pkg}: packages.txt");
+    }
+    eprintln!(
+        "base kernel {kver}, checked against apt in {:.1?}",
+        started.elapsed()
+    );
+    kver.clone()
+}
+
+/// The RuntimeClass objects the base ships (`/usr/share/ingot/runtimeclasses.yaml`): `kata` and
+/// `nvidia`, each `node.k8s.io/v1` with the handler of its name; returns the handlers.
+fn runtime_classes(trees: &Path) -> Vec<String> {
+    let path = trees.join("base/usr/share/ingot/runtimeclasses.yaml");
+    let text = fs::read_to_string(&path).unwrap();
+    let mut handlers = Vec::new();
+    for doc in text.split("\n---\n") {
+        let field = |f: &str| {
+            doc.lines()
+                .find_map(|l| l.strip_prefix(f))
+                .unwrap_or_else(|| panic!("{}: no {f:?} in {doc}", path.display()))
+                .trim()
+                .to_string()
+        };
+        assert_eq!(field("apiVersion: "), "node.k8s.io/v1");
+        assert_eq!(field("kind: "), "RuntimeClass");
+        let handler = field("handler: ");
+        assert_eq!(field("  name: "), handler, "{doc}");
+        handlers.push(handler);
+    }
+    assert_eq!(handlers, ["kata", "nvidia"], "{text}");
+    handlers
+}
+
+fn published(
+    stack: common::Stack,
+    digest: String,
+    kver: String,
+    runtime_classes: Vec<String>,
+) -> Published {
     let registry = common::publish_behind_token(
         &stack.layout,
         "stacks/debian-node:12.0.0",
@@ -330,14 +461,21 @@ fn published(stack: common::Stack, digest: String) -> Published {
         stack,
         registry,
         digest,
+        kver,
+        runtime_classes,
     }
 }
 
-/// A machine's disk written by the writer run as CAPH runs it.
+/// A machine's disks written by the writer run as CAPH runs it, one of them (`image`) selected
+/// for booting.
 struct Written {
     dir: tempfile::TempDir,
+    /// Every disk of the machine by kernel name.
+    images: BTreeMap<String, PathBuf>,
     image: PathBuf,
     parts: Vec<(String, u64, u64)>,
+    /// The selected disk's loader entry's command line.
+    cmdline: String,
     hostname: String,
 }
 
@@ -357,27 +495,84 @@ impl Written {
         std::io::copy(&mut from.take(size), &mut to).unwrap();
         path
     }
+
+    /// Selects disk `name` for booting; its ESP must carry the same command line.
+    fn select(&mut self, name: &str) {
+        self.image = self.images[name].clone();
+        self.parts = partitions(&self.image);
+        let cmdline = esp_cmdline(&self.image, &self.parts);
+        assert_eq!(cmdline, self.cmdline, "{name}'s ESP");
+    }
 }
 
-/// A copy of a fixture machine whose first disk (sda) is [`DISK_MIB`] large.
-fn enlarged_fixture(fixture: &str, at: &Path) -> PathBuf {
-    let from = repo_root().join("tests/fixtures/machines").join(fixture);
+/// A fixture machine as the test writes it.
+struct Node {
+    fixture: &'static str,
+    /// CAPH's root device hints: `sda`, or the disks' WWNs.
+    devices: &'static str,
+    name: &'static str,
+    cp: bool,
+    /// Its disks, each enlarged to [`DISK_MIB`] (the fixture lists them first, in this order).
+    disks: &'static [&'static str],
+    /// A Hetzner cloud VM: legacy BIOS (the fixture's `/sys/firmware/efi` removed).
+    bios: bool,
+}
+
+impl Node {
+    /// A server with UEFI and one disk.
+    const fn uefi(
+        fixture: &'static str,
+        devices: &'static str,
+        name: &'static str,
+        cp: bool,
+    ) -> Node {
+        Node {
+            fixture,
+            devices,
+            name,
+            cp,
+            disks: &["sda"],
+            bios: false,
+        }
+    }
+}
+
+/// A copy of `node`'s fixture machine whose disks are [`DISK_MIB`] large (and without UEFI for a
+/// BIOS node).
+fn enlarged_fixture(node: &Node, at: &Path) -> PathBuf {
+    let from = repo_root()
+        .join("tests/fixtures/machines")
+        .join(node.fixture);
     run_ok(Command::new("cp").arg("-a").arg(&from).arg(at));
     let toml = at.join("disks.toml");
     let text = fs::read_to_string(&toml).unwrap();
-    let text = text.replacen("size_mib = 512", &format!("size_mib = {DISK_MIB}"), 1);
+    let want = format!("size_mib = {DISK_MIB}");
+    let text = text.replacen("size_mib = 512", &want, node.disks.len());
+    assert_eq!(text.matches(&want).count(), node.disks.len(), "{text}");
     fs::write(&toml, text).unwrap();
-    fs::write(
-        at.join("sys/block/sda/size"),
-        format!("{}\n", DISK_MIB * 2048),
-    )
-    .unwrap();
+    for disk in node.disks {
+        fs::write(
+            at.join("sys/block").join(disk).join("size"),
+            format!("{}\n", DISK_MIB * 2048),
+        )
+        .unwrap();
+    }
+    if node.bios {
+        fs::remove_dir_all(at.join("sys/firmware/efi")).unwrap();
+    }
     at.to_path_buf()
 }
 
-fn write_machine(p: &Published, fixture: &str, devices: &str, name: &str, cp: bool) -> Written {
+fn write_machine(p: &Published, node: &Node) -> Written {
+    let Node {
+        fixture,
+        devices,
+        name,
+        cp,
+        ..
+    } = *node;
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let fixture_dir = enlarged_fixture(fixture, &dir.path().join("fixture"));
+    let fixture_dir = enlarged_fixture(node, &dir.path().join("fixture"));
     let m = materialize(&fixture_dir, &dir.path().join("machine"))
         .unwrap_or_else(|e| panic!("materializing {fixture}: {e}"));
     let data = dir.path().join("bootstrap.data");
@@ -398,21 +593,30 @@ fn write_machine(p: &Published, fixture: &str, devices: &str, name: &str, cp: bo
     common::caph_write_for_boot(cmd, fixture);
     let image = m.images["sda"].clone();
     let parts = partitions(&image);
+    let cmdline = esp_cmdline(&image, &parts);
     Written {
         dir,
+        images: m.images,
         image,
         parts,
+        cmdline,
         hostname: name.to_string(),
     }
 }
 
-/// Boots the disk (q35, OVMF, TCG, virtio disk, no network device) until qemu exits (the check
-/// unit powers off; a panic reboots, which -no-reboot turns into an exit). Returns the console.
+/// Boots the selected disk under OVMF ([`boot_with`]).
 fn boot(w: &Written, what: &str) -> String {
+    boot_with(w, qemu::Firmware::Uefi, what)
+}
+
+/// Boots the selected disk alone (q35, `firmware`, TCG, virtio disk, no network device) until
+/// qemu exits (the check unit powers off; a panic reboots, which -no-reboot turns into an exit).
+/// Returns the console.
+fn boot_with(w: &Written, firmware: qemu::Firmware, what: &str) -> String {
     let work = w.dir.path().join(format!("vm-{what}"));
     fs::create_dir_all(&work).unwrap();
     let log = work.join("serial.log");
-    let mut cmd = qemu::vm(qemu::Firmware::Uefi, 1, 2048, &work);
+    let mut cmd = qemu::vm(firmware, 1, 2048, &work);
     cmd.args(["-nic", "none"])
         .arg("-drive")
         .arg(format!("file={},format=raw,if=virtio", w.image.display()))
@@ -473,7 +677,7 @@ fn sealed_identity(w: &Written) -> (String, Vec<String>) {
 }
 
 /// What every good boot shows.
-fn assert_node_up(w: &Written, console: &str, c: &BTreeMap<String, Vec<String>>) {
+fn assert_node_up(p: &Published, w: &Written, console: &str, c: &BTreeMap<String, Vec<String>>) {
     assert_eq!(one(c, "done", console), "", "{console}");
     assert_eq!(one(c, "state", console), "running", "{console}");
     assert_eq!(one(c, "multi-user", console), "active", "{console}");
@@ -523,6 +727,17 @@ fn assert_node_up(w: &Written, console: &str, c: &BTreeMap<String, Vec<String>>)
     let mut seen = c.get("sshd-key").cloned().unwrap_or_default();
     seen.sort();
     assert_eq!(seen, fps, "sshd serves the sealed host keys");
+    assert_eq!(
+        one(c, "uname", console),
+        p.kver,
+        "the booted kernel is the base's"
+    );
+    assert_runtimes(p, c, console);
+    eprintln!(
+        "{}: mdadm's units: {}",
+        w.hostname,
+        one(c, "md-units", console).trim_end()
+    );
     eprintln!("{}: boot time: {}", w.hostname, one(c, "analyze", console));
 }
 
@@ -530,7 +745,7 @@ fn assert_node_up(w: &Written, console: &str, c: &BTreeMap<String, Vec<String>>)
 /// is imported (by reference and digest, pinned) and a container runs from it with no network.
 fn assert_first_boot(p: &Published, w: &Written, console: &str, cp: bool) -> String {
     let c = checks(console);
-    assert_node_up(w, console, &c);
+    assert_node_up(p, w, console, &c);
     let runs = &c["kubeadm"];
     assert_eq!(runs.len(), 1, "kubeadm ran once: {runs:?}");
     let rendered = kubeadm_config(cp).replace("{{ ds.meta_data.hostname }}", &w.hostname);
@@ -610,9 +825,9 @@ fn assert_first_boot(p: &Published, w: &Written, console: &str, cp: bool) -> Str
 }
 
 /// The second boot of the same disk: nothing of the first boot runs again, its writes persist.
-fn assert_second_boot(w: &Written, console: &str, first_boot: &str, cp: bool) {
+fn assert_second_boot(p: &Published, w: &Written, console: &str, first_boot: &str, cp: bool) {
     let c = checks(console);
-    assert_node_up(w, console, &c);
+    assert_node_up(p, w, console, &c);
     assert_eq!(
         c["kubeadm"].len(),
         1,
@@ -727,15 +942,128 @@ fn assert_tampered_base_stops(w: &Written) {
     assert!(!console.contains(CHECK), "the node came up:\n{console}");
 }
 
-fn machine(p: &Published, fixture: &str, devices: &str, name: &str, cp: bool) {
-    let w = write_machine(p, fixture, devices, name, cp);
+fn machine(p: &Published, node: &Node) {
+    let (name, cp) = (node.name, node.cp);
+    let w = write_machine(p, node);
     let console = boot(&w, name);
     assert!(console.contains("formatting it (first boot)"), "{console}");
     let first = assert_first_boot(p, &w, &console, cp);
     let again = boot(&w, &format!("{name}-again"));
-    assert_second_boot(&w, &again, &first, cp);
+    assert_second_boot(p, &w, &again, &first, cp);
     if !cp {
         assert_tampered_base_stops(&w);
+    }
+}
+
+/// A Hetzner cloud VM (CAPH's hcloud call: `sda`, no UEFI): the writer adds the BIOS boot
+/// partition and GRUB from the stack's `[boot] bios`, and SeaBIOS alone (no OVMF) boots the node
+/// to multi-user.target, as a first boot.
+fn bios_machine(p: &Published) {
+    let node = Node {
+        fixture: "cpu-worker",
+        devices: "sda",
+        name: "hcloud-worker-1",
+        cp: false,
+        disks: &["sda"],
+        bios: true,
+    };
+    let w = write_machine(p, &node);
+    assert_eq!(
+        w.parts.last().map(|p| p.0.as_str()),
+        Some("bios-boot"),
+        "{:?}",
+        w.parts
+    );
+    let console = boot_with(&w, qemu::Firmware::Bios, "hcloud-seabios");
+    assert!(console.contains("formatting it (first boot)"), "{console}");
+    assert_first_boot(p, &w, &console, false);
+}
+
+/// A dedicated server with two disks (CAPH names both WWNs): `var` is mirrored across them, and
+/// each disk boots alone (the other pulled and left untouched) with `var` degraded, assembled by
+/// the base's own mdadm in its initrd, as a first boot (each member's half was never synced).
+fn raid_machine(p: &Published) {
+    let node = Node {
+        fixture: "two-disk",
+        devices: "0x5002538e40a1b2c3 0x5002538e40a1b2c4",
+        name: "raid-worker-1",
+        cp: false,
+        disks: &["sda", "sdb"],
+        bios: false,
+    };
+    let mut w = write_machine(p, &node);
+    let members = var_members(&w.cmdline);
+    assert_eq!(members.len(), 2, "{}", w.cmdline);
+    let (sda, sdb) = (w.images["sda"].clone(), w.images["sdb"].clone());
+    for (disk, other, missing) in [("sda", &sdb, &members[1]), ("sdb", &sda, &members[0])] {
+        w.select(disk);
+        let other_before = sha256_file(other).unwrap();
+        let console = boot(&w, &format!("raid-{disk}-alone"));
+        assert_first_boot(p, &w, &console, false);
+        let gone = format!("ingot: var: member PARTUUID {missing} missing, going on without it\n");
+        assert!(console.contains(&gone), "missing {gone:?}:\n{console}");
+        assert_var_mirror(&console, 1, 2, "degraded");
+        assert_eq!(
+            sha256_file(other).unwrap(),
+            other_before,
+            "{disk} alone changed the other disk"
+        );
+    }
+}
+
+/// containerd, as the booted node's binary reads its config (`containerd config dump`), has
+/// every runtime the stack's layers may provide, and the running daemon's CRI plugin started
+/// with them (its log line); each RuntimeClass the base ships names one of them.
+fn assert_runtimes(p: &Published, c: &BTreeMap<String, Vec<String>>, console: &str) {
+    let dump = c
+        .get("ctr-dump")
+        .unwrap_or_else(|| panic!("no containerd config dump:\n{console}"))
+        .join("\n");
+    let dump: toml::Table = toml::from_str(&dump).unwrap_or_else(|e| panic!("{e}:\n{dump}"));
+    let runtimes = &dump["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"];
+    let get = |rt: &str, path: &[&str]| -> toml::Value {
+        let mut v = &runtimes[rt];
+        for k in path {
+            v = v
+                .get(k)
+                .unwrap_or_else(|| panic!("runtime {rt} has no {path:?}: {runtimes}"));
+        }
+        v.clone()
+    };
+    let s = |v: &str| toml::Value::String(v.to_string());
+    assert_eq!(get("runc", &["runtime_type"]), s("io.containerd.runc.v2"));
+    assert_eq!(
+        get("runc", &["options", "SystemdCgroup"]),
+        toml::Value::Boolean(true)
+    );
+    assert_eq!(get("nvidia", &["runtime_type"]), s("io.containerd.runc.v2"));
+    assert_eq!(
+        get("nvidia", &["options", "BinaryName"]),
+        s("/usr/bin/nvidia-container-runtime")
+    );
+    assert_eq!(get("kata", &["runtime_type"]), s("io.containerd.kata.v2"));
+    assert_eq!(
+        get("kata", &["runtime_path"]),
+        s("/usr/bin/containerd-shim-kata-v2")
+    );
+    // The daemon's own view: its CRI plugin logs the configuration it started with.
+    let cri = one(c, "cri-config", console);
+    for want in [
+        "runc:{Type:io.containerd.runc.v2 ",
+        "nvidia:{Type:io.containerd.runc.v2 ",
+        "BinaryName:/usr/bin/nvidia-container-runtime",
+        "kata:{Type:io.containerd.kata.v2 Path:/usr/bin/containerd-shim-kata-v2 ",
+    ] {
+        assert!(
+            cri.contains(want),
+            "the CRI plugin started without {want:?}: {cri}"
+        );
+    }
+    for class in &p.runtime_classes {
+        assert!(
+            runtimes.get(class).is_some(),
+            "RuntimeClass handler {class}: {runtimes}"
+        );
     }
 }
 
@@ -746,9 +1074,30 @@ fn debian_node_boots_read_only_and_runs_its_first_boot_once() {
     }
     let work = tempfile::tempdir_in("/var/tmp").unwrap();
     let p = publish(work.path());
+    // Each TCG guest uses about one core: the machines boot side by side.
+    let started = Instant::now();
     std::thread::scope(|s| {
         let p = &p;
-        s.spawn(move || machine(p, "kvm-control-plane", "sda", "cp-1", true));
-        s.spawn(move || machine(p, "cpu-worker", "0x5002538e40a1b2c3", "worker-7", false));
+        let cp = Node::uefi("kvm-control-plane", "sda", "cp-1", true);
+        let worker = Node::uefi("cpu-worker", "0x5002538e40a1b2c3", "worker-7", false);
+        s.spawn(move || machine(p, &cp));
+        s.spawn(move || machine(p, &worker));
+        s.spawn(move || bios_machine(p));
     });
+    eprintln!("the three machines: {:.1?}", started.elapsed());
+}
+
+/// The Debian stack on a two-disk server ([`raid_machine`]). Ignored: in both runs so far the
+/// initrd assembled, formatted and mounted var degraded, but after the switch to the real root
+/// systemd never started within the boot timeout (PID 1 in soft lockups, page faults), while the
+/// one-disk nodes booted; not yet understood. Run it with `-- --ignored`.
+#[test]
+#[ignore = "the degraded two-disk Debian boot does not reach systemd yet (see its docs)"]
+fn debian_two_disk_node_boots_from_either_disk_alone() {
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let p = publish(work.path());
+    raid_machine(&p);
 }

@@ -143,16 +143,54 @@ impl Written {
 
     /// The value of `key` (`ingot.var=`) on the command line.
     pub fn arg(&self, key: &str) -> String {
-        self.cmdline
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix(key))
-            .unwrap_or_else(|| panic!("no {key} in {}", self.cmdline))
-            .to_string()
+        cmdline_arg(&self.cmdline, key)
+    }
+}
+
+/// The value of `key` (`ingot.var=`) on `cmdline`.
+pub fn cmdline_arg(cmdline: &str, key: &str) -> String {
+    cmdline
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key))
+        .unwrap_or_else(|| panic!("no {key} in {cmdline}"))
+        .to_string()
+}
+
+/// The `var` members on `cmdline` (`ingot.var=PARTUUID=A,PARTUUID=B`), in disk order.
+pub fn var_members(cmdline: &str) -> Vec<String> {
+    cmdline_arg(cmdline, "ingot.var=")
+        .split(',')
+        .map(|m| {
+            m.strip_prefix("PARTUUID=")
+                .unwrap_or_else(|| panic!("{m} in {cmdline}"))
+                .to_string()
+        })
+        .collect()
+}
+
+/// `var` came up from `present` of `of` members, `state` (`degraded`/`complete`), was formatted
+/// (first boot) and mounted read-write on the md device.
+pub fn assert_var_mirror(console: &str, present: usize, of: usize, state: &str) {
+    let line = console
+        .lines()
+        .find(|l| l.starts_with("ingot: var: RAID1 /dev/md"))
+        .unwrap_or_else(|| panic!("var not assembled:\n{console}"));
+    assert!(
+        line.contains(&format!(" assembled from {present} of {of} members "))
+            && line.ends_with(&format!(", {state}")),
+        "{line}"
+    );
+    let md = line.split_whitespace().nth(3).unwrap();
+    for want in [
+        format!("ingot: var {md} has no file system: formatting it (first boot)\n"),
+        format!("ingot: var {md} mounted read-write (nosuid,nodev)\n"),
+    ] {
+        assert!(console.contains(&want), "missing {want:?}:\n{console}");
     }
 }
 
 /// The command line the firmware hands the kernel: the ESP's loader entry's `options`.
-fn esp_cmdline(image: &Path, parts: &[(String, u64, u64)]) -> String {
+pub fn esp_cmdline(image: &Path, parts: &[(String, u64, u64)]) -> String {
     let (esp_start, _) = parts
         .iter()
         .find(|p| p.0 == "ESP")

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::registry_support::{free_port, Front, FrontOptions, Registry};
 use common::repo_root;
@@ -25,7 +25,7 @@ use ingot_testproxy::{Faults, Proxy, Rule};
 const TOKEN: &str = "ghp_ingotFleetToken0123456789abcdef";
 
 fn usable(test: &str) -> bool {
-    have_root(test) && have_tool(test, "docker-registry") && have_tool(test, "cmp")
+    have_root(test) && have_tool(test, "docker-registry")
 }
 
 fn addr(port: u16) -> SocketAddr {
@@ -117,6 +117,17 @@ fn assert_done(out: &Output) {
     );
 }
 
+/// SHA-256 of `size` bytes at `offset` of `image`.
+fn sha256_range(image: &Path, offset: u64, size: u64) -> String {
+    use sha2::{Digest, Sha256};
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = fs::File::open(image).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    let mut h = Sha256::new();
+    std::io::copy(&mut f.take(size), &mut h).unwrap();
+    hex::encode(h.finalize())
+}
+
 /// output.json's `details.sources`: (location, mirror, bytes, blobs).
 fn sources(m: &Machine) -> Vec<(String, bool, u64, u64)> {
     let v: serde_json::Value =
@@ -201,19 +212,20 @@ fn ten_writers_at_once_through_a_pull_through_cache() {
     for out in &outs {
         assert_done(out);
     }
-    let reference_disk = &alone.m.images["sda"];
+    // Every stack partition the same on every disk (the node layer, with its fresh machine-id
+    // and host keys, and the ESP, whose command line names the node layer's root hash, differ).
+    let stack_parts = |m: &Machine| -> Vec<(String, String)> {
+        let image = &m.m.images["sda"];
+        common::partitions(image)
+            .into_iter()
+            .filter(|(name, _, _)| name.starts_with("ingot-") && !name.starts_with("ingot-node"))
+            .map(|(name, start, size)| (name, sha256_range(image, start, size)))
+            .collect()
+    };
+    let first = stack_parts(&alone);
+    assert!(first.len() >= 2, "{first:?}");
     for m in &machines {
-        let same = Command::new("cmp")
-            .arg("-s")
-            .arg(reference_disk)
-            .arg(&m.m.images["sda"])
-            .status()
-            .unwrap();
-        assert!(
-            same.success(),
-            "{} differs from the first disk",
-            m.m.images["sda"].display()
-        );
+        assert_eq!(stack_parts(m), first, "{}", m.m.images["sda"].display());
         let s = sources(m);
         let cached = s.iter().find(|s| s.1).expect("the cache served");
         assert!(cached.3 > 0, "{s:?}");
@@ -235,10 +247,14 @@ fn ten_writers_at_once_through_a_pull_through_cache() {
         ten.as_secs_f64(),
         ten.as_secs_f64() / one.as_secs_f64()
     );
-    // The documented double fetch of a cold blob, plus manifests and registry heads.
+    // Warming: the documented double fetch of a cold blob, plus manifests and headers.
+    assert!(warm < 3 * blobs, "warming: {warm} bytes for {blobs}");
+    // Eleven writers through the warm cache: less than one more copy of the blobs in all
+    // (straight to the origin it would be eleven).
     assert!(
-        total < 2 * blobs + blobs / 2 + (1 << 20),
-        "the origin sent {total} bytes for {blobs} bytes of blobs"
+        total - warm < blobs,
+        "{} bytes for eleven writers",
+        total - warm
     );
 }
 
@@ -367,5 +383,4 @@ fn a_mirror_flipping_a_byte_is_refused_for_the_blob_and_the_origin_serves_it() {
     assert_eq!(origin.blobs, 1, "{served:?}");
     let mirror = served.iter().find(|s| s.mirror).unwrap();
     assert!(mirror.blobs >= 1, "{served:?}");
-    let _ = Duration::ZERO;
 }

@@ -43,8 +43,19 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// Start a pull-through cache: a `docker-registry` storing into `dir/data` whose
+    /// `proxy.remoteurl` is `upstream` (`http://127.0.0.1:PORT`). distribution 2.8 fetches a
+    /// blob it lacks from the upstream while it serves it, and stores it for the next client.
+    pub fn start_cache(dir: &Path, upstream: &str) -> Registry {
+        Registry::start_with(dir, None, &format!("proxy:\n  remoteurl: {upstream}\n"))
+    }
+
     /// Start a registry storing into `dir/data`; with `htpasswd`, basic auth is required.
     pub fn start(dir: &Path, htpasswd: Option<&str>) -> Registry {
+        Registry::start_with(dir, htpasswd, "")
+    }
+
+    fn start_with(dir: &Path, htpasswd: Option<&str>, extra: &str) -> Registry {
         fs::create_dir_all(dir.join("data")).unwrap();
         let port = free_port();
         let mut config = format!(
@@ -54,6 +65,7 @@ impl Registry {
              http:\n  addr: 127.0.0.1:{port}\n",
             data = dir.join("data").display()
         );
+        config.push_str(extra);
         if let Some(lines) = htpasswd {
             let path = dir.join("htpasswd");
             fs::write(&path, lines).unwrap();

@@ -111,6 +111,9 @@ pub struct Stats {
     pub flips: AtomicU64,
     /// Response bytes forwarded.
     pub bytes: AtomicU64,
+    /// Every `Authorization` header value a request carried (to show which credentials reach
+    /// which host).
+    pub authorization: Mutex<Vec<String>>,
 }
 
 struct Shared {
@@ -163,6 +166,10 @@ fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
     let path = conn.request.path().to_string();
     if conn.request.header("range").is_some() {
         shared.stats.ranged.fetch_add(1, Ordering::Relaxed);
+    }
+    if let Some(a) = conn.request.header("authorization") {
+        let mut seen = shared.stats.authorization.lock().expect("not poisoned");
+        seen.push(a.to_string());
     }
     if let Some(e) = shared
         .faults

@@ -36,6 +36,13 @@ pub struct Settings {
     pub allow_foreign_os: Option<bool>,
     /// ESP size, MiB.
     pub esp_size: Option<u64>,
+    /// The registries configuration (mirrors, pull-through caches): a containers-registries.conf
+    /// file's path, or `none` (`--registries-conf` wins).
+    pub registries_conf: Option<String>,
+    /// The registries configuration itself, registries.conf (version 2) TOML text, for a binary
+    /// that carries its mirrors in its built-in settings (`--registries-conf` and
+    /// `registries_conf` win).
+    pub registries: Option<String>,
 }
 
 /// A settings source could not be read.
@@ -72,6 +79,8 @@ impl Settings {
             labels: self.labels.or(under.labels),
             allow_foreign_os: self.allow_foreign_os.or(under.allow_foreign_os),
             esp_size: self.esp_size.or(under.esp_size),
+            registries_conf: self.registries_conf.or(under.registries_conf),
+            registries: self.registries.or(under.registries),
         }
     }
 }

@@ -387,6 +387,9 @@ fn write_planned(
     let (kernel_cmdline, esp, mbr_code) =
         steps::esp::run(target, opened, node, plan, settings, reporter)?;
     stats += esp;
+    if let crate::stack::Source::Registry(r) = opened.source() {
+        reporter.sources(&r.registry().served());
+    }
     target.check_still_named()?;
     steps::partition_table::run(target, plan, mbr_code.as_deref(), reporter)
         .map_err(WriteError::Table)?;

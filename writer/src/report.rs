@@ -383,6 +383,30 @@ impl Reporter {
         }
     }
 
+    /// What each registry source (mirrors, the origin) served so far: recorded as the status
+    /// file's `sources` (location, mirror, bytes, blobs) and said on one line.
+    pub fn sources(&self, served: &[ingot_artifact::registry::Served]) {
+        if served.is_empty() {
+            return;
+        }
+        let line = served
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} {}: {} bytes, {} blobs",
+                    if s.mirror { "mirror" } else { "origin" },
+                    s.location,
+                    s.bytes,
+                    s.blobs
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        tracing::info!("[write] served by {line}");
+        self.log_line(Stage::Write, &format!("served by {line}"));
+        self.detail("sources", served);
+    }
+
     /// A range failed its read-back check and is written again.
     pub fn rewrite(&self, r: Rewrite) {
         let msg = format!(

@@ -19,6 +19,7 @@ use crate::pipeline::{self, Failed};
 use crate::report::{DiskState, Reporter, Stage};
 use crate::request::{ProvisionRequest, WriteRequest, WriteSettings};
 use crate::steps;
+use ingot_artifact::registry::mirrors::MirrorsFrom;
 
 /// The public key compiled in at build time (INGOT_TRUST_KEY_BUILTIN: a minisign .pub's text).
 const BUILTIN_KEY: Option<&str> = option_env!("INGOT_TRUST_KEY_BUILTIN");
@@ -61,6 +62,19 @@ impl Effective {
             file,
             from,
         })
+    }
+
+    /// Where the registries configuration comes from when `--registries-conf` is not given: the
+    /// settings' `registries_conf`, else their `registries` text, else the default file.
+    fn mirrors_from(&self) -> MirrorsFrom {
+        match (&self.file.registries_conf, &self.file.registries) {
+            (Some(path), _) => MirrorsFrom::parse(path),
+            (None, Some(text)) => MirrorsFrom::Text {
+                text: text.clone(),
+                from: format!("`registries` in {}", self.from.join(" and ")).into(),
+            },
+            (None, None) => MirrorsFrom::Default,
+        }
     }
 
     /// Where [`Effective::key`] takes the trusted key from, for the report.
@@ -123,7 +137,7 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
             deadline: Some(deadline),
         },
         mirror: None,
-        registry: cli.registry.options()?,
+        registry: cli.registry.options_or(eff.mirrors_from())?,
     };
     let trust = Trust {
         key: Some(key),

@@ -11,6 +11,7 @@ use super::auth::ExplicitAuth;
 use super::auth::Secret;
 use super::error::RegistryError;
 use super::limits::SpeedLimit;
+use super::mirrors::MirrorsFrom;
 use super::options::RegistryOptions;
 use super::retry::RetryPolicy;
 
@@ -63,11 +64,22 @@ pub struct RegistryArgs {
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Mirrors and pull-through caches from this containers-registries.conf(5) file (version 2:
+    /// [[registry]] with [[registry.mirror]]), tried in order before the origin; `none` for no
+    /// mirrors. Default: /etc/containers/registries.conf when it exists.
+    #[arg(long, value_name = "FILE|none")]
+    pub registries_conf: Option<String>,
 }
 
 impl RegistryArgs {
     /// Resolve into library options (reads the password from stdin if asked to).
     pub fn options(&self) -> Result<RegistryOptions, RegistryError> {
+        self.options_or(MirrorsFrom::Default)
+    }
+
+    /// [`RegistryArgs::options`], with the registries configuration from `fallback` unless
+    /// `--registries-conf` is given (the writer's settings file).
+    pub fn options_or(&self, fallback: MirrorsFrom) -> Result<RegistryOptions, RegistryError> {
         let password = if self.password_stdin {
             let mut s = String::new();
             std::io::stdin()
@@ -83,6 +95,11 @@ impl RegistryArgs {
         } else {
             None
         };
+        let from = match &self.registries_conf {
+            Some(s) => MirrorsFrom::parse(s),
+            None => fallback,
+        };
+        let mirrors = from.load()?.map(std::sync::Arc::new);
         Ok(RegistryOptions {
             plain_http: self.plain_http,
             insecure: self.insecure,
@@ -103,6 +120,7 @@ impl RegistryArgs {
                 bytes_per_sec: self.speed_limit,
                 window: std::time::Duration::from_secs(self.speed_time),
             },
+            mirrors,
             ..RegistryOptions::default()
         })
     }

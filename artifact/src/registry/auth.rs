@@ -175,8 +175,9 @@ pub fn credentials_from_docker_config(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(RegistryError::io(path)(e)),
     };
-    let not_config = |e: &dyn fmt::Display| {
-        RegistryError::Protocol(format!("{}: not a docker config file: {e}", path.display()))
+    let not_config = |source| RegistryError::DockerConfig {
+        path: path.to_owned(),
+        source,
     };
     let names: HelperNames = serde_json::from_slice(&text).map_err(|e| RegistryError::Decode {
         what: format!("{}: not a docker config file", path.display()),
@@ -211,7 +212,7 @@ pub fn credentials_from_docker_config(
                 .to_owned(),
         )),
         Err(E::NoCredentialConfigured) => Ok(None),
-        Err(E::ConfigReadError) => Err(not_config(&"unexpected structure")),
+        Err(e @ E::ConfigReadError) => Err(not_config(e)),
         Err(E::CredentialDecodingError) => Err(bad(
             "has an `auth` field that is not base64 of user:password".to_owned(),
         )),
@@ -237,7 +238,7 @@ pub fn credentials_from_docker_config(
         Err(E::MalformedHelperResponse) => Err(helper_failed(format!(
             "{helper} did not print {{\"Username\":…,\"Secret\":…}}"
         ))),
-        Err(e @ E::ConfigNotFound) => Err(not_config(&e)),
+        Err(e @ E::ConfigNotFound) => Err(not_config(e)),
     }
 }
 
@@ -254,6 +255,32 @@ fn clip(s: &str) -> String {
         Some((i, _)) => format!("{}…", &one_line[..i]),
         None => one_line,
     }
+}
+
+/// The credentials for a host other than the one the user named (a mirror, a rewritten
+/// location): only what docker's files (`--authfile`, else `$DOCKER_CONFIG/config.json` or
+/// `~/.docker/config.json`) hold for that host, so that the command line's and
+/// `OCI_REGISTRY_AUTH_TOKEN`'s credentials never reach another host.
+pub fn resolve_for_mirror(
+    registry: &str,
+    explicit: &ExplicitAuth,
+) -> Result<ResolvedAuth, RegistryError> {
+    let path = match &explicit.authfile {
+        Some(p) => Some(p.clone()),
+        None => docker_config_path(),
+    };
+    if let Some(path) = path {
+        if let Some(credentials) = credentials_from_docker_config(&path, registry)? {
+            return Ok(ResolvedAuth {
+                credentials,
+                source: format!("{} (entry for {registry})", path.display()),
+            });
+        }
+    }
+    Ok(ResolvedAuth {
+        credentials: Credentials::Anonymous,
+        source: format!("anonymous (nothing for {registry} in docker's config)"),
+    })
 }
 
 /// Resolve the credentials for `registry` by the precedence in the module docs.

@@ -18,7 +18,7 @@ use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
-use super::client::Registry;
+use super::client::Endpoint;
 use super::error::{Cause, RegistryError};
 use super::http::error_answer;
 use super::limits::Throughput;
@@ -149,7 +149,7 @@ fn content_range_start(value: &HeaderValue) -> Option<u64> {
     v.split('-').next()?.trim().parse().ok()
 }
 
-impl Registry {
+impl Endpoint {
     /// `GET` a blob, from `offset` (to `offset + length` when given).
     async fn blob_request(
         &self,
@@ -210,7 +210,7 @@ impl Registry {
     /// Bytes `range` of a blob, read into memory (one zstd frame of a layer, say). Not checked
     /// against the digest, which covers the whole blob: the caller checks what it reads (the
     /// writer checks every block against the layer's signed verity tree).
-    pub fn fetch_range(
+    pub(crate) async fn fetch_range_async(
         &self,
         reference: &RegistryRef,
         digest: &str,
@@ -235,7 +235,8 @@ impl Registry {
             size,
         };
         let mut hasher = Sha256::new(); // unused: a range has no digest of its own
-        self.block_on(self.stream_range_async(&blob, range, &mut hasher, &mut sink, None))?;
+        self.stream_range_async(&blob, range, &mut hasher, &mut sink, None)
+            .await?;
         Ok(sink)
     }
 
@@ -323,48 +324,13 @@ impl Registry {
             };
             warn!(
                 "{what}: {} at byte {offset} of {size}; resuming in {wait:?} ({}/{})",
-                crate::error_text::chain(&cause),
+                super::error::chain(&cause),
                 budget.failures(),
                 budget.attempts()
             );
             tokio::time::sleep(wait).await;
         }
         Ok(ranged)
-    }
-
-    /// A small blob (the stack descriptor), read into memory, digest and size checked.
-    pub fn fetch_blob(
-        &self,
-        reference: &RegistryRef,
-        digest: &str,
-        size: u64,
-    ) -> Result<Vec<u8>, RegistryError> {
-        if size > MAX_IN_MEMORY_BLOB {
-            return Err(RegistryError::Protocol(format!(
-                "blob {digest} is {size} bytes: too large to read into memory (stream it)"
-            )));
-        }
-        let mut sink = std::io::Cursor::new(Vec::with_capacity(size as usize));
-        self.stream_blob(reference, digest, size, &mut sink, None)?;
-        Ok(sink.into_inner())
-    }
-
-    /// Stream one blob into `sink`, resuming with `Range` requests after transient failures,
-    /// and check its size and SHA-256. Every byte reaches the sink once, in order (a registry
-    /// that ignores a `Range` request sends the blob again from the start; the bytes the sink
-    /// already has are dropped). Bytes reach it before the digest is known, so a caller that
-    /// must not keep bad bytes writes to a temporary place (as [`Registry::pull_blob_to_file`]
-    /// does) or checks them finer-grained itself (the writer checks every block against the
-    /// layer's signed verity tree).
-    pub fn stream_blob<W: Write + ?Sized>(
-        &self,
-        reference: &RegistryRef,
-        digest: &str,
-        size: u64,
-        sink: &mut W,
-        progress: Option<&ProgressBar>,
-    ) -> Result<(), RegistryError> {
-        self.block_on(self.stream_blob_async(reference, digest, size, sink, progress))
     }
 
     pub(crate) async fn stream_blob_async<W: Write + ?Sized>(
@@ -380,9 +346,9 @@ impl Registry {
             .await
     }
 
-    /// [`Registry::stream_blob`] into a sink that already holds the blob's first `prefix.len`
-    /// bytes (an interrupted run's partial file): the first request is a `Range` request from
-    /// there, as after a dropped connection, and the digest check covers the prefix too.
+    /// A blob into a sink that already holds its first `prefix.len` bytes (an interrupted
+    /// run's partial file): the first request is a `Range` request from there, as after a
+    /// dropped connection, and the digest check covers the prefix too.
     pub(crate) async fn stream_blob_after_async<W: Write + ?Sized>(
         &self,
         reference: &RegistryRef,
@@ -396,39 +362,69 @@ impl Registry {
         if let Some(p) = progress {
             p.set_position(len);
         }
+        let ranged = self
+            .stream_part_async(reference, digest, size, len, &mut hasher, sink, progress)
+            .await?;
+        check_digest(digest, size, hasher, &ranged)
+    }
+
+    /// Bytes `from..` of a blob into `sink` and `hasher` (no digest check: the caller makes it
+    /// when the blob is whole, [`check_digest`]). Returns where 206 answers began.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn stream_part_async<W: Write + ?Sized>(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+        from: u64,
+        hasher: &mut Sha256,
+        sink: &mut W,
+        progress: Option<&ProgressBar>,
+    ) -> Result<Vec<u64>, RegistryError> {
         let blob = BlobAt {
             reference,
             digest,
             size,
         };
         let ranged = self
-            .stream_range_async(&blob, len..size, &mut hasher, sink, progress)
+            .stream_range_async(&blob, from..size, hasher, sink, progress)
             .await?;
         sink.flush()
             .map_err(RegistryError::io(&sink_name(digest)))?;
-        let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
-        if actual != digest {
-            let why = if ranged.is_empty() {
-                "the registry's copy is corrupt or was replaced".to_owned()
-            } else {
-                format!(
-                    "the bytes from {} came in answers to Range requests: the registry's range \
-                     answer was wrong, or its copy is corrupt",
-                    ranged
-                        .iter()
-                        .map(|o| format!("byte {o}"))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            };
-            return Err(RegistryError::Integrity {
-                blob: digest.to_owned(),
-                detail: format!("the registry's bytes hash to {actual}; discarded ({why})"),
-            });
-        }
-        debug!("blob {digest}: {size} bytes, digest ok");
-        Ok(())
+        Ok(ranged)
     }
+}
+
+/// Whether the bytes hashed into `hasher` are the blob `digest`; `ranged`: where answers to
+/// Range requests began, for the message.
+pub(crate) fn check_digest(
+    digest: &str,
+    size: u64,
+    hasher: Sha256,
+    ranged: &[u64],
+) -> Result<(), RegistryError> {
+    let actual = format!("sha256:{}", hex::encode(hasher.finalize()));
+    if actual != digest {
+        let why = if ranged.is_empty() {
+            "the registry's copy is corrupt or was replaced".to_owned()
+        } else {
+            format!(
+                "the bytes from {} came in answers to Range requests: the registry's range \
+                 answer was wrong, or its copy is corrupt",
+                ranged
+                    .iter()
+                    .map(|o| format!("byte {o}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        };
+        return Err(RegistryError::Integrity {
+            blob: digest.to_owned(),
+            detail: format!("the registry's bytes hash to {actual}; discarded ({why})"),
+        });
+    }
+    debug!("blob {digest}: {size} bytes, digest ok");
+    Ok(())
 }
 
 /// The `Content-Range` header of a response, for a message.

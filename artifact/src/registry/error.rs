@@ -97,6 +97,41 @@ pub enum RegistryError {
     /// The local OCI image layout is unusable.
     #[error(transparent)]
     Layout(#[from] crate::oci_layout::LayoutError),
+    /// The registries configuration (mirrors) is unusable, or blocks the reference.
+    #[error(transparent)]
+    Mirrors(#[from] super::mirrors::MirrorsError),
+    /// A `--ca-file` holds no usable certificate.
+    #[error("--ca-file {path}: not a usable certificate")]
+    Certificate {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// A docker config file (`--authfile`, `config.json`) could not be used.
+    #[error("{path}: not a usable docker config file")]
+    DockerConfig {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: docker_credential::CredentialRetrievalError,
+    },
+    /// Every source of a reference failed (mirrors, then the origin): `tried` names each source
+    /// before the last and why it failed; the last one's error is the source.
+    #[error("{what}: every source failed: {tried}; then {last_source}")]
+    AllSources {
+        /// What was being fetched.
+        what: String,
+        /// Each source but the last, with its error.
+        tried: String,
+        /// The last source tried (the origin).
+        last_source: String,
+        /// Why it failed.
+        #[source]
+        last: Box<RegistryError>,
+    },
 }
 
 /// Why one attempt at a request failed.
@@ -149,7 +184,10 @@ impl RegistryError {
     /// 6 authentication, 7 not found, 8 registry unreachable or failing, 9 tag conflict.
     pub fn exit_code(&self) -> u8 {
         match self {
-            RegistryError::Reference(_) => 2,
+            RegistryError::Reference(_)
+            | RegistryError::Mirrors(_)
+            | RegistryError::Certificate { .. } => 2,
+            RegistryError::AllSources { last, .. } => last.exit_code(),
             RegistryError::Integrity { .. } => 4,
             RegistryError::Auth { .. } => 6,
             RegistryError::NotFound(_) => 7,
@@ -160,7 +198,8 @@ impl RegistryError {
             | RegistryError::Decode { .. }
             | RegistryError::Setup { .. }
             | RegistryError::Io { .. }
-            | RegistryError::Layout(_) => 1,
+            | RegistryError::Layout(_)
+            | RegistryError::DockerConfig { .. } => 1,
         }
     }
 
@@ -169,9 +208,20 @@ impl RegistryError {
         move |source| RegistryError::Io { path, source }
     }
 
-    /// The message with every cause, each once ([`crate::error_text::chain`]): what a command
-    /// prints.
+    /// The message with every cause: what a command prints.
     pub fn full_text(&self) -> String {
-        crate::error_text::chain(self)
+        chain(self)
     }
+}
+
+/// An error's message followed by each of its causes (no variant repeats its source).
+pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }

@@ -69,12 +69,11 @@ pub(crate) fn transport(
         .user_agent(crate::version::USER_AGENT)
         .danger_accept_invalid_certs(options.insecure);
     if let Some((path, pem)) = &ca {
-        let cert = reqwest::Certificate::from_pem(pem).map_err(|e| {
-            RegistryError::Reference(format!(
-                "--ca-file {}: not a usable certificate ({e})",
-                path.display()
-            ))
-        })?;
+        let cert =
+            reqwest::Certificate::from_pem(pem).map_err(|source| RegistryError::Certificate {
+                path: path.to_path_buf(),
+                source,
+            })?;
         http = http.add_root_certificate(cert);
     }
     let http = http.build().map_err(|e| RegistryError::Setup {

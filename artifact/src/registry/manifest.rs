@@ -6,7 +6,7 @@
 use bytes::Bytes;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH};
 
-use super::client::Registry;
+use super::client::Endpoint;
 use super::error::{Cause, RegistryError};
 use super::http::error_answer;
 use super::limits::{SpeedLimit, Throughput, MAX_MANIFEST_SIZE, REQUEST_DEADLINE};
@@ -135,22 +135,7 @@ impl Get<'_> {
     }
 }
 
-impl Registry {
-    /// The digest a reference names: its digest if it has one, else the tag's (the manifest
-    /// fetched and hashed).
-    pub fn resolve(&self, reference: &RegistryRef) -> Result<String, RegistryError> {
-        self.block_on(self.resolve_async(reference))
-    }
-
-    /// Like [`Registry::resolve`], but a missing tag is `None`.
-    pub fn try_resolve(&self, reference: &RegistryRef) -> Result<Option<String>, RegistryError> {
-        match self.resolve(reference) {
-            Ok(d) => Ok(Some(d)),
-            Err(RegistryError::NotFound(_)) => Ok(None),
-            Err(e) => Err(e),
-        }
-    }
-
+impl Endpoint {
     pub(crate) async fn resolve_async(
         &self,
         reference: &RegistryRef,
@@ -209,14 +194,6 @@ impl Registry {
         Ok((got.body, actual))
     }
 
-    /// The manifest a reference names: its exact bytes and their digest (checked).
-    pub fn fetch_manifest(
-        &self,
-        reference: &RegistryRef,
-    ) -> Result<(Vec<u8>, String), RegistryError> {
-        self.block_on(self.fetch_manifest_async(reference))
-    }
-
     pub(crate) async fn fetch_manifest_async(
         &self,
         reference: &RegistryRef,
@@ -224,37 +201,5 @@ impl Registry {
         let accept = format!("{MANIFEST_MEDIA_TYPE}, {INDEX_MEDIA_TYPE}");
         let (bytes, digest) = self.get_manifest(reference, &accept).await?;
         Ok((bytes.to_vec(), digest))
-    }
-
-    /// A stack's manifest and the stack descriptor it names (its config blob), both fetched
-    /// by digest and digest-checked. The descriptor's signature is not checked here: do that
-    /// (with `verify::verify_metadata` or the signing key) before believing it.
-    pub fn fetch_stack(&self, reference: &RegistryRef) -> Result<FetchedStack, RegistryError> {
-        let (manifest_bytes, manifest_digest) = self.fetch_manifest(reference)?;
-        let manifest: ImageManifest =
-            serde_json::from_slice(&manifest_bytes).map_err(|e| RegistryError::Decode {
-                what: format!(
-                    "{reference}: manifest {manifest_digest} is not an OCI image manifest"
-                ),
-                source: e,
-            })?;
-        if manifest.config.size > MAX_MANIFEST_SIZE {
-            return Err(RegistryError::Protocol(format!(
-                "{reference}: the stack descriptor (config {}) is {} bytes; it may have at most \
-                 {MAX_MANIFEST_SIZE}",
-                manifest.config.digest, manifest.config.size
-            )));
-        }
-        let descriptor_bytes = self.fetch_blob(
-            &reference.with_digest(&manifest_digest),
-            &manifest.config.digest,
-            manifest.config.size,
-        )?;
-        Ok(FetchedStack {
-            manifest_digest,
-            manifest_bytes,
-            manifest,
-            descriptor_bytes,
-        })
     }
 }

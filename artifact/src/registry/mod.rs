@@ -4,8 +4,12 @@
 //! - [`reference`]: `oci://HOST[:PORT]/REPO[:TAG][@DIGEST]` and whether it speaks plain HTTP.
 //! - [`auth`]: where credentials come from (flags, `OCI_REGISTRY_AUTH_TOKEN`, docker's
 //!   `config.json`), wrapped in [`auth::Secret`] so they never reach a log or an error.
-//! - [`client`]: [`Registry`], a connection to one registry host; its jobs, each an
-//!   `impl Registry` block or free functions in its own module:
+//! - [`mirrors`]: a containers-registries.conf(5) (version 2) file read, and which sources
+//!   (mirrors, then the origin) a reference is pulled from, in which order.
+//! - [`client`]: [`Registry`], the sources of one reference, each an `Endpoint` (a connection
+//!   to one registry host, credentials scoped to it); `fallback` tries them in order and counts
+//!   what each served. An endpoint's jobs, each an `impl Endpoint` block or free functions in
+//!   its own module:
 //!   - `http`: the one HTTP configuration (timeouts, TLS trust, plain HTTP) both clients are
 //!     built from (ingot's `reqwest` for everything a pull reads, `oci-client` for uploads),
 //!     and every body read into memory read with a cap;
@@ -32,9 +36,11 @@ pub mod auth;
 mod blob;
 pub mod client;
 pub mod error;
+mod fallback;
 mod http;
 pub mod limits;
 mod manifest;
+pub mod mirrors;
 pub mod options;
 pub(crate) mod partial;
 pub mod progress;
@@ -49,7 +55,7 @@ mod upload;
 
 pub use auth::{Credentials, Secret};
 pub use blob::MAX_IN_MEMORY_BLOB;
-pub use client::Registry;
+pub use client::{Registry, Served};
 pub use error::{Cause, RegistryError};
 pub use limits::{SpeedLimit, MAX_MANIFEST_SIZE};
 pub use manifest::FetchedStack;

@@ -37,6 +37,9 @@ pub struct RegistryOptions {
     pub progress: bool,
     /// The minimum throughput of every download.
     pub speed: SpeedLimit,
+    /// Mirrors and location rewrites (a registries.conf); `None`: every reference from its
+    /// own registry.
+    pub mirrors: Option<std::sync::Arc<super::mirrors::MirrorConfig>>,
 }
 
 impl Default for RegistryOptions {
@@ -52,6 +55,7 @@ impl Default for RegistryOptions {
             chunked: false,
             progress: true,
             speed: SpeedLimit::default(),
+            mirrors: None,
         }
     }
 }

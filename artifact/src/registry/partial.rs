@@ -17,7 +17,7 @@ use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use super::blob::Prefix;
-use super::client::Registry;
+use super::client::Endpoint;
 use super::error::RegistryError;
 use super::reference::RegistryRef;
 
@@ -123,24 +123,7 @@ pub(crate) fn discard(path: &Path) -> Result<(), RegistryError> {
     }
 }
 
-impl Registry {
-    /// Download a blob to `dest`: into its partial file beside it (`.partial-<hex>`), renamed
-    /// into place only after the size and digest check. Bad bytes are never left at `dest`.
-    /// A partial file an interrupted run left is resumed from its length; if the whole then
-    /// fails the digest check, it is discarded and the blob fetched again from the start. A
-    /// download that fails for another reason keeps its partial file for the next run.
-    pub fn pull_blob_to_file(
-        &self,
-        reference: &RegistryRef,
-        digest: &str,
-        size: u64,
-        dest: &Path,
-        progress: Option<&ProgressBar>,
-    ) -> Result<(), RegistryError> {
-        self.block_on(self.pull_blob_to_file_async(reference, digest, size, dest, progress))
-            .map(|_| ())
-    }
-
+impl Endpoint {
     /// [`Registry::pull_blob_to_file`]; returns how many bytes this call downloaded (less than
     /// the blob when an interrupted run's partial file was resumed, more when that partial
     /// proved bad and the blob came again from the start).

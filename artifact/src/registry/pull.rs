@@ -38,6 +38,8 @@ pub struct PullReport {
     pub downloaded: u64,
     /// Wall time.
     pub elapsed: Duration,
+    /// What each source (mirrors, the origin) served.
+    pub sources: Vec<super::client::Served>,
 }
 
 impl PullReport {
@@ -127,6 +129,7 @@ pub fn pull(reg: &Registry, source: &RegistryRef, out: &Path) -> Result<PullRepo
         reused: vec![],
         downloaded: 0,
         elapsed: Duration::ZERO,
+        sources: Vec::new(),
     };
     for r in results {
         let (d, size, fetched, downloaded) = r?;
@@ -149,6 +152,7 @@ pub fn pull(reg: &Registry, source: &RegistryRef, out: &Path) -> Result<PullRepo
     }
     write_index(out, desc)?;
     report.elapsed = start.elapsed();
+    report.sources = reg.served();
     Ok(report)
 }
 

@@ -108,7 +108,7 @@ pub fn publish_tagged(
             digest: None,
             ..target.clone()
         };
-        match reg.try_resolve(&tag_ref)? {
+        match reg.try_resolve_at_origin(&tag_ref)? {
             Some(existing) if existing == digest => {
                 info!("{tag_ref} already names {digest}: nothing to push");
                 report.unchanged = true;
@@ -155,11 +155,12 @@ pub fn publish_tagged(
         futures_util::stream::iter(blobs.iter().map(|(d, size, path)| {
             let progress = &progress;
             async move {
-                if reg.blob_exists_async(target, d).await? {
+                if reg.origin.blob_exists_async(target, d).await? {
                     return Ok((d.clone(), *size, false));
                 }
                 let bar = progress.bar(&format!("push {}", short(d)), *size);
-                reg.push_blob_file_async(target, path, d, *size, Some(&bar))
+                reg.origin
+                    .push_blob_file_async(target, path, d, *size, Some(&bar))
                     .await?;
                 bar.finish();
                 Ok((d.clone(), *size, true))
@@ -181,7 +182,11 @@ pub fn publish_tagged(
         .media_type
         .clone()
         .unwrap_or_else(|| MANIFEST_MEDIA_TYPE.to_owned());
-    let stored = reg.block_on(reg.push_manifest_async(target, &manifest_bytes, &media_type))?;
+    let stored = reg.block_on(reg.origin.push_manifest_async(
+        target,
+        &manifest_bytes,
+        &media_type,
+    ))?;
     debug_assert_eq!(stored, digest);
     report.elapsed = start.elapsed();
     Ok(report)

@@ -118,7 +118,7 @@ where
         };
         warn!(
             "{what}: {}; retrying in {wait:?} ({}/{})",
-            crate::error_text::chain(&cause),
+            super::error::chain(&cause),
             budget.failures(),
             budget.attempts()
         );
@@ -402,8 +402,8 @@ mod tests {
         for code in [400, 500] {
             let f = classify_status(&ctx, "blob x", code, b"echo: Basic YWxpY2U6aHVudGVyMjI=");
             let text = match f {
-                Failure::Transient(c) => crate::error_text::chain(&c),
-                Failure::Fatal(e) => crate::error_text::chain(&e),
+                Failure::Transient(c) => crate::registry::error::chain(&c),
+                Failure::Fatal(e) => crate::registry::error::chain(&e),
                 Failure::TooSlow(c) => c.to_string(),
             };
             assert!(!text.contains("YWxpY2U6aHVudGVyMjI="), "{text}");

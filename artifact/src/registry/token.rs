@@ -13,7 +13,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use super::auth::Credentials;
-use super::client::Registry;
+use super::client::Endpoint;
 use super::error::{Cause, RegistryError};
 use super::http::{error_answer, read_capped, Capped, SMALL_BODY_DEADLINE, TOKEN_BODY_CAP};
 use super::reference::RegistryRef;
@@ -63,7 +63,7 @@ fn header(value: String) -> Result<Option<HeaderValue>, Failure> {
     Ok(Some(value))
 }
 
-impl Registry {
+impl Endpoint {
     /// The basic credentials as a header value, if there are any.
     fn basic(&self) -> Result<Option<HeaderValue>, Failure> {
         match &self.auth.credentials {

@@ -11,13 +11,13 @@ use futures_util::StreamExt;
 use indicatif::ProgressBar;
 use oci_client::errors::OciDistributionError;
 
-use super::client::Registry;
+use super::client::Endpoint;
 use super::error::RegistryError;
 use super::reference::RegistryRef;
 use super::retry::{classify_oci, retry};
 use crate::oci_layout::sha256_digest;
 
-impl Registry {
+impl Endpoint {
     async fn store_auth(&self, reference: &RegistryRef) {
         self.transport
             .oci
@@ -38,15 +38,6 @@ impl Registry {
             async move { fut.await.map_err(|e| classify_oci(ctx, what, e)) }
         })
         .await
-    }
-
-    /// Whether the repository already has a blob (a HEAD request).
-    pub fn blob_exists(
-        &self,
-        reference: &RegistryRef,
-        digest: &str,
-    ) -> Result<bool, RegistryError> {
-        self.block_on(self.blob_exists_async(reference, digest))
     }
 
     pub(crate) async fn blob_exists_async(

@@ -48,6 +48,15 @@ pub fn run(args: PullArgs) -> anyhow::Result<ExitCode> {
                 throughput(report.bytes_fetched(), report.elapsed),
                 report.reused.len()
             );
+            for s in &report.sources {
+                eprintln!(
+                    "ingot: served by {} {}: {} bytes, {} blobs",
+                    if s.mirror { "mirror" } else { "origin" },
+                    s.location,
+                    s.bytes,
+                    s.blobs
+                );
+            }
             if args.json {
                 let v = serde_json::json!({
                     "reference": source.to_string(),
@@ -56,6 +65,7 @@ pub fn run(args: PullArgs) -> anyhow::Result<ExitCode> {
                     "blobsFetched": report.fetched.len(),
                     "bytesFetched": report.bytes_fetched(),
                     "blobsReused": report.reused.len(),
+                    "sources": report.sources,
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {

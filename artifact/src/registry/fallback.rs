@@ -1,0 +1,422 @@
+//! Trying a reference's sources in order (`Registry::sources`: the mirrors a registries.conf
+//! names, then the origin), and counting what each served.
+//!
+//! A source that fails (down, too slow by the speed rule, not holding the content, bytes that
+//! fail a digest) is skipped with a warning naming it, and the next is tried; only when every
+//! source fails does the operation fail, with an error naming each source and why. A blob a
+//! source stopped serving partway is continued by the next from the byte reached (the running
+//! SHA-256 carries over; the digest at the end covers every byte, whoever sent it). A blob
+//! into a file whose bytes fail the digest is discarded and fetched whole from the next source.
+//! A blob streamed into a sink the caller cannot take back (the writer) that fails its digest
+//! at the end cannot be retried here: the error says so, and the sources that sent it are
+//! refused for that blob from then on (a caller that starts the blob over gets other sources).
+
+use std::io::Write;
+use std::path::Path;
+
+use indicatif::ProgressBar;
+use sha2::{Digest, Sha256};
+use tracing::warn;
+
+use super::blob::{check_digest, MAX_IN_MEMORY_BLOB};
+use super::client::{Registry, Served, Src};
+use super::error::{chain, RegistryError};
+use super::limits::MAX_MANIFEST_SIZE;
+use super::manifest::FetchedStack;
+use super::reference::RegistryRef;
+use crate::oci_layout::ImageManifest;
+
+/// A `Write` that counts what passes.
+struct Counting<'a, W: Write + ?Sized> {
+    inner: &'a mut W,
+    n: u64,
+}
+
+impl<W: Write + ?Sized> Write for Counting<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.n += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// The sources that failed one operation so far.
+#[derive(Default)]
+struct Failures(Vec<(String, RegistryError)>);
+
+impl Failures {
+    /// Records a source's failure; warns when another source is left to try. A mirror whose
+    /// retries ran out is marked down in `reg`.
+    fn add(&mut self, reg: &Registry, what: &str, src: &Src, next: Option<&Src>, e: RegistryError) {
+        if src.mirror && matches!(e, RegistryError::Transient { .. }) {
+            warn!(
+                "mirror {}: unreachable or failing; skipped from now on",
+                src.location
+            );
+            reg.down
+                .lock()
+                .expect("not poisoned")
+                .insert(src.location.clone());
+        }
+        if let Some(next) = next {
+            warn!(
+                "{what}: {} {} failed, trying {} {} next: {}",
+                kind(src),
+                src.location,
+                kind(next),
+                next.location,
+                chain(&e)
+            );
+        }
+        self.0.push((format!("{} {}", kind(src), src.location), e));
+    }
+
+    /// The error when every source failed: with one source, its own error unchanged.
+    fn into_error(mut self, what: &str) -> RegistryError {
+        let (last_source, last) = self.0.pop().expect("at least one source was tried");
+        if self.0.is_empty() {
+            return last;
+        }
+        let tried = self
+            .0
+            .iter()
+            .map(|(s, e)| format!("{s} ({})", chain(e)))
+            .collect::<Vec<_>>()
+            .join("; ");
+        RegistryError::AllSources {
+            what: what.to_owned(),
+            tried,
+            last_source,
+            last: Box::new(last),
+        }
+    }
+}
+
+fn kind(src: &Src) -> &'static str {
+    if src.mirror {
+        "mirror"
+    } else {
+        "origin"
+    }
+}
+
+impl Registry {
+    /// Counts `bytes` (and a blob, when `blob`) for `src`.
+    fn count(&self, src: &Src, bytes: u64, blob: bool) {
+        let mut served = self.served.lock().expect("not poisoned");
+        let i = match served.iter().position(|s| s.location == src.location) {
+            Some(i) => i,
+            None => {
+                served.push(Served {
+                    location: src.location.clone(),
+                    mirror: src.mirror,
+                    bytes: 0,
+                    blobs: 0,
+                });
+                served.len() - 1
+            }
+        };
+        served[i].bytes += bytes;
+        served[i].blobs += u64::from(blob);
+    }
+
+    /// The sources of a blob (always fetched by digest), less those refused for it.
+    fn blob_sources(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+    ) -> Result<Vec<Src>, RegistryError> {
+        let refused = self.refused.lock().expect("not poisoned").clone();
+        let all = self.sources(reference, true)?;
+        let kept: Vec<Src> = all
+            .into_iter()
+            .filter(|s| !refused.contains(&(digest.to_owned(), s.location.clone())))
+            .collect();
+        if kept.is_empty() {
+            return Err(RegistryError::Protocol(format!(
+                "blob {digest}: every source sent bytes that failed its digest before"
+            )));
+        }
+        Ok(kept)
+    }
+
+    /// The digest a reference names: its digest if it has one, else the tag's (the manifest
+    /// fetched from the first source that has it, and hashed).
+    pub fn resolve(&self, reference: &RegistryRef) -> Result<String, RegistryError> {
+        if let Some(d) = &reference.digest {
+            return Ok(d.clone());
+        }
+        self.fetch_manifest(reference).map(|(_, d)| d)
+    }
+
+    /// Like [`Registry::resolve`], but a missing tag is `None`.
+    pub fn try_resolve(&self, reference: &RegistryRef) -> Result<Option<String>, RegistryError> {
+        match self.resolve(reference) {
+            Ok(d) => Ok(Some(d)),
+            Err(RegistryError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`Registry::try_resolve`] at the origin alone (what a publish compares against).
+    pub(crate) fn try_resolve_at_origin(
+        &self,
+        reference: &RegistryRef,
+    ) -> Result<Option<String>, RegistryError> {
+        match self.block_on(self.origin.resolve_async(reference)) {
+            Ok(d) => Ok(Some(d)),
+            Err(RegistryError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The manifest a reference names: its exact bytes and their digest (checked), from the
+    /// first source that serves it (by tag: the sources `pull-from-mirror` allows for tags).
+    pub fn fetch_manifest(
+        &self,
+        reference: &RegistryRef,
+    ) -> Result<(Vec<u8>, String), RegistryError> {
+        let sources = self.sources(reference, reference.digest.is_some())?;
+        let what = format!("manifest {reference}");
+        let mut failures = Failures::default();
+        for (i, src) in sources.iter().enumerate() {
+            match self.block_on(src.endpoint.fetch_manifest_async(&src.reference)) {
+                Ok((bytes, digest)) => {
+                    self.count(src, bytes.len() as u64, false);
+                    return Ok((bytes, digest));
+                }
+                Err(e) => failures.add(self, &what, src, sources.get(i + 1), e),
+            }
+        }
+        Err(failures.into_error(&what))
+    }
+
+    /// A stack's manifest and the stack descriptor it names (its config blob), both fetched
+    /// by digest and digest-checked. The descriptor's signature is not checked here: do that
+    /// (with `verify::verify_metadata` or the signing key) before believing it.
+    pub fn fetch_stack(&self, reference: &RegistryRef) -> Result<FetchedStack, RegistryError> {
+        let (manifest_bytes, manifest_digest) = self.fetch_manifest(reference)?;
+        let manifest: ImageManifest =
+            serde_json::from_slice(&manifest_bytes).map_err(|e| RegistryError::Decode {
+                what: format!(
+                    "{reference}: manifest {manifest_digest} is not an OCI image manifest"
+                ),
+                source: e,
+            })?;
+        if manifest.config.size > MAX_MANIFEST_SIZE {
+            return Err(RegistryError::Protocol(format!(
+                "{reference}: the stack descriptor (config {}) is {} bytes; it may have at most \
+                 {MAX_MANIFEST_SIZE}",
+                manifest.config.digest, manifest.config.size
+            )));
+        }
+        let descriptor_bytes = self.fetch_blob(
+            &reference.with_digest(&manifest_digest),
+            &manifest.config.digest,
+            manifest.config.size,
+        )?;
+        Ok(FetchedStack {
+            manifest_digest,
+            manifest_bytes,
+            manifest,
+            descriptor_bytes,
+        })
+    }
+
+    /// A small blob (the stack descriptor), read into memory, digest and size checked; a
+    /// source whose bytes fail is skipped.
+    pub fn fetch_blob(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+    ) -> Result<Vec<u8>, RegistryError> {
+        if size > MAX_IN_MEMORY_BLOB {
+            return Err(RegistryError::Protocol(format!(
+                "blob {digest} is {size} bytes: too large to read into memory (stream it)"
+            )));
+        }
+        let sources = self.blob_sources(reference, digest)?;
+        let what = format!("blob {digest}");
+        let mut failures = Failures::default();
+        for (i, src) in sources.iter().enumerate() {
+            let mut sink = std::io::Cursor::new(Vec::with_capacity(size as usize));
+            let got = self.block_on(src.endpoint.stream_blob_async(
+                &src.reference,
+                digest,
+                size,
+                &mut sink,
+                None,
+            ));
+            let bytes = sink.into_inner();
+            self.count(src, bytes.len() as u64, got.is_ok());
+            match got {
+                Ok(()) => return Ok(bytes),
+                Err(e) => failures.add(self, &what, src, sources.get(i + 1), e),
+            }
+        }
+        Err(failures.into_error(&what))
+    }
+
+    /// Stream one blob into `sink`, and check its size and SHA-256. Every byte reaches the sink
+    /// once, in order: a dropped connection resumes with a `Range` request, and a source that
+    /// gives up (its retries used, too slow) is continued by the next source from the byte
+    /// reached. Bytes reach the sink before the digest is known, so a caller that must not keep
+    /// bad bytes writes to a temporary place (as [`Registry::pull_blob_to_file`] does) or checks
+    /// them finer-grained itself (the writer checks every block against the layer's signed
+    /// verity tree). A digest that fails at the end refuses the sources that sent the blob for
+    /// it: a caller that streams the blob again gets the others.
+    pub fn stream_blob<W: Write + ?Sized>(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+        sink: &mut W,
+        progress: Option<&ProgressBar>,
+    ) -> Result<(), RegistryError> {
+        let sources = self.blob_sources(reference, digest)?;
+        let what = format!("blob {digest}");
+        let mut hasher = Sha256::new();
+        let mut sink = Counting { inner: sink, n: 0 };
+        let mut ranged = Vec::new();
+        let mut senders = Vec::new();
+        let mut failures = Failures::default();
+        for (i, src) in sources.iter().enumerate() {
+            let before = sink.n;
+            let got = self.block_on(src.endpoint.stream_part_async(
+                &src.reference,
+                digest,
+                size,
+                before,
+                &mut hasher,
+                &mut sink,
+                progress,
+            ));
+            if sink.n > before {
+                senders.push(src.location.clone());
+            }
+            self.count(src, sink.n - before, got.is_ok());
+            match got {
+                Ok(r) => {
+                    ranged.extend(r);
+                    let checked = check_digest(digest, size, hasher, &ranged);
+                    if checked.is_err() {
+                        let mut refused = self.refused.lock().expect("not poisoned");
+                        for s in senders {
+                            warn!("{what}: {s} is refused for this blob from now on");
+                            refused.insert((digest.to_owned(), s));
+                        }
+                    }
+                    return checked;
+                }
+                // The sink refused the bytes: no other source changes that.
+                Err(e @ RegistryError::Io { .. }) => return Err(e),
+                Err(e) => failures.add(self, &what, src, sources.get(i + 1), e),
+            }
+        }
+        Err(failures.into_error(&what))
+    }
+
+    /// Bytes `range` of a blob, read into memory (one zstd frame of a layer, say), from the
+    /// first source that serves them. Not checked against the digest, which covers the whole
+    /// blob: the caller checks what it reads (the writer checks every block against the
+    /// layer's signed verity tree).
+    pub fn fetch_range(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+        range: std::ops::Range<u64>,
+    ) -> Result<Vec<u8>, RegistryError> {
+        let sources = self.blob_sources(reference, digest)?;
+        let what = format!("blob {digest} (bytes {range:?})");
+        let mut failures = Failures::default();
+        for (i, src) in sources.iter().enumerate() {
+            let got = self.block_on(src.endpoint.fetch_range_async(
+                &src.reference,
+                digest,
+                size,
+                range.clone(),
+            ));
+            match got {
+                Ok(bytes) => {
+                    self.count(src, bytes.len() as u64, false);
+                    return Ok(bytes);
+                }
+                Err(e @ RegistryError::Protocol(_)) => return Err(e),
+                Err(e) => failures.add(self, &what, src, sources.get(i + 1), e),
+            }
+        }
+        Err(failures.into_error(&what))
+    }
+
+    /// Download a blob to `dest`: into its partial file beside it (`.partial-<hex>`), renamed
+    /// into place only after the size and digest check. Bad bytes are never left at `dest`.
+    /// A partial file an interrupted run left is resumed from its length; a source that gives
+    /// up is continued by the next from the partial file; bytes that fail the digest are
+    /// discarded and the blob fetched whole from the next source.
+    pub fn pull_blob_to_file(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+        dest: &Path,
+        progress: Option<&ProgressBar>,
+    ) -> Result<(), RegistryError> {
+        self.block_on(self.pull_blob_to_file_async(reference, digest, size, dest, progress))
+            .map(|_| ())
+    }
+
+    /// [`Registry::pull_blob_to_file`]; returns how many bytes this call downloaded.
+    pub(crate) async fn pull_blob_to_file_async(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+        dest: &Path,
+        progress: Option<&ProgressBar>,
+    ) -> Result<u64, RegistryError> {
+        let sources = self.blob_sources(reference, digest)?;
+        let what = format!("blob {digest}");
+        let mut failures = Failures::default();
+        let mut downloaded = 0;
+        for (i, src) in sources.iter().enumerate() {
+            let partial = super::partial::path_for(dest, digest)?;
+            let had = std::fs::metadata(&partial).map_or(0, |m| m.len());
+            let got = src
+                .endpoint
+                .pull_blob_to_file_async(&src.reference, digest, size, dest, progress)
+                .await;
+            match got {
+                Ok(n) => {
+                    self.count(src, n, true);
+                    return Ok(downloaded + n);
+                }
+                Err(e) => {
+                    let now = std::fs::metadata(&partial).map_or(0, |m| m.len());
+                    let n = now.saturating_sub(had);
+                    self.count(src, n, false);
+                    downloaded += n;
+                    if matches!(e, RegistryError::Io { .. } | RegistryError::Layout(_)) {
+                        return Err(e);
+                    }
+                    failures.add(self, &what, src, sources.get(i + 1), e);
+                }
+            }
+        }
+        Err(failures.into_error(&what))
+    }
+
+    /// Whether the origin already has a blob (a HEAD request; publishing only).
+    pub fn blob_exists(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+    ) -> Result<bool, RegistryError> {
+        self.block_on(self.origin.blob_exists_async(reference, digest))
+    }
+}

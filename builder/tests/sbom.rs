@@ -300,7 +300,6 @@ fn verify_checks_the_sbom_blobs_and_diff_shows_package_changes() {
         "diff".as_ref(),
         a.as_os_str(),
         b.as_os_str(),
-        "--allow-unsigned".as_ref(),
         "--json".as_ref(),
     ]);
     assert_eq!(
@@ -317,16 +316,9 @@ fn verify_checks_the_sbom_blobs_and_diff_shows_package_changes() {
         serde_json::json!([{"name": "libc6", "arch": "amd64", "a": "2.36-9+deb12u7", "b": "2.36-9+deb12u9"}])
     );
     assert_eq!(v["layers"][0]["packages"]["changed"], serde_json::json!([]));
-    let text = String::from_utf8_lossy(
-        &ingot([
-            "diff".as_ref(),
-            a.as_os_str(),
-            b.as_os_str(),
-            "--allow-unsigned".as_ref(),
-        ])
-        .stdout,
-    )
-    .into_owned();
+    let text =
+        String::from_utf8_lossy(&ingot(["diff".as_ref(), a.as_os_str(), b.as_os_str()]).stdout)
+            .into_owned();
     assert!(
         text.contains("package ~ libc6 amd64: 2.36-9+deb12u7 -> 2.36-9+deb12u9"),
         "{text}"

@@ -177,6 +177,11 @@ fn layer_seed(manifest: &Manifest, layer: &str) -> Vec<u8> {
     format!("{}\0{}\0{}", manifest.name, manifest.version, layer).into_bytes()
 }
 
+/// A layer tree's dpkg status, as read while the tree was checked.
+type TreeStatus = Result<Option<Vec<DebPackage>>, SbomError>;
+/// What the stack rules need of a layer tree, as read while it was checked.
+type TreeSummary = Result<LayerSummary, RuleError>;
+
 /// One built layer, its blobs already in the layout.
 struct BuiltLayer {
     entry: LayerEntry,
@@ -549,10 +554,7 @@ fn build_with_preload(
     (dir, img, hash): (&Path, &Path, &Path),
     ext4_opts: &Ext4Options,
     bar: &ProgressBar,
-    (status, summary): (
-        &mut Result<Option<Vec<DebPackage>>, SbomError>,
-        &mut Result<LayerSummary, RuleError>,
-    ),
+    (status, summary): (&mut TreeStatus, &mut TreeSummary),
 ) -> Result<(u64, u64, ingot_layers::VerityInfo, Vec<PreloadEntry>), BuildError> {
     let name = &spec.name;
     let lerr = |source| BuildError::Layer {

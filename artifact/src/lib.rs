@@ -1,6 +1,7 @@
 //! An ingot stack as an artifact, between the build and the disk: the OCI image layout it is
 //! stored in, the zstd frames its layers are compressed into, its signature, its verification,
-//! and the registry client that publishes and fetches it. `ingot` (the builder) writes
+//! and the registry client that publishes and fetches it. [`stack_format`] owns the format of
+//! the artifact itself (media types, annotations, the image manifest). `ingot` (the builder) writes
 //! artifacts with it; `ingot-writer` reads and checks them with it.
 
 pub mod compress;
@@ -8,7 +9,9 @@ pub mod error_text;
 pub mod layerfs;
 pub mod oci_layout;
 pub mod registry;
+pub mod sbom;
 pub mod sign;
+pub mod stack_format;
 pub mod trust_key;
 pub mod verify;
 pub mod version;

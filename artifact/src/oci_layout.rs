@@ -463,6 +463,11 @@ impl LayoutWriter {
         })
     }
 
+    /// The layout's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Store bytes as a blob; returns a descriptor of `media_type`.
     pub fn write_blob(&self, media_type: &str, bytes: &[u8]) -> io::Result<Descriptor> {
         let digest = sha256_digest(bytes);

@@ -2,8 +2,8 @@
 //!
 //! Order: read the manifest and the descriptor bytes it points at → check the minisign signature
 //! over those bytes with the trusted key → only then parse the descriptor → check the manifest
-//! agrees with it → for every layer, fetch the hash and data blobs by the digests the signed
-//! descriptor gives (digest and size), decompress the data, recompute the dm-verity tree and root
+//! agrees with it → for every layer, fetch the hash, data and SBOM blobs by the digests the
+//! signed descriptor gives (digest and size), decompress the data, recompute the dm-verity tree and root
 //! hash and compare both. The first thing that is wrong stops the run and is named.
 //!
 //! Exit codes ([`VerifyError::exit_code`]): 0 ok, 1 I/O or malformed input, 2 usage, 3 signature,
@@ -16,16 +16,14 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use ingot_layers::boot::BootLimitError;
-use ingot_layers::descriptor::{
-    BootFiles, DescriptorError, LayerEntry, StackDescriptor, ARTIFACT_TYPE, DESCRIPTOR_MEDIA_TYPE,
-    LAYER_MEDIA_TYPE, SIGNATURE_ANNOTATION, VERITY_MEDIA_TYPE,
-};
+use ingot_layers::descriptor::{BootFiles, DescriptorError, LayerEntry, StackDescriptor};
 use ingot_verity::{HashAlgorithm, HashType, VerityParams};
 use tracing::{info, warn};
 
 use crate::compress::{self, FrameError};
-use crate::oci_layout::{sha256_digest, ImageManifest, Layout, LayoutError, MAX_MANIFEST_SIZE};
+use crate::oci_layout::{sha256_digest, ImageManifest, Layout, LayoutError};
 use crate::sign::{signature_key_id, PublicKey, SignError};
+use crate::stack_format::{self, FormatError, SIGNATURE_ANNOTATION};
 
 /// Where a stack artifact is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,15 +82,6 @@ pub trait ArtifactSource {
     }
 }
 
-impl From<crate::registry::RegistryError> for VerifyError {
-    fn from(e: crate::registry::RegistryError) -> Self {
-        match e {
-            crate::registry::RegistryError::Integrity { .. } => VerifyError::Digest(e.full_text()),
-            other => VerifyError::Input(other.full_text()),
-        }
-    }
-}
-
 impl ArtifactSource for crate::registry::source::RegistrySource {
     fn describe(&self) -> String {
         self.display_name()
@@ -127,7 +116,7 @@ impl LayoutSource {
     /// Open a layout, at the manifest `tag` names (`oci:DIR:TAG`), or its only one.
     pub fn open_tagged(path: &Path, tag: Option<&str>) -> Result<Self, VerifyError> {
         Ok(LayoutSource {
-            layout: Layout::open(path).map_err(VerifyError::from_layout)?,
+            layout: Layout::open(path).map_err(VerifyError::from)?,
             tag: tag.map(str::to_owned),
         })
     }
@@ -146,30 +135,30 @@ impl ArtifactSource for LayoutSource {
             Some(tag) => self.layout.find_tagged(tag),
             None => self.layout.find_manifest(None),
         }
-        .map_err(VerifyError::from_layout)?;
+        .map_err(VerifyError::from)?;
         let bytes = self
             .layout
             .read_small_blob(&desc.digest, desc.size)
-            .map_err(|e| VerifyError::from_layout(e).about("the image manifest"))?;
+            .map_err(|e| VerifyError::from(e).about("the image manifest"))?;
         Ok((bytes, desc.digest))
     }
 
     fn blob(&self, digest: &str, size: u64) -> Result<Vec<u8>, VerifyError> {
         self.layout
             .read_blob(digest, size)
-            .map_err(VerifyError::from_layout)
+            .map_err(VerifyError::from)
     }
 
     fn blob_file(&self, digest: &str, size: u64) -> Result<PathBuf, VerifyError> {
         self.layout
             .check_blob(digest, size)
-            .map_err(VerifyError::from_layout)
+            .map_err(VerifyError::from)
     }
 
     fn blob_file_unhashed(&self, digest: &str, size: u64) -> Result<PathBuf, VerifyError> {
         self.layout
             .present_blob(digest, size)
-            .map_err(VerifyError::from_layout)
+            .map_err(VerifyError::from)
     }
 }
 
@@ -231,59 +220,227 @@ pub struct VerifyReport {
     pub descriptor: StackDescriptor,
 }
 
-/// The first thing found wrong.
+/// Why the signature was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SignatureError {
+    /// The manifest carries no signature.
+    // No flag named here: only `ingot verify` has --allow-unsigned, the writer none.
+    #[error(
+        "the manifest has no `{SIGNATURE_ANNOTATION}` annotation: the artifact is unsigned \
+         (refused)"
+    )]
+    Unsigned,
+    /// A signature, but no key to check it with.
+    #[error("no trusted key given (--trust-key PUB)")]
+    NoKey,
+    /// The signature does not verify with the trusted key.
+    #[error("it does not verify with the trusted key (signature key id {key_id})")]
+    Rejected {
+        /// The key id the signature names (`?` when it names none).
+        key_id: String,
+        /// Why.
+        #[source]
+        source: SignError,
+    },
+}
+
+/// The first thing found wrong. [`VerifyError::exit_code`] is computed from the variant and its
+/// source, never from the text.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
-    /// Reading failed, or the input is not an ingot artifact.
-    #[error("{0}")]
-    Input(String),
+    /// Reading the layout failed, or a blob in it is missing or wrong.
+    #[error(transparent)]
+    Layout(#[from] LayoutError),
+    /// The registry failed, or a blob from it is wrong.
+    #[error(transparent)]
+    Registry(#[from] crate::registry::RegistryError),
+    /// The manifest is not a stack's, or disagrees with the signed descriptor.
+    #[error(transparent)]
+    Format(#[from] FormatError),
+    /// The signed descriptor does not parse or breaks the schema.
+    #[error(transparent)]
+    Descriptor(#[from] DescriptorError),
     /// Missing, malformed or failing signature.
-    #[error("signature: {0}")]
-    Signature(String),
-    /// A blob's digest or size is wrong, or the manifest disagrees with the signed descriptor.
-    #[error("{0}")]
-    Digest(String),
-    /// A layer's content does not match its signed verity root hash or tree.
-    #[error("{0}")]
-    Verity(String),
+    #[error("signature")]
+    Signature(#[source] SignatureError),
+    /// A blob a source does not hold.
+    #[error("no blob {digest} of {size} bytes")]
+    Missing {
+        /// Its digest.
+        digest: String,
+        /// Its size.
+        size: u64,
+    },
+    /// A local file operation failed.
+    #[error("{what} {}", path.display())]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// On which file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: io::Error,
+    },
+    /// The descriptor's verity parameters for a layer are unusable.
+    #[error("layer `{layer}`: {what}")]
+    Params {
+        /// The layer.
+        layer: String,
+        /// Which parameter.
+        what: &'static str,
+        /// Why, when a parser said.
+        #[source]
+        source: Option<ingot_verity::ParamError>,
+    },
+    /// A layer's data blob does not decompress to its signed image.
+    #[error("layer `{layer}`: the data blob does not decompress to the signed image")]
+    Decompress {
+        /// The layer.
+        layer: String,
+        /// Why.
+        #[source]
+        source: FrameError,
+    },
+    /// The data blob holds no whole zstd frame where the frame index (or the last frame's end)
+    /// says one starts.
+    #[error("layer `{layer}`: the data blob holds no whole zstd frame at byte {at}: {reason}")]
+    Frame {
+        /// The layer.
+        layer: String,
+        /// Byte offset.
+        at: u64,
+        /// zstd's error name.
+        reason: &'static str,
+    },
+    /// Computing a layer's verity tree failed.
+    #[error("layer `{layer}`: computing the verity tree")]
+    Tree {
+        /// The layer.
+        layer: String,
+        /// Why.
+        #[source]
+        source: ingot_verity::VerityError,
+    },
+    /// A layer's hash blob does not hold the tree its signed root hash names.
+    #[error("layer `{layer}`: hash tree")]
+    HashBlob {
+        /// The layer.
+        layer: String,
+        /// Why.
+        #[source]
+        source: ingot_verity::VerityError,
+    },
+    /// A layer's data gives another root hash than the signed one.
+    #[error(
+        "layer `{layer}`: verity root hash mismatch: the signed descriptor says {signed}, the \
+         layer's data gives {actual}"
+    )]
+    RootHash {
+        /// The layer.
+        layer: String,
+        /// The descriptor's.
+        signed: ingot_verity::RootHash,
+        /// The data's.
+        actual: ingot_verity::RootHash,
+    },
+    /// The hash blob is not the tree the data gives (the root hash matches).
+    #[error(
+        "layer `{layer}`: the hash blob is not the verity tree of the layer's data (root hash \
+         {root} matches, tree bytes differ)"
+    )]
+    TreeBytes {
+        /// The layer.
+        layer: String,
+        /// The root hash both share.
+        root: ingot_verity::RootHash,
+    },
+    /// A layer's SBOM is refused.
+    #[error(transparent)]
+    Sbom(#[from] crate::sbom::SbomError),
+    /// A layer's image does not read as its signed tree says (`ingot diff`'s verifying reader).
+    #[error(transparent)]
+    LayerFs(#[from] crate::layerfs::LayerFsError),
     /// The stack breaks a limit of the boot contract: it would not boot as the writer lays it
     /// out (too many layers, a missing or oversized boot file).
     #[error("stack `{stack}` cannot boot")]
     Boot {
+        /// The stack (name and version).
         stack: String,
+        /// The limit.
         #[source]
         source: ingot_layers::boot::BootLimitError,
+    },
+    /// Which part of the artifact the inner error is about.
+    #[error("{what}")]
+    About {
+        /// e.g. ``layer `base`: data blob``.
+        what: String,
+        /// The error.
+        #[source]
+        source: Box<VerifyError>,
     },
 }
 
 impl VerifyError {
-    /// The documented exit code.
+    /// The documented exit code: 1 I/O or malformed input, 3 signature, 4 digest or size, 5
+    /// layer content or verity.
     pub fn exit_code(&self) -> u8 {
         match self {
-            VerifyError::Input(_) => 1,
+            VerifyError::Layout(e) => match e {
+                LayoutError::Missing { .. }
+                | LayoutError::Digest { .. }
+                | LayoutError::Size { .. } => 4,
+                LayoutError::Io { .. } | LayoutError::Format { .. } => 1,
+            },
+            VerifyError::Registry(e) => match e {
+                crate::registry::RegistryError::Integrity { .. } => 4,
+                _ => 1,
+            },
+            VerifyError::Format(e) if e.is_mismatch() => 4,
             VerifyError::Signature(_) => 3,
-            VerifyError::Digest(_) => 4,
-            VerifyError::Verity(_) => 5,
-            VerifyError::Boot { .. } => 1,
+            VerifyError::Missing { .. } => 4,
+            VerifyError::Decompress { source, .. } => match source {
+                FrameError::Io(_) | FrameError::Read(_) | FrameError::Shrank { .. } => 1,
+                _ => 5,
+            },
+            VerifyError::Frame { .. }
+            | VerifyError::HashBlob { .. }
+            | VerifyError::RootHash { .. }
+            | VerifyError::TreeBytes { .. }
+            | VerifyError::LayerFs(_) => 5,
+            VerifyError::About { source, .. } => source.exit_code(),
+            VerifyError::Format(_)
+            | VerifyError::Descriptor(_)
+            | VerifyError::Sbom(_)
+            | VerifyError::Io { .. }
+            | VerifyError::Params { .. }
+            | VerifyError::Tree { .. }
+            | VerifyError::Boot { .. } => 1,
         }
     }
 
-    fn from_layout(e: LayoutError) -> Self {
-        match e {
-            LayoutError::Missing { .. } | LayoutError::Digest { .. } | LayoutError::Size { .. } => {
-                VerifyError::Digest(e.to_string())
-            }
-            other => VerifyError::Input(other.to_string()),
-        }
-    }
-
-    fn about(self, what: &str) -> Self {
+    /// Whether the signature was refused (at any depth of [`VerifyError::About`]).
+    pub fn is_signature(&self) -> bool {
         match self {
-            VerifyError::Input(m) => VerifyError::Input(format!("{what}: {m}")),
-            VerifyError::Signature(m) => VerifyError::Signature(format!("{what}: {m}")),
-            VerifyError::Digest(m) => VerifyError::Digest(format!("{what}: {m}")),
-            VerifyError::Verity(m) => VerifyError::Verity(format!("{what}: {m}")),
+            VerifyError::Signature(_) => true,
+            VerifyError::About { source, .. } => source.is_signature(),
+            _ => false,
+        }
+    }
+
+    /// The message and every cause, each once (what the commands print).
+    pub fn full_text(&self) -> String {
+        crate::error_text::chain(self)
+    }
+
+    fn about(self, what: impl Into<String>) -> Self {
+        match self {
             boot @ VerifyError::Boot { .. } => boot,
+            other => VerifyError::About {
+                what: what.into(),
+                source: Box::new(other),
+            },
         }
     }
 }
@@ -295,105 +452,45 @@ pub fn verify_metadata(
     trust: &Trust,
 ) -> Result<(VerifyReport, ImageManifest), VerifyError> {
     let (manifest_bytes, manifest_digest) = source.manifest()?;
-    let manifest: ImageManifest = serde_json::from_slice(&manifest_bytes)
-        .map_err(|e| VerifyError::Input(format!("the image manifest is not valid: {e}")))?;
-    if manifest.artifact_type.as_deref() != Some(ARTIFACT_TYPE)
-        || manifest.config.media_type != DESCRIPTOR_MEDIA_TYPE
-    {
-        return Err(VerifyError::Input(format!(
-            "{} is not an ingot stack (artifactType {:?}, config {})",
-            source.describe(),
-            manifest.artifact_type,
-            manifest.config.media_type
-        )));
-    }
-    if manifest.config.size > MAX_MANIFEST_SIZE {
-        return Err(VerifyError::Input(format!(
-            "the stack descriptor {} is {} bytes, more than the {MAX_MANIFEST_SIZE} bytes it may \
-             have (not read)",
-            manifest.config.digest, manifest.config.size
-        )));
-    }
+    let manifest = stack_format::parse(&manifest_bytes, &source.describe())?;
     let descriptor_bytes = source
         .blob(&manifest.config.digest, manifest.config.size)
         .map_err(|e| e.about("the stack descriptor"))?;
     let descriptor_digest = sha256_digest(&descriptor_bytes);
 
     // The signature, before anything in the descriptor is believed.
+    let refuse = |e| Err(VerifyError::Signature(e));
     let signature = match (manifest.annotation(SIGNATURE_ANNOTATION), &trust.key) {
         (None, _) if trust.allow_unsigned => {
             warn!("the artifact is not signed (accepted: unsigned artifacts allowed)");
             SignatureStatus::Unsigned
         }
-        (None, _) => {
-            // No flag named here: only `ingot verify` has --allow-unsigned, the writer none.
-            return Err(VerifyError::Signature(format!(
-                "the manifest has no `{SIGNATURE_ANNOTATION}` annotation: the artifact is \
-                 unsigned (refused)"
-            )));
-        }
+        (None, _) => return refuse(SignatureError::Unsigned),
         (Some(_), None) if trust.allow_unsigned => SignatureStatus::NotChecked,
-        (Some(_), None) => {
-            return Err(VerifyError::Signature(
-                "no trusted key given (--trust-key PUB)".to_owned(),
-            ))
-        }
+        (Some(_), None) => return refuse(SignatureError::NoKey),
         (Some(sig), Some(key)) => match key.verify(&descriptor_bytes, sig) {
             Ok(comment) => SignatureStatus::Verified {
                 key_id: key.key_id(),
                 trusted_comment: comment,
             },
-            Err(e) => {
-                let msg = describe_sig_error(&e, sig);
+            Err(source) => {
+                let e = SignatureError::Rejected {
+                    key_id: signature_key_id(sig).unwrap_or_else(|| "?".to_owned()),
+                    source,
+                };
                 if trust.allow_unsigned {
+                    let msg = crate::error_text::chain(&e);
                     warn!("signature: {msg} (accepted: --allow-unsigned)");
                     SignatureStatus::Failed(msg)
                 } else {
-                    return Err(VerifyError::Signature(msg));
+                    return refuse(e);
                 }
             }
         },
     };
 
-    let descriptor = StackDescriptor::from_json(&descriptor_bytes).map_err(|e| match e {
-        DescriptorError::Json(_) | DescriptorError::Invalid(_) => VerifyError::Input(e.to_string()),
-    })?;
-
-    // The manifest must list exactly the blobs the descriptor names, in order.
-    let want = descriptor.layers.len() * 2;
-    if manifest.layers.len() != want {
-        return Err(VerifyError::Digest(format!(
-            "the manifest lists {} layer blobs, the signed descriptor names {want}",
-            manifest.layers.len()
-        )));
-    }
-    for (i, layer) in descriptor.layers.iter().enumerate() {
-        let pairs = [
-            (
-                &manifest.layers[2 * i],
-                LAYER_MEDIA_TYPE,
-                &layer.data.digest,
-                layer.data.size,
-                "data",
-            ),
-            (
-                &manifest.layers[2 * i + 1],
-                VERITY_MEDIA_TYPE,
-                &layer.hash.digest,
-                layer.hash.size,
-                "hash",
-            ),
-        ];
-        for (desc, media_type, digest, size, what) in pairs {
-            if desc.media_type != media_type || &desc.digest != digest || desc.size != size {
-                return Err(VerifyError::Digest(format!(
-                    "layer `{}`: the manifest's {what} blob ({} {} bytes) is not the one the \
-                     signed descriptor names ({digest} {size} bytes)",
-                    layer.name, desc.digest, desc.size
-                )));
-            }
-        }
-    }
+    let descriptor = StackDescriptor::from_json(&descriptor_bytes)?;
+    stack_format::check_layers(&manifest, &descriptor)?;
     Ok((
         VerifyReport {
             manifest_digest,
@@ -403,16 +500,6 @@ pub fn verify_metadata(
         },
         manifest,
     ))
-}
-
-fn describe_sig_error(e: &SignError, sig: &str) -> String {
-    match e {
-        SignError::Invalid(m) => m.clone(),
-        other => format!(
-            "{other} (signature key id {})",
-            signature_key_id(sig).unwrap_or_else(|| "?".to_owned())
-        ),
-    }
 }
 
 /// Verify everything: signature, digests, and every layer's verity tree. `work` holds the
@@ -445,29 +532,58 @@ pub fn verify(
     Ok(report)
 }
 
+/// The Debian packages a layer's SBOM lists (read by its digest and size, as the descriptor
+/// pins it), sorted; `None` for a layer without an SBOM (schema version 1).
+pub fn layer_packages(
+    source: &dyn ArtifactSource,
+    layer: &LayerEntry,
+) -> Result<Option<Vec<crate::sbom::DebPackage>>, VerifyError> {
+    let Some(sbom) = &layer.sbom else {
+        return Ok(None);
+    };
+    if sbom.size > crate::sbom::MAX_SBOM_SIZE {
+        return Err(crate::sbom::SbomError::TooLarge {
+            layer: layer.name.clone(),
+            size: sbom.size,
+        }
+        .into());
+    }
+    let bytes = source
+        .blob(&sbom.digest, sbom.size)
+        .map_err(|e| e.about(format!("layer `{}`: SBOM blob", layer.name)))?;
+    Ok(Some(crate::sbom::packages_of(&bytes, &layer.name)?))
+}
+
 /// The verity parameters a layer entry of the signed descriptor names.
 pub fn verity_params(layer: &LayerEntry) -> Result<VerityParams, VerifyError> {
     let v = &layer.verity;
-    let bad = |what: &str| VerifyError::Input(format!("layer `{}`: {what}", layer.name));
+    let bad = |what: &'static str, source: Option<ingot_verity::ParamError>| VerifyError::Params {
+        layer: layer.name.clone(),
+        what,
+        source,
+    };
     Ok(VerityParams {
-        hash_type: HashType::from_u32(v.hash_type).map_err(|e| bad(&e.to_string()))?,
-        algorithm: HashAlgorithm::from_name(&v.algorithm).map_err(|e| bad(&e.to_string()))?,
+        hash_type: HashType::from_u32(v.hash_type).map_err(|e| bad("hash type", Some(e)))?,
+        algorithm: HashAlgorithm::from_name(&v.algorithm)
+            .map_err(|e| bad("hash algorithm", Some(e)))?,
         data_block_size: v.data_block_size,
         hash_block_size: v.hash_block_size,
         data_blocks: v.data_blocks,
-        salt: hex::decode(&v.salt).map_err(|_| bad("salt is not hex"))?,
+        salt: hex::decode(&v.salt).map_err(|_| bad("salt is not hex", None))?,
         uuid: match &v.uuid {
             None => None,
-            Some(u) => Some(ingot_verity::parse_uuid(u).ok_or_else(|| bad("bad verity uuid"))?),
+            Some(u) => {
+                Some(ingot_verity::parse_uuid(u).ok_or_else(|| bad("bad verity uuid", None))?)
+            }
         },
         hash_offset: v.hash_offset,
         superblock: v.superblock,
     })
 }
 
-fn io_input(what: &str, path: &Path) -> impl FnOnce(io::Error) -> VerifyError {
-    let what = format!("{what} {}", path.display());
-    move |e| VerifyError::Input(format!("{what}: {e}"))
+fn io_input(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> VerifyError {
+    let path = path.to_owned();
+    move |source| VerifyError::Io { what, path, source }
 }
 
 /// The boot files in the base layer's verified image: regular files (symlinks followed, as the
@@ -527,10 +643,15 @@ fn verify_layer(
     let name = &layer.name;
     let hash_blob = source
         .blob_file(&layer.hash.digest, layer.hash.size)
-        .map_err(|e| e.about(&format!("layer `{name}`: hash blob")))?;
+        .map_err(|e| e.about(format!("layer `{name}`: hash blob")))?;
     let data_blob = source
         .blob_file(&layer.data.digest, layer.data.size)
-        .map_err(|e| e.about(&format!("layer `{name}`: data blob")))?;
+        .map_err(|e| e.about(format!("layer `{name}`: data blob")))?;
+    if let Some(sbom) = &layer.sbom {
+        source
+            .blob_file(&sbom.digest, sbom.size)
+            .map_err(|e| e.about(format!("layer `{name}`: SBOM blob")))?;
+    }
     let params = verity_params(layer)?;
 
     let dir = tempfile::Builder::new()
@@ -551,39 +672,33 @@ fn verify_layer(
             layer.size,
             &mut out,
         )
-        .map_err(|e| match e {
-            FrameError::Io(e) => VerifyError::Input(format!("writing {}: {e}", img.display())),
-            FrameError::Read(e) => VerifyError::Input(format!(
-                "layer `{name}`: reading {}: {e}",
-                data_blob.display()
-            )),
-            FrameError::Shrank { .. } => VerifyError::Input(format!(
-                "layer `{name}`: data blob {}: {e}",
-                data_blob.display()
-            )),
-            other => VerifyError::Verity(format!(
-                "layer `{name}`: the data blob does not decompress to the signed image: {other}"
-            )),
+        .map_err(|source| VerifyError::Decompress {
+            layer: name.clone(),
+            source,
         })?;
         out.flush().map_err(io_input("writing", &img))?;
     }
     let tree = dir.path().join("verity");
-    let result = ingot_verity::format_file(&img, &tree, &params).map_err(|e| {
-        VerifyError::Input(format!("layer `{name}`: computing the verity tree: {e}"))
-    })?;
+    let result =
+        ingot_verity::format_file(&img, &tree, &params).map_err(|source| VerifyError::Tree {
+            layer: name.clone(),
+            source,
+        })?;
     let root = result.root_hash;
     if root != layer.verity.root_hash {
-        return Err(VerifyError::Verity(format!(
-            "layer `{name}`: verity root hash mismatch: the signed descriptor says {}, the \
-             layer's data gives {root}",
-            layer.verity.root_hash
-        )));
+        return Err(VerifyError::RootHash {
+            layer: name.clone(),
+            signed: layer.verity.root_hash.clone(),
+            actual: root,
+        });
     }
-    if !same_bytes(&tree, &hash_blob).map_err(|e| VerifyError::Input(e.to_string()))? {
-        return Err(VerifyError::Verity(format!(
-            "layer `{name}`: the hash blob is not the verity tree of the layer's data \
-             (root hash {root} matches, tree bytes differ)"
-        )));
+    if !same_bytes(&tree, &hash_blob)
+        .map_err(io_input("comparing the verity tree with", &hash_blob))?
+    {
+        return Err(VerifyError::TreeBytes {
+            layer: name.clone(),
+            root,
+        });
     }
     if let Some(boot) = boot {
         check_boot_files(&img, boot).map_err(|source| VerifyError::Boot {

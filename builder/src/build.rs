@@ -5,7 +5,6 @@
 //! OCI image manifest. Everything happens in a temporary directory next to the output, renamed
 //! into place at the end: a failed build leaves nothing behind.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -13,26 +12,27 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ingot_artifact::sbom::{self, DebPackage, SbomError};
+use ingot_artifact::stack_format::{
+    self, DESCRIPTOR_MEDIA_TYPE, LAYER_MEDIA_TYPE, SBOM_MEDIA_TYPE, VERITY_MEDIA_TYPE,
+};
 use ingot_layers::boot::{self as boot_limits, BootLimitError};
 use ingot_layers::descriptor::{
     BlobRef, Compression, DataBlob, LayerEntry, PreloadEntry, StackDescriptor, VerityInfo,
-    ARTIFACT_TYPE, DESCRIPTOR_MEDIA_TYPE, LAYER_MEDIA_TYPE, MAX_DESCRIPTOR_SIZE, SCHEMA_VERSION,
-    SIGNATURE_ANNOTATION, VERITY_MEDIA_TYPE, ZSTD,
+    MAX_DESCRIPTOR_SIZE, SCHEMA_VERSION, ZSTD,
 };
 use ingot_layers::ext4::Ext4Options;
+use ingot_layers::stack_rules::{self, LayerSummary, RuleError};
 use ingot_layers::tree::{split_path, DataSource, FileData, Meta, Node, NodeKind, Tree};
 use ingot_layers::{LayerError, Source};
 use rayon::prelude::*;
 use tracing::info;
 
-use crate::compress;
 use crate::manifest::{LayerSource, LayerSpec, Manifest, BASE_KIND};
-use crate::oci_layout::{
-    sha256_file, Descriptor, ImageManifest, LayoutWriter, CREATED, MANIFEST_MEDIA_TYPE, REVISION,
-    SOURCE, TITLE, VERSION,
-};
 use crate::preload::{self, PreloadError};
-use crate::sign::SecretKey;
+use ingot_artifact::compress;
+use ingot_artifact::oci_layout::{sha256_file, LayoutWriter};
+use ingot_artifact::sign::SecretKey;
 
 /// How to build.
 #[derive(Debug)]
@@ -121,6 +121,12 @@ pub enum BuildError {
         /// The limit.
         source: BootLimitError,
     },
+    /// The layers break a stack rule (`ingot_layers::stack_rules`).
+    #[error(transparent)]
+    Rules(#[from] RuleError),
+    /// A layer's dpkg status is refused.
+    #[error(transparent)]
+    Sbom(#[from] SbomError),
     /// The descriptor is larger than readers accept.
     #[error(
         "the stack descriptor is {size} bytes, more than the {MAX_DESCRIPTOR_SIZE} bytes every \
@@ -163,7 +169,7 @@ pub fn rfc3339(epoch: u64) -> String {
 
 /// The builder's name and version, recorded in the descriptor.
 pub fn builder_id() -> String {
-    crate::version::builder_id()
+    ingot_artifact::version::builder_id()
 }
 
 /// The identity a layer's UUIDs and hash seed derive from.
@@ -171,11 +177,18 @@ fn layer_seed(manifest: &Manifest, layer: &str) -> Vec<u8> {
     format!("{}\0{}\0{}", manifest.name, manifest.version, layer).into_bytes()
 }
 
+/// A layer tree's dpkg status, as read while the tree was checked.
+type TreeStatus = Result<Option<Vec<DebPackage>>, SbomError>;
+/// What the stack rules need of a layer tree, as read while it was checked.
+type TreeSummary = Result<LayerSummary, RuleError>;
+
 /// One built layer, its blobs already in the layout.
 struct BuiltLayer {
     entry: LayerEntry,
-    data: Descriptor,
-    hash: Descriptor,
+    /// Its tree's dpkg status (`None`: the tree has none).
+    status: Option<Vec<DebPackage>>,
+    /// What the stack rules need of its tree.
+    summary: LayerSummary,
 }
 
 fn bar_style() -> ProgressStyle {
@@ -236,6 +249,13 @@ pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, Bu
         .map(|(spec, bar)| build_layer(manifest, spec, &work, &writer, opts, bar))
         .collect::<Result<_, _>>()?;
 
+    let mut built = built;
+    let summaries: Vec<(&str, &LayerSummary)> = built
+        .iter()
+        .map(|b| (b.entry.name.as_str(), &b.summary))
+        .collect();
+    stack_rules::check_stack(&summaries)?;
+    write_sboms(manifest, &writer, &mut built)?;
     let descriptor = StackDescriptor {
         schema_version: SCHEMA_VERSION,
         name: manifest.name.clone(),
@@ -257,41 +277,17 @@ pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, Bu
         .write_blob(DESCRIPTOR_MEDIA_TYPE, &descriptor_bytes)
         .map_err(io_err("writing the descriptor to", &layout_dir))?;
 
-    let mut annotations = BTreeMap::from([
-        (CREATED.to_owned(), descriptor.created.clone()),
-        (VERSION.to_owned(), manifest.version.clone()),
-        (
-            TITLE.to_owned(),
-            format!("{} {}", manifest.name, manifest.version),
-        ),
-    ]);
-    if let Some(rev) = &opts.revision {
-        annotations.insert(REVISION.to_owned(), rev.clone());
-    }
-    if let Some(src) = &manifest.repository {
-        annotations.insert(SOURCE.to_owned(), src.clone());
-    }
-    if let Some(key) = &opts.sign_key {
-        let comment = format!(
-            "ingot stack={} version={} descriptor={}",
-            manifest.name, manifest.version, config.digest
-        );
-        annotations.insert(
-            SIGNATURE_ANNOTATION.to_owned(),
-            key.sign(&descriptor_bytes, &comment),
-        );
-    }
-    let image_manifest = ImageManifest {
-        schema_version: 2,
-        media_type: Some(MANIFEST_MEDIA_TYPE.to_owned()),
-        artifact_type: Some(ARTIFACT_TYPE.to_owned()),
-        config: config.clone(),
-        layers: built
-            .iter()
-            .flat_map(|b| [b.data.clone(), b.hash.clone()])
-            .collect(),
-        annotations: Some(annotations),
+    let signature = opts.sign_key.as_ref().map(|key| {
+        let comment =
+            stack_format::signature_comment(&manifest.name, &manifest.version, &config.digest);
+        key.sign(&descriptor_bytes, &comment)
+    });
+    let info = stack_format::ManifestInfo {
+        revision: opts.revision.clone(),
+        source: manifest.repository.clone(),
+        signature,
     };
+    let image_manifest = stack_format::assemble(&descriptor, &config, &info);
     let manifest_desc = writer
         .finish(&image_manifest, Some(&manifest.version))
         .map_err(io_err("writing the manifest to", &layout_dir))?;
@@ -387,10 +383,14 @@ fn check_boot_contract(manifest: &Manifest) -> Result<(), BuildError> {
     })
 }
 
-/// The checks on a layer's tree before its image is written: the `var` rule, and for the base
+/// The checks on a layer's tree before its image is written: the `var` rule, no overlayfs
+/// metadata in a `dir` source ([`stack_rules::check_dir_source`]), and for the base
 /// layer the boot files (present, regular files, and within the writer's default ESP).
 fn check_tree(manifest: &Manifest, spec: &LayerSpec, tree: &Tree) -> Result<(), LayerError> {
     ingot_layers::var_rule::check(tree, spec.kind == BASE_KIND)?;
+    if matches!(spec.source, LayerSource::Dir(_)) {
+        stack_rules::check_dir_source(tree)?;
+    }
     if manifest.layers.first().is_some_and(|b| b.name == spec.name) {
         let boot = |source| LayerError::Boot { source };
         let (kernel, initrd, efi) =
@@ -431,16 +431,30 @@ fn build_layer(
         })),
     };
     let source = to_layers_source(&spec.source);
+    let mut status = Ok(None);
+    let mut summary = Ok(LayerSummary::default());
     let (image_size, data_blocks, verity, preload) = if spec.preload.is_empty() {
         let b = ingot_layers::build_layer_checked(&source, &img, Some(&hash), &ext4_opts, |t| {
-            check_tree(manifest, spec, t)
+            check_tree(manifest, spec, t)?;
+            status = sbom::status_of(t, name);
+            summary = stack_rules::summarize(t, name);
+            Ok(())
         })
         .map_err(lerr)?;
         let v = b.verity.expect("a hash path was given");
         (b.image_size, b.data_blocks, v, Vec::new())
     } else {
-        build_with_preload(manifest, spec, &source, &dir, &img, &hash, &ext4_opts, bar)?
+        build_with_preload(
+            manifest,
+            spec,
+            &source,
+            (&dir, &img, &hash),
+            &ext4_opts,
+            bar,
+            (&mut status, &mut summary),
+        )?
     };
+    let status = status?;
 
     bar.set_message("zstd");
     bar.set_length(image_size);
@@ -452,21 +466,13 @@ fn build_layer(
         })
         .map_err(io_err("compressing", &img))?;
     fs::remove_file(&img).map_err(io_err("removing", &img))?;
-    let mut data = writer
+    writer
         .adopt_blob(LAYER_MEDIA_TYPE, &zst, &compressed.digest, compressed.size)
         .map_err(io_err("storing", &zst))?;
-    data.annotations = Some(BTreeMap::from([(
-        TITLE.to_owned(),
-        format!("{name}.ext4.zst"),
-    )]));
     let (hash_digest, hash_size) = sha256_file(&hash).map_err(io_err("hashing", &hash))?;
-    let mut hash_desc = writer
+    writer
         .adopt_blob(VERITY_MEDIA_TYPE, &hash, &hash_digest, hash_size)
         .map_err(io_err("storing", &hash))?;
-    hash_desc.annotations = Some(BTreeMap::from([(
-        TITLE.to_owned(),
-        format!("{name}.verity"),
-    )]));
     bar.set_message("done");
     bar.finish();
 
@@ -502,26 +508,53 @@ fn build_layer(
             superblock: params.superblock,
         },
         preload,
+        sbom: None,
     };
     Ok(BuiltLayer {
         entry,
-        data,
-        hash: hash_desc,
+        status,
+        summary: summary?,
     })
+}
+
+/// Every layer's SBOM blob ([`sbom::layer_packages`] of the layers' statuses), written to the
+/// layout and pinned in its descriptor entry.
+fn write_sboms(
+    manifest: &Manifest,
+    writer: &LayoutWriter,
+    built: &mut [BuiltLayer],
+) -> Result<(), BuildError> {
+    let statuses: Vec<_> = built.iter_mut().map(|b| b.status.take()).collect();
+    let created = rfc3339(manifest.source_date_epoch);
+    for (b, packages) in built.iter_mut().zip(sbom::layer_packages(&statuses)) {
+        let info = sbom::DocumentInfo {
+            stack: &manifest.name,
+            version: &manifest.version,
+            layer: &b.entry.name,
+            created: &created,
+        };
+        let doc = sbom::spdx_document(&info, &packages);
+        let desc = writer
+            .write_blob(SBOM_MEDIA_TYPE, &doc)
+            .map_err(io_err("writing an SBOM to", writer.root()))?;
+        b.entry.sbom = Some(BlobRef {
+            digest: desc.digest,
+            size: desc.size,
+        });
+    }
+    Ok(())
 }
 
 /// A layer with preloaded images: its source tree plus one archive per image under
 /// [`preload::PRELOAD_DIR`], sealed by [`ingot_layers::seal_tree`] like every layer.
-#[allow(clippy::too_many_arguments)]
 fn build_with_preload(
     manifest: &Manifest,
     spec: &LayerSpec,
     source: &Source,
-    dir: &Path,
-    img: &Path,
-    hash: &Path,
+    (dir, img, hash): (&Path, &Path, &Path),
     ext4_opts: &Ext4Options,
     bar: &ProgressBar,
+    (status, summary): (&mut TreeStatus, &mut TreeSummary),
 ) -> Result<(u64, u64, ingot_layers::VerityInfo, Vec<PreloadEntry>), BuildError> {
     let name = &spec.name;
     let lerr = |source| BuildError::Layer {
@@ -540,6 +573,8 @@ fn build_with_preload(
     bar.set_message("ext4");
     let mut tree = source.load(dir).map_err(lerr)?;
     check_tree(manifest, spec, &tree).map_err(lerr)?;
+    *status = sbom::status_of(&tree, name);
+    *summary = stack_rules::summarize(&tree, name);
     for e in &entries {
         let file = staged.join(e.path.trim_start_matches('/'));
         let size = fs::metadata(&file).map_err(io_err("reading", &file))?.len();

@@ -2,9 +2,11 @@
 //!
 //! Layers are matched by name. A layer whose verity root hash is the same on both sides is
 //! unchanged (the root hash covers every byte of the image). For a layer that changed, both
-//! images are read through [`crate::layerfs`], the reader that checks every block against the
+//! images are read through [`ingot_artifact::layerfs`], the reader that checks every block against the
 //! layer's hash tree (so nothing compared is unverified), and their trees compared: files added,
-//! removed, and changed (kind, size, mode, owner, content or symlink target).
+//! removed, and changed (kind, size, mode, owner, content or symlink target). Each layer's
+//! Debian packages, from the SBOMs the descriptors pin, are compared by name and architecture:
+//! added, removed, and changed versions.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -17,8 +19,11 @@ use ingot_verity::input::{self, Symlinks};
 use ingot_verity::{RootHash, Verifier};
 use serde::Serialize;
 
-use crate::layerfs::{LayerFs, Node};
-use crate::verify::{verify_metadata, verity_params, ArtifactSource, Trust, VerifyError};
+use ingot_artifact::layerfs::{LayerFs, Node};
+use ingot_artifact::sbom::DebPackage;
+use ingot_artifact::verify::{
+    layer_packages, verify_metadata, verity_params, ArtifactSource, Trust, VerifyError,
+};
 
 /// One side of a comparison.
 #[derive(Debug, Clone, Serialize)]
@@ -111,6 +116,90 @@ pub struct LayerDiff {
     pub removed: Vec<FileInfo>,
     /// Paths in both that differ.
     pub changed: Vec<FileChange>,
+    /// The Debian packages its SBOMs list that differ.
+    pub packages: PackageDiff,
+}
+
+/// A package as one side lists it.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PackageInfo {
+    /// Package name.
+    pub name: String,
+    /// Architecture.
+    pub arch: String,
+    /// Version.
+    pub version: String,
+}
+
+/// A package both sides list, at different versions.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PackageChange {
+    /// Package name.
+    pub name: String,
+    /// Architecture.
+    pub arch: String,
+    /// Version in A.
+    pub a: String,
+    /// Version in B.
+    pub b: String,
+}
+
+/// What changed in one layer's package list (a side without an SBOM lists none).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PackageDiff {
+    /// Listed only in B.
+    pub added: Vec<PackageInfo>,
+    /// Listed only in A.
+    pub removed: Vec<PackageInfo>,
+    /// Listed in both at other versions.
+    pub changed: Vec<PackageChange>,
+}
+
+impl PackageDiff {
+    fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
+/// Compare two package lists, by (name, architecture).
+pub fn diff_packages(a: &[DebPackage], b: &[DebPackage]) -> PackageDiff {
+    let key = |p: &DebPackage| (p.name.clone(), p.arch.clone());
+    let ma: BTreeMap<_, _> = a.iter().map(|p| (key(p), p)).collect();
+    let mb: BTreeMap<_, _> = b.iter().map(|p| (key(p), p)).collect();
+    let info = |p: &DebPackage| PackageInfo {
+        name: p.name.clone(),
+        arch: p.arch.clone(),
+        version: p.version.clone(),
+    };
+    let mut out = PackageDiff::default();
+    for (k, pa) in &ma {
+        match mb.get(k) {
+            None => out.removed.push(info(pa)),
+            Some(pb) if pb.version != pa.version => out.changed.push(PackageChange {
+                name: pa.name.clone(),
+                arch: pa.arch.clone(),
+                a: pa.version.clone(),
+                b: pb.version.clone(),
+            }),
+            Some(_) => {}
+        }
+    }
+    out.added = mb
+        .iter()
+        .filter(|(k, _)| !ma.contains_key(*k))
+        .map(|(_, p)| info(p))
+        .collect();
+    out
+}
+
+fn packages(
+    source: &dyn ArtifactSource,
+    entry: Option<&LayerEntry>,
+) -> Result<Vec<DebPackage>, VerifyError> {
+    Ok(match entry {
+        Some(e) => layer_packages(source, e)?.unwrap_or_default(),
+        None => Vec::new(),
+    })
 }
 
 /// The whole comparison.
@@ -167,41 +256,56 @@ fn layer_side(e: &LayerEntry) -> LayerSide {
 /// read with `pread`, one zstd frame at a time, not mapped: a blob that shrinks underneath a
 /// map kills the process with SIGBUS; here it is an error naming the blob.
 fn layer_fs(source: &dyn ArtifactSource, entry: &LayerEntry) -> Result<LayerFs, VerifyError> {
-    let verity = |reason: String| VerifyError::Verity(format!("layer `{}`: {reason}", entry.name));
     let params = verity_params(entry)?;
     let hash = source.blob(&entry.hash.digest, entry.hash.size)?;
-    let verifier = Verifier::from_hash_device(&params, &hash, &entry.verity.root_hash)
-        .map_err(|e| verity(format!("hash tree: {e}")))?;
+    let verifier =
+        Verifier::from_hash_device(&params, &hash, &entry.verity.root_hash).map_err(|source| {
+            VerifyError::HashBlob {
+                layer: entry.name.clone(),
+                source,
+            }
+        })?;
     let path = source.blob_file_unhashed(&entry.data.digest, entry.data.size)?;
-    let file = input::open_regular(&path, Symlinks::Follow)
-        .map_err(|e| VerifyError::Input(format!("{}: {e}", path.display())))?;
+    let file = input::open_regular(&path, Symlinks::Follow).map_err(|source| VerifyError::Io {
+        what: "opening",
+        path: path.clone(),
+        source,
+    })?;
     let frame_size = entry.data.compression.frame_size;
     let starts = frame_starts(&file, &path, entry)?;
     let count = starts.len() - 1;
     let fetch = Box::new(move |n: usize| {
         let mut frame = vec![0u8; (starts[n + 1] - starts[n]) as usize];
-        read_full_at(&file, &mut frame, starts[n], &path)?;
+        read_full_at(&file, &mut frame, starts[n])
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
         Ok(frame)
     });
-    LayerFs::fetched(&entry.name, count, fetch, frame_size, Arc::new(verifier))
-        .map_err(|e| verity(e.to_string()))
+    Ok(LayerFs::fetched(
+        &entry.name,
+        count,
+        fetch,
+        frame_size,
+        Arc::new(verifier),
+    )?)
 }
 
 /// Fills `buf` from `offset` of the blob, or says where it ended.
-fn read_full_at(file: &File, buf: &mut [u8], offset: u64, path: &Path) -> Result<(), String> {
+fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
     let mut got = 0usize;
     while got < buf.len() {
         match file.read_at(&mut buf[got..], offset + got as u64) {
             Ok(0) => {
-                return Err(format!(
-                    "the data blob {} ended at byte {} while being read (it shrank)",
-                    path.display(),
-                    offset + got as u64
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "the data blob ended at byte {} while being read (it shrank)",
+                        offset + got as u64
+                    ),
                 ))
             }
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("reading {}: {e}", path.display())),
+            Err(e) => return Err(e),
         }
     }
     Ok(())
@@ -232,13 +336,17 @@ fn frame_starts(file: &File, path: &Path, entry: &LayerEntry) -> Result<Vec<u64>
     let mut at = 0u64;
     while at < size {
         buf.resize(bound.min(size - at) as usize, 0);
-        read_full_at(file, &mut buf, at, path).map_err(VerifyError::Input)?;
+        read_full_at(file, &mut buf, at).map_err(|source| VerifyError::Io {
+            what: "reading",
+            path: path.to_owned(),
+            source,
+        })?;
         let len = zstd::zstd_safe::find_frame_compressed_size(&buf).map_err(|code| {
-            VerifyError::Verity(format!(
-                "layer `{}`: the data blob holds no whole zstd frame at byte {at}: {}",
-                entry.name,
-                zstd::zstd_safe::get_error_name(code)
-            ))
+            VerifyError::Frame {
+                layer: entry.name.clone(),
+                at,
+                reason: zstd::zstd_safe::get_error_name(code),
+            }
         })?;
         at += len as u64;
         starts.push(at);
@@ -248,7 +356,7 @@ fn frame_starts(file: &File, path: &Path, entry: &LayerEntry) -> Result<Vec<u64>
 
 fn walk(source: &dyn ArtifactSource, entry: &LayerEntry) -> Result<Vec<FileInfo>, VerifyError> {
     let fs = layer_fs(source, entry)?;
-    let nodes = fs.walk().map_err(|e| VerifyError::Verity(e.to_string()))?;
+    let nodes = fs.walk()?;
     Ok(nodes.iter().map(FileInfo::from).collect())
 }
 
@@ -272,16 +380,13 @@ fn compare(
     if (a.uid, a.gid) != (b.uid, b.gid) {
         what.push("owner");
     }
-    let e = |e: crate::layerfs::LayerFsError| VerifyError::Verity(e.to_string());
     if a.kind == b.kind && a.size == b.size {
         match a.kind {
             // Hashed in chunks: a changed file may be gigabytes.
-            "file" if fa.sha256(&a.path).map_err(e)? != fb.sha256(&b.path).map_err(e)? => {
+            "file" if fa.sha256(&a.path)? != fb.sha256(&b.path)? => {
                 what.push("content");
             }
-            "symlink"
-                if fa.read_link(&a.path).map_err(e)? != fb.read_link(&b.path).map_err(e)? =>
-            {
+            "symlink" if fa.read_link(&a.path)? != fb.read_link(&b.path)? => {
                 what.push("target");
             }
             _ => {}
@@ -296,16 +401,13 @@ fn diff_trees(
     out: &mut LayerDiff,
 ) -> Result<(), VerifyError> {
     let (fa, fb) = (layer_fs(a.0, a.1)?, layer_fs(b.0, b.1)?);
-    let err = |e: crate::layerfs::LayerFsError| VerifyError::Verity(e.to_string());
     let na: BTreeMap<String, Node> = fa
-        .walk()
-        .map_err(err)?
+        .walk()?
         .into_iter()
         .map(|n| (n.path.clone(), n))
         .collect();
     let nb: BTreeMap<String, Node> = fb
-        .walk()
-        .map_err(err)?
+        .walk()?
         .into_iter()
         .map(|n| (n.path.clone(), n))
         .collect();
@@ -353,6 +455,10 @@ pub fn diff(
             added: Vec::new(),
             removed: Vec::new(),
             changed: Vec::new(),
+            packages: diff_packages(
+                &packages(a.source, Some(la))?,
+                &packages(b.source, lb.as_ref())?,
+            ),
         };
         match &lb {
             None => {
@@ -377,11 +483,16 @@ pub fn diff(
                 added: walk(b.source, lb)?,
                 removed: Vec::new(),
                 changed: Vec::new(),
+                packages: diff_packages(&[], &packages(b.source, Some(lb))?),
             });
         }
     }
     Ok(StackDiff {
-        changed: layers.iter().any(|l| l.status != "unchanged"),
+        // Packages live in the SBOM, not the image: a layer whose image is the same but whose
+        // SBOM differs (another status below it) counts as a change too.
+        changed: layers
+            .iter()
+            .any(|l| l.status != "unchanged" || !l.packages.is_empty()),
         a: a.side,
         b: b.side,
         layers,
@@ -434,12 +545,26 @@ pub fn render(d: &StackDiff) -> String {
                 file_attrs(&c.b)
             );
         }
+        let p = &l.packages;
+        for a in &p.added {
+            let _ = writeln!(s, "  package + {} {} {}", a.name, a.version, a.arch);
+        }
+        for r in &p.removed {
+            let _ = writeln!(s, "  package - {} {} {}", r.name, r.version, r.arch);
+        }
+        for c in &p.changed {
+            let _ = writeln!(s, "  package ~ {} {}: {} -> {}", c.name, c.arch, c.a, c.b);
+        }
     }
     let _ = writeln!(
         s,
         "{}",
         if d.changed {
-            let n = d.layers.iter().filter(|l| l.status != "unchanged").count();
+            let n = d
+                .layers
+                .iter()
+                .filter(|l| l.status != "unchanged" || !l.packages.is_empty())
+                .count();
             format!("{n} of {} layers differ", d.layers.len())
         } else {
             "no change".to_owned()

@@ -8,8 +8,11 @@ use ingot_layers::select::{self, Machine};
 use ingot_verity::RootHash;
 use serde::Serialize;
 
-use crate::sign::PublicKey;
-use crate::verify::{verify_metadata, ArtifactSource, SignatureStatus, Trust, VerifyError};
+use ingot_artifact::sbom::DebPackage;
+use ingot_artifact::sign::PublicKey;
+use ingot_artifact::verify::{
+    layer_packages, verify_metadata, ArtifactSource, SignatureStatus, Trust, VerifyError,
+};
 
 /// One row of the layer table.
 #[derive(Debug, Clone, Serialize)]
@@ -32,6 +35,30 @@ pub struct LayerRow {
     /// Preloaded image references.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub preload: Vec<String>,
+    /// With `--packages`: the Debian packages the layer's SBOM lists (absent without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub packages: Option<Vec<PackageRow>>,
+}
+
+/// One Debian package of a layer.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PackageRow {
+    /// Package name.
+    pub name: String,
+    /// Version.
+    pub version: String,
+    /// Architecture.
+    pub arch: String,
+}
+
+impl From<&DebPackage> for PackageRow {
+    fn from(p: &DebPackage) -> Self {
+        PackageRow {
+            name: p.name.clone(),
+            version: p.version.clone(),
+            arch: p.arch.clone(),
+        }
+    }
 }
 
 /// What `inspect` shows.
@@ -94,6 +121,7 @@ pub fn report(
             hash_size: l.hash.size,
             root_hash: l.verity.root_hash.clone(),
             preload: l.preload.iter().map(|p| p.reference.clone()).collect(),
+            packages: None,
         })
         .collect();
     let selected = machine.map(|m| {
@@ -118,24 +146,33 @@ pub fn report(
     }
 }
 
-/// Read an artifact's manifest and descriptor and build the report.
+/// Read an artifact's manifest and descriptor and build the report; with `packages`, also every
+/// layer's SBOM blob (checked against its pinned digest).
 pub fn inspect(
     source: &dyn ArtifactSource,
     key: Option<PublicKey>,
     machine: Option<&Machine>,
+    packages: bool,
 ) -> Result<InspectReport, VerifyError> {
     let trust = Trust {
         key,
         allow_unsigned: true,
     };
     let (r, _) = verify_metadata(source, &trust)?;
-    Ok(report(
+    let mut out = report(
         &r.descriptor,
         &r.manifest_digest,
         &r.descriptor_digest,
         &r.signature,
         machine,
-    ))
+    );
+    if packages {
+        for (row, layer) in out.layers.iter_mut().zip(&r.descriptor.layers) {
+            row.packages =
+                layer_packages(source, layer)?.map(|p| p.iter().map(PackageRow::from).collect());
+        }
+    }
+    Ok(out)
 }
 
 /// Bytes as KiB/MiB/GiB with one decimal.
@@ -206,6 +243,19 @@ pub fn render_table(r: &InspectReport) -> String {
     }
     if r.layers.iter().any(|l| !l.preload.is_empty()) {
         out.push('\n');
+    }
+    for l in &r.layers {
+        let Some(packages) = &l.packages else {
+            continue;
+        };
+        out.push_str(&format!(
+            "\nlayer `{}`: {} packages\n",
+            l.name,
+            packages.len()
+        ));
+        for p in packages {
+            out.push_str(&format!("  {} {} {}\n", p.name, p.version, p.arch));
+        }
     }
     if let (Some(m), Some(sel)) = (&r.machine, &r.selected) {
         out.push_str(&format!("\nmachine {m} gets: {}\n", sel.join(", ")));

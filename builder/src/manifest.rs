@@ -18,7 +18,7 @@ use ingot_layers::MAX_SOURCE_DATE_EPOCH;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::oci_layout::{sha256_file, Layout};
+use ingot_artifact::oci_layout::{sha256_file, Layout};
 
 /// The kind of the base layer.
 pub const BASE_KIND: &str = "base";

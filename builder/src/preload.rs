@@ -19,7 +19,7 @@ use std::path::Path;
 use ingot_layers::descriptor::PreloadEntry;
 
 use crate::manifest::{ImageSource, PreloadSpec};
-use crate::oci_layout::{
+use ingot_artifact::oci_layout::{
     Descriptor, ImageIndex, Layout, LayoutError, CONTAINERD_IMAGE_NAME, DOCKER_LIST_MEDIA_TYPE,
     DOCKER_MANIFEST_MEDIA_TYPE, INDEX_MEDIA_TYPE, LAYOUT_FILE, MANIFEST_MEDIA_TYPE, REF_NAME,
 };

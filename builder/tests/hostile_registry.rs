@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use ingot::oci_layout::{sha256_digest, ImageIndex, ImageManifest, MANIFEST_MEDIA_TYPE};
-use ingot::sign::SecretKey;
+use ingot_artifact::oci_layout::{sha256_digest, ImageIndex, ImageManifest, MANIFEST_MEDIA_TYPE};
+use ingot_artifact::sign::SecretKey;
 use ingot_testkit::http::{self, Conn};
 use serde_json::Value;
 

@@ -670,7 +670,9 @@ fn library_api_resolves_fetches_the_descriptor_and_streams_a_blob() {
     if !have_registry(test) {
         return;
     }
-    use ingot::registry::{Registry as Client, RegistryError, RegistryOptions, RegistryRef};
+    use ingot_artifact::registry::{
+        Registry as Client, RegistryError, RegistryOptions, RegistryRef,
+    };
     let tmp = tempfile::tempdir().unwrap();
     let (layout, _pk) = demo_build(tmp.path());
     let built = read_layout(&layout);

@@ -75,13 +75,14 @@ fn demo_builds_reproducibly() {
         .collect();
     assert_eq!(kinds, ["base", "control-plane", "nvidia", "kata"]);
     let layers = m["layers"].as_array().unwrap();
-    assert_eq!(layers.len(), 8);
-    for pair in layers.chunks(2) {
+    assert_eq!(layers.len(), 12);
+    for triple in layers.chunks(3) {
         assert_eq!(
-            pair[0]["mediaType"],
+            triple[0]["mediaType"],
             "application/vnd.ingot.layer.v1.ext4+zstd"
         );
-        assert_eq!(pair[1]["mediaType"], "application/vnd.ingot.verity.v1");
+        assert_eq!(triple[1]["mediaType"], "application/vnd.ingot.verity.v1");
+        assert_eq!(triple[2]["mediaType"], "application/spdx+json");
     }
     for key in ["version", "created", "revision", "source"] {
         assert!(
@@ -316,7 +317,7 @@ fn verify_refuses_tampering_and_names_it() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    assert_eq!(blobs.len(), 10, "manifest, descriptor and 8 layer blobs");
+    assert_eq!(blobs.len(), 14, "manifest, descriptor and 12 layer blobs");
     for (i, hex) in blobs.iter().enumerate() {
         let copy = tmp.path().join(format!("flip{i}"));
         copy_tree(&good, &copy);

@@ -9,7 +9,7 @@ use clap::Parser;
 /// Generate the man pages and shell completions (bash, zsh, fish) of ingot and ingot-writer
 /// from their command-line definitions.
 #[derive(Parser, Debug)]
-#[command(name = "ingot-docgen", version = ingot::version::VERSION)]
+#[command(name = "ingot-docgen", version = ingot::cli::VERSION)]
 struct Args {
     /// Directory to write `man1/` and `completions/` into (created if missing).
     #[arg(long, value_name = "DIR")]

@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use ingot::oci_layout::{sha256_digest, ImageIndex, ImageManifest};
-use ingot::verify::{verify_metadata, ArtifactSource, Trust, VerifyError};
+use ingot_artifact::oci_layout::{sha256_digest, ImageIndex, ImageManifest};
+use ingot_artifact::verify::{verify_metadata, ArtifactSource, Trust, VerifyError};
 use libfuzzer_sys::fuzz_target;
 
 /// An artifact held in memory: one manifest and blobs by digest.
@@ -29,12 +29,18 @@ impl ArtifactSource for Memory {
     fn blob(&self, digest: &str, size: u64) -> Result<Vec<u8>, VerifyError> {
         match self.blobs.get(digest) {
             Some(b) if b.len() as u64 == size => Ok(b.clone()),
-            _ => Err(VerifyError::Input(format!("no blob {digest} of {size} bytes"))),
+            _ => Err(VerifyError::Missing {
+                digest: digest.to_owned(),
+                size,
+            }),
         }
     }
 
-    fn blob_file(&self, digest: &str, _size: u64) -> Result<PathBuf, VerifyError> {
-        Err(VerifyError::Input(format!("no file for {digest}")))
+    fn blob_file(&self, digest: &str, size: u64) -> Result<PathBuf, VerifyError> {
+        Err(VerifyError::Missing {
+            digest: digest.to_owned(),
+            size,
+        })
     }
 }
 

@@ -1,9 +1,10 @@
 //! The stack descriptor: the signed document that names every layer of a stack release.
 //!
-//! It is the OCI config blob of the stack artifact (media type [`DESCRIPTOR_MEDIA_TYPE`]). A
-//! minisign signature over its exact bytes travels in the manifest annotation
-//! [`SIGNATURE_ANNOTATION`]; everything a verifier trusts comes from here: the digest and size of
-//! every blob, and the verity root hash of every layer.
+//! It is the OCI config blob of the stack artifact. A minisign signature over its exact bytes
+//! travels in a manifest annotation; everything a verifier trusts comes from here: the digest
+//! and size of every blob, and the verity root hash of every layer. The artifact around it (its
+//! media types, annotations and image manifest) is `ingot_artifact::stack_format`'s: this crate
+//! needs none of it.
 //!
 //! It is serialized canonically ([`StackDescriptor::to_canonical_json`]): keys sorted, no
 //! insignificant whitespace, so the same stack gives the same bytes and the same digest. Parsing
@@ -18,18 +19,10 @@ use serde::{Deserialize, Serialize};
 use crate::names;
 use crate::select::{self, Rule};
 
-/// Media type of the descriptor (the artifact's config blob).
-pub const DESCRIPTOR_MEDIA_TYPE: &str = "application/vnd.ingot.stack.v1+json";
-/// `artifactType` of the stack's OCI image manifest.
-pub const ARTIFACT_TYPE: &str = "application/vnd.ingot.stack.v1";
-/// Media type of a layer's data blob: an ext4 image compressed with zstd in independent frames.
-pub const LAYER_MEDIA_TYPE: &str = "application/vnd.ingot.layer.v1.ext4+zstd";
-/// Media type of a layer's hash blob: the dm-verity superblock and hash tree, uncompressed.
-pub const VERITY_MEDIA_TYPE: &str = "application/vnd.ingot.verity.v1";
-/// Manifest annotation that carries the minisign signature (the whole `.minisig` text).
-pub const SIGNATURE_ANNOTATION: &str = "dev.ingot.signature";
-/// The only schema version this code reads and writes.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema version this code writes: 2 adds each layer's SBOM (`sbom`).
+pub const SCHEMA_VERSION: u32 = 2;
+/// The schema versions this code reads: 1 (no SBOMs) and 2.
+pub const READ_SCHEMA_VERSIONS: [u32; 2] = [1, 2];
 /// The largest descriptor (and manifest) any ingot reader accepts: 4 MiB, the distribution
 /// spec's limit for a manifest. `ingot build` refuses to write a larger one.
 pub const MAX_DESCRIPTOR_SIZE: u64 = 4 << 20;
@@ -96,6 +89,10 @@ pub struct LayerEntry {
     /// Container images stored in the layer for containerd to import at first boot.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub preload: Vec<PreloadEntry>,
+    /// The layer's SBOM blob: an SPDX 2.3 JSON document of the Debian packages the layer adds
+    /// or changes. Every layer has one from schema version 2 on; none before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sbom: Option<BlobRef>,
 }
 
 /// A blob by digest and size.
@@ -265,9 +262,9 @@ impl StackDescriptor {
 
     /// Check the rules serde cannot express.
     pub fn validate(&self) -> Result<(), DescriptorError> {
-        if self.schema_version != SCHEMA_VERSION {
+        if !READ_SCHEMA_VERSIONS.contains(&self.schema_version) {
             return Err(invalid(format!(
-                "schemaVersion {} is not supported (this ingot reads {SCHEMA_VERSION})",
+                "schemaVersion {} is not supported (this ingot reads {READ_SCHEMA_VERSIONS:?})",
                 self.schema_version
             )));
         }
@@ -288,6 +285,21 @@ impl StackDescriptor {
             }
             if let Some(rule) = &layer.when {
                 select::check_depth(rule).map_err(|e| invalid(format!("{at}: {e}")))?;
+            }
+            match (&layer.sbom, self.schema_version) {
+                (None, v) if v >= 2 => {
+                    return Err(invalid(format!("{at}: schemaVersion {v} needs its `sbom`")))
+                }
+                (Some(_), 1) => {
+                    return Err(invalid(format!("{at}: schemaVersion 1 has no `sbom`")))
+                }
+                (Some(b), _) if !is_sha256_digest(&b.digest) => {
+                    return Err(invalid(format!(
+                        "{at}: sbom digest `{}` is not sha256:<64 hex>",
+                        b.digest
+                    )))
+                }
+                _ => {}
             }
             for (what, digest) in [("data", &layer.data.digest), ("hash", &layer.hash.digest)] {
                 if !is_sha256_digest(digest) {
@@ -480,6 +492,7 @@ mod tests {
                 superblock: true,
             },
             preload: vec![],
+            sbom: None,
         };
         StackDescriptor {
             schema_version: 1,
@@ -527,8 +540,18 @@ mod tests {
                 Box::new(|v| v["layers"][0]["verity"]["extra"] = 1.into()),
             ),
             (
-                "schemaVersion 2",
+                "schemaVersion 3",
+                Box::new(|v| v["schemaVersion"] = 3.into()),
+            ),
+            (
+                "schemaVersion 2 needs its `sbom`",
                 Box::new(|v| v["schemaVersion"] = 2.into()),
+            ),
+            (
+                "schemaVersion 1 has no `sbom`",
+                Box::new(|v| {
+                    v["layers"][1]["sbom"] = serde_json::json!({"digest": format!("sha256:{}", "e".repeat(64)), "size": 1})
+                }),
             ),
             (
                 "appears twice",

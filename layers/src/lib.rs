@@ -14,6 +14,7 @@ pub mod ext4;
 pub mod names;
 pub mod select;
 pub mod source;
+pub mod stack_rules;
 pub mod tree;
 pub mod var_rule;
 

@@ -338,6 +338,49 @@ impl Tree {
     }
 }
 
+impl Tree {
+    /// The bytes of the regular file at `path` (relative to the root, no symlink followed),
+    /// `None` when nothing is there; at most `limit` bytes, a larger file is refused unread.
+    /// For the small files a build reads from a layer's tree (its dpkg status).
+    pub fn read_file_bounded(&self, path: &str, limit: u64) -> Result<Option<Vec<u8>>, String> {
+        let components: Vec<Vec<u8>> = path
+            .split('/')
+            .filter(|c| !c.is_empty())
+            .map(|c| c.as_bytes().to_vec())
+            .collect();
+        let Some(id) = self.lookup(&components) else {
+            return Ok(None);
+        };
+        let NodeKind::File(f) = &self.nodes[id].kind else {
+            return Err("is not a regular file".into());
+        };
+        if f.size > limit {
+            return Err(format!(
+                "{} bytes, more than the {limit} it may have",
+                f.size
+            ));
+        }
+        let mut buf = vec![0u8; f.size as usize];
+        let read_at = |file: &File, offset: u64, buf: &mut [u8]| {
+            std::os::unix::fs::FileExt::read_exact_at(file, buf, offset)
+                .map_err(|e| format!("reading its bytes: {e}"))
+        };
+        match &f.source {
+            DataSource::None => buf.fill(0),
+            DataSource::Bytes(b) => {
+                let n = buf.len();
+                buf.copy_from_slice(&b[..n]);
+            }
+            DataSource::Region { file, offset } => read_at(&file.file, *offset, &mut buf)?,
+            DataSource::Path(p) | DataSource::Scanned(ScannedFile { path: p, .. }) => {
+                let file = File::open(p).map_err(|e| format!("opening {}: {e}", p.display()))?;
+                read_at(&file, 0, &mut buf)?;
+            }
+        }
+        Ok(Some(buf))
+    }
+}
+
 /// The node at `path`, following symlinks (at most [`MAX_SYMLINKS`]) anywhere along it.
 fn resolve(tree: &Tree, path: &str) -> Result<NodeId, String> {
     // `..` is kept (a symlink may hold it) and walked like the kernel walks it.

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use common::{demo, registry_support};
-use ingot::registry::auth::ExplicitAuth;
-use ingot::registry::{push, Registry as Client, RegistryOptions, RegistryRef, Secret};
+use ingot_artifact::registry::auth::ExplicitAuth;
+use ingot_artifact::registry::{push, Registry as Client, RegistryOptions, RegistryRef, Secret};
 
 const USER: &str = "releaser";
 const PASSWORD: &str = "Writer-Helper-Pw";

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use common::{build_stack, demo, resigned, with_extra_layers, Stack};
-use ingot::sign::SecretKey;
+use ingot_artifact::sign::SecretKey;
 use ingot_testkit::loopdev::{LoopDevice, LoopMount, LoopOptions};
 use ingot_testkit::partitions::{self, Part};
 use ingot_testkit::skip::{find_tool, have_loop_devices, have_tool};
@@ -607,7 +607,7 @@ fn serve_through_proxy(
     String,
     u64,
 )> {
-    use ingot::registry::{push, Registry as Client, RegistryOptions, RegistryRef};
+    use ingot_artifact::registry::{push, Registry as Client, RegistryOptions, RegistryRef};
     if !have_tool(test, "docker-registry") {
         return None;
     }

@@ -5,11 +5,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use crate::build::{build, BuildOptions};
-use crate::compress::{DEFAULT_FRAME_SIZE, DEFAULT_LEVEL};
 use crate::manifest::Manifest;
-use crate::sign::SecretKey;
 use anyhow::Context;
 use clap::Args;
+use ingot_artifact::compress::{DEFAULT_FRAME_SIZE, DEFAULT_LEVEL};
+use ingot_artifact::sign::SecretKey;
 
 /// Build a stack release: every layer as a deterministic ext4 image sealed with dm-verity,
 /// compressed in independent zstd frames, described by a stack descriptor, signed, and written

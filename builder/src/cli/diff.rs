@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use crate::cli::publish::RegistryArgs;
 use crate::diff::{diff, render};
-use crate::verify::{open_with, StackRef, Trust};
 use clap::Args;
+use ingot_artifact::verify::{open_with, StackRef, Trust};
 
 /// Compare two stacks: per layer whether it changed (its verity root hash), its sizes and root
 /// hashes, and for a changed layer the files added, removed and changed (path, kind, size, mode,
@@ -42,7 +42,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let key = args
         .trust_key
         .as_deref()
-        .map(crate::trust_key::from_arg)
+        .map(ingot_artifact::trust_key::from_arg)
         .transpose()?;
     let trust = Trust {
         allow_unsigned: key.is_none(),
@@ -58,7 +58,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let d = match result {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("ingot: diff {} {}: {e}", args.a, args.b);
+            eprintln!("ingot: diff {} {}: {}", args.a, args.b, e.full_text());
             return Ok(ExitCode::from(e.exit_code().max(2)));
         }
     };

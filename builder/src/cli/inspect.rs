@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 
 use crate::inspect::{inspect, render_table};
-use crate::verify::{open_with, StackRef};
 use clap::Args;
+use ingot_artifact::verify::{open_with, StackRef};
 use ingot_layers::select::{GpuVendor, Machine, Role};
 
 /// Show a stack artifact's layers (name, kind, selection rule, size, compressed size, verity
@@ -20,6 +20,10 @@ pub struct InspectArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also list each layer's Debian packages (name, version, architecture), read from the
+    /// SBOM blobs the descriptor pins (`packages` in the JSON).
+    #[arg(long)]
+    pub packages: bool,
     /// Check the signature with this minisign public key (file or base64).
     #[arg(long, value_name = "PUB")]
     pub trust_key: Option<String>,
@@ -54,7 +58,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     let key = args
         .trust_key
         .as_deref()
-        .map(crate::trust_key::from_arg)
+        .map(ingot_artifact::trust_key::from_arg)
         .transpose()?;
     let machine = args.role.map(|role| Machine {
         role,
@@ -64,13 +68,14 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
     });
     let options = args.registry.options()?;
     let opened = open_with(&stack, options);
-    let report = match opened.and_then(|s| inspect(s.as_ref(), key, machine.as_ref())) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("ingot: inspect {}: {e}", args.stack);
-            return Ok(ExitCode::from(e.exit_code()));
-        }
-    };
+    let report =
+        match opened.and_then(|s| inspect(s.as_ref(), key, machine.as_ref(), args.packages)) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("ingot: inspect {}: {}", args.stack, e.full_text());
+                return Ok(ExitCode::from(e.exit_code()));
+            }
+        };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {

@@ -6,9 +6,9 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::sign::SecretKey;
 use anyhow::Context;
 use clap::Subcommand;
+use ingot_artifact::sign::SecretKey;
 
 /// Signing keys, in the format of the `minisign` CLI.
 #[derive(Subcommand, Debug)]

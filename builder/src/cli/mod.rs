@@ -19,9 +19,12 @@ mod pull;
 mod verify;
 mod verity;
 
+/// What `--version` prints after the program name (`ingot-docgen` prints it too).
+pub const VERSION: &str = ingot_artifact::version::VERSION;
+
 /// Build, seal, verify and inspect Kubernetes node-image stacks.
 #[derive(Parser, Debug)]
-#[command(name = "ingot", version = crate::version::VERSION, about, long_about = None)]
+#[command(name = "ingot", version = VERSION, about, long_about = None)]
 pub struct Cli {
     /// Log verbosity (-v info, -vv debug, -vvv trace). RUST_LOG overrides it.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]

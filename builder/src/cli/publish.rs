@@ -1,16 +1,16 @@
-//! `ingot publish`: CLI glue for [`crate::registry::push`], and the registry options every
+//! `ingot publish`: CLI glue for [`ingot_artifact::registry::push`], and the registry options every
 //! registry command shares.
 
 use std::process::ExitCode;
 
-use crate::registry::progress::throughput;
-use crate::registry::push::publish_tagged;
-use crate::registry::{Registry, RegistryError, RegistryRef};
-use crate::verify::StackRef;
 use clap::Args;
+use ingot_artifact::registry::progress::throughput;
+use ingot_artifact::registry::push::publish_tagged;
+use ingot_artifact::registry::{Registry, RegistryError, RegistryRef};
+use ingot_artifact::verify::StackRef;
 
 /// The registry options, one struct for every command that reaches a registry (the writer's too).
-pub use crate::registry::args::RegistryArgs;
+pub use ingot_artifact::registry::args::RegistryArgs;
 
 /// Publish a stack's OCI image layout (from `ingot build`) to a registry: the blobs the registry
 /// lacks are streamed up (a HEAD request first, several blobs at once, retried with backoff),

@@ -1,12 +1,12 @@
-//! `ingot pull` and `ingot resolve`: CLI glue for [`crate::registry::pull`].
+//! `ingot pull` and `ingot resolve`: CLI glue for [`ingot_artifact::registry::pull`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::registry::progress::throughput;
-use crate::registry::pull::pull;
-use crate::registry::{Registry, RegistryRef};
 use clap::Args;
+use ingot_artifact::registry::progress::throughput;
+use ingot_artifact::registry::pull::pull;
+use ingot_artifact::registry::{Registry, RegistryRef};
 
 use super::publish::{fail, RegistryArgs};
 

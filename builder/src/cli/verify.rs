@@ -1,12 +1,10 @@
-//! `ingot verify`: CLI glue for [`crate::verify`].
+//! `ingot verify`: CLI glue for [`ingot_artifact::verify`].
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::verify::{
-    open_with, verify, SignatureStatus, StackRef, Trust, VerifyError, VerifyReport,
-};
 use clap::Args;
+use ingot_artifact::verify::{open_with, verify, SignatureStatus, StackRef, Trust, VerifyReport};
 
 /// Check a stack artifact end to end: the minisign signature over the stack descriptor first
 /// (nothing is trusted before it), then every blob's digest and size, then every layer:
@@ -58,7 +56,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let key = args
         .trust_key
         .as_deref()
-        .map(crate::trust_key::from_arg)
+        .map(ingot_artifact::trust_key::from_arg)
         .transpose()?;
     if key.is_none() && !args.allow_unsigned {
         eprintln!("ingot: error: give --trust-key PUB (or --allow-unsigned to skip the signature)");
@@ -82,15 +80,15 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprintln!("ingot: verify {}: {e}", args.stack);
-            if matches!(e, VerifyError::Signature(_)) && !args.allow_unsigned {
+            eprintln!("ingot: verify {}: {}", args.stack, e.full_text());
+            if e.is_signature() && !args.allow_unsigned {
                 eprintln!("ingot: hint: --allow-unsigned checks everything but the signature");
             }
             if args.json {
                 let v = serde_json::json!({
                     "stack": args.stack,
                     "verified": false,
-                    "error": e.to_string(),
+                    "error": e.full_text(),
                     "exitCode": e.exit_code(),
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);

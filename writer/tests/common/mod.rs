@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use ingot::build::{build, BuildOptions};
 use ingot::manifest::Manifest;
-use ingot::sign::SecretKey;
+use ingot_artifact::sign::SecretKey;
 
 /// The registry fixtures: a real docker-registry and a token-checking front.
 pub use ingot_testkit::registry as registry_support;
@@ -96,7 +96,7 @@ pub struct Published {
 /// registry; the returned URL goes through the token-checking front.
 pub fn publish_behind_token(layout: &Path, repo_tag: &str, token: &str, dir: &Path) -> Published {
     use base64::Engine;
-    use ingot::registry::{push, Registry as Client, RegistryOptions, RegistryRef};
+    use ingot_artifact::registry::{push, Registry as Client, RegistryOptions, RegistryRef};
     use registry_support::{Front, FrontOptions, Registry};
     let registry = Registry::start(dir, None);
     let direct: RegistryRef = format!("oci://127.0.0.1:{}/{repo_tag}", registry.port)
@@ -231,9 +231,8 @@ pub fn resigned(
     stack: &Stack,
     edit: impl FnOnce(&mut ingot_layers::descriptor::StackDescriptor),
 ) -> Stack {
-    use ingot_layers::descriptor::{
-        StackDescriptor, LAYER_MEDIA_TYPE, SIGNATURE_ANNOTATION, VERITY_MEDIA_TYPE,
-    };
+    use ingot_artifact::stack_format::{layer_blobs, SIGNATURE_ANNOTATION};
+    use ingot_layers::descriptor::StackDescriptor;
     use sha2::Digest;
     let dir = tempfile::tempdir().unwrap();
     let layout = dir.path().join("layout");
@@ -269,16 +268,7 @@ pub fn resigned(
     let bytes = d.to_canonical_json();
     m["config"]["digest"] = put(&bytes).into();
     m["config"]["size"] = bytes.len().into();
-    m["layers"] = d
-        .layers
-        .iter()
-        .flat_map(|l| {
-            [
-                serde_json::json!({"mediaType": LAYER_MEDIA_TYPE, "digest": l.data.digest, "size": l.data.size}),
-                serde_json::json!({"mediaType": VERITY_MEDIA_TYPE, "digest": l.hash.digest, "size": l.hash.size}),
-            ]
-        })
-        .collect();
+    m["layers"] = serde_json::to_value(layer_blobs(&d)).unwrap();
     let key = SecretKey::generate();
     m["annotations"][SIGNATURE_ANNOTATION] = key.sign(&bytes, "resigned by a test").into();
     let manifest_bytes = serde_json::to_vec(&m).unwrap();

@@ -37,7 +37,7 @@ pub struct Compressed {
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
     /// Reading or writing failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] io::Error),
     /// A frame header or body is damaged.
     #[error("frame {index} at byte {offset} is not a valid zstd frame: {reason}")]

@@ -5,7 +5,7 @@
 //! artifacts with it; `ingot-writer` reads and checks them with it.
 
 pub mod compress;
-pub mod error_text;
+pub mod error_chain;
 pub mod layerfs;
 pub mod oci_layout;
 pub mod registry;

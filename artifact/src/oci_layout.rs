@@ -129,7 +129,7 @@ pub struct ImageIndex {
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
     /// Reading failed.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Io {
         /// The file.
         path: PathBuf,

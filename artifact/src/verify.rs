@@ -431,7 +431,7 @@ impl VerifyError {
 
     /// The message and every cause, each once (what the commands print).
     pub fn full_text(&self) -> String {
-        crate::error_text::chain(self)
+        crate::error_chain::text(self)
     }
 
     fn about(self, what: impl Into<String>) -> Self {
@@ -479,7 +479,7 @@ pub fn verify_metadata(
                     source,
                 };
                 if trust.allow_unsigned {
-                    let msg = crate::error_text::chain(&e);
+                    let msg = crate::error_chain::text(&e);
                     warn!("signature: {msg} (accepted: --allow-unsigned)");
                     SignatureStatus::Failed(msg)
                 } else {

@@ -179,7 +179,7 @@ pub struct PreloadEntry {
 #[derive(Debug, thiserror::Error)]
 pub enum DescriptorError {
     /// Not JSON, or not the schema (unknown field, wrong type, missing field).
-    #[error("stack descriptor is not valid: {0}")]
+    #[error("stack descriptor is not valid")]
     Json(#[from] serde_json::Error),
     /// A value that parses but breaks a rule of the schema.
     #[error("stack descriptor is not valid: {0}")]
@@ -643,7 +643,9 @@ mod tests {
             let err = StackDescriptor::from_json(&serde_json::to_vec(&v).unwrap())
                 .err()
                 .unwrap_or_else(|| panic!("accepted: {want}"));
-            assert!(err.to_string().contains(want), "{want}: {err}");
+            let cause = std::error::Error::source(&err).map(ToString::to_string);
+            let text = format!("{err}: {}", cause.unwrap_or_default());
+            assert!(text.contains(want), "{want}: {text}");
         }
     }
 

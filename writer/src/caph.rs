@@ -45,7 +45,7 @@ pub fn provision(
         }
         Err(Failed { error, disks }) => {
             let reason = error.reason();
-            let text = format!("{:#}", anyhow::Error::new(error));
+            let text = format!("{:#}", anyhow::Error::new(*error));
             reporter.failed(&format!("{reason}: {text}"), disks);
             eprintln!("ingot-writer: error: {text}");
             println!("{}", failed_line(&reason, &text, disks.describe()));

@@ -48,7 +48,7 @@ pub struct Settings {
 /// A settings source could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Read {
         path: PathBuf,
         source: std::io::Error,

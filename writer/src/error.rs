@@ -20,8 +20,9 @@ use crate::target::TargetError;
 /// A step of writing a stack failed (`resolve` to `partition-table`).
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
+    /// Boxed, as below: a verification error carries its whole typed cause.
     #[error(transparent)]
-    Resolve(VerifyError),
+    Resolve(Box<VerifyError>),
     #[error(transparent)]
     Verify(#[from] VerifyStepError),
     /// Boxed: the plan's boot checks carry a whole layer-read error.

@@ -33,10 +33,11 @@ use crate::steps;
 use crate::steps::write::CopyFrom;
 use crate::target::Target;
 
-/// A failed run: its error, and what it left on the disks.
+/// A failed run: its error (boxed: the typed causes make it large, and it travels up every
+/// step), and what it left on the disks.
 #[derive(Debug)]
 pub struct Failed<E> {
-    pub error: E,
+    pub error: Box<E>,
     pub disks: DiskState,
 }
 
@@ -44,7 +45,7 @@ impl<E> Failed<E> {
     /// A failure before any disk changed.
     pub fn untouched(error: impl Into<E>) -> Self {
         Failed {
-            error: error.into(),
+            error: Box::new(error.into()),
             disks: DiskState::Untouched,
         }
     }
@@ -52,7 +53,7 @@ impl<E> Failed<E> {
     /// A failure after disks changed; `cleared`: every changed disk's tables were cleared again.
     fn changed(error: impl Into<E>, cleared: bool) -> Self {
         Failed {
-            error: error.into(),
+            error: Box::new(error.into()),
             disks: if cleared {
                 DiskState::Cleared
             } else {
@@ -63,7 +64,7 @@ impl<E> Failed<E> {
 
     fn into<F: From<E>>(self) -> Failed<F> {
         Failed {
-            error: self.error.into(),
+            error: Box::new((*self.error).into()),
             disks: self.disks,
         }
     }
@@ -174,7 +175,7 @@ pub fn provision(
             if torn_down && f.disks == DiskState::Untouched {
                 // The teardown changed the disks before this failure: clear them too.
                 let cleared = clear_tables(p.targets.iter().map(|d| d.node.as_path()));
-                return Failed::changed(f.error, cleared);
+                return Failed::changed(*f.error, cleared);
             }
             f
         })?;
@@ -295,7 +296,7 @@ fn write_every_target(
                 }
                 let cleared = clear_tables(targets[..written].iter().map(|d| d.node.as_path()));
                 let this = failed.disks != DiskState::ClearFailed;
-                return Err(Failed::changed(failed.error, cleared && this));
+                return Err(Failed::changed(*failed.error, cleared && this));
             }
         }
     }
@@ -343,7 +344,8 @@ pub fn open_stack(
     registry: &ingot_artifact::registry::RegistryOptions,
     reporter: &Reporter,
 ) -> Result<OpenedStack, WriteError> {
-    let source = steps::resolve::run(stack, registry, reporter).map_err(WriteError::Resolve)?;
+    let source = steps::resolve::run(stack, registry, reporter)
+        .map_err(|e| WriteError::Resolve(Box::new(e)))?;
     Ok(steps::verify::run(source, trust, machine, reporter)?)
 }
 

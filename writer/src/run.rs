@@ -183,7 +183,7 @@ fn write_target(
             Ok(ExitCode::SUCCESS)
         }
         Err(Failed { error, disks }) => {
-            let text = format!("{:#}", anyhow::Error::new(error));
+            let text = format!("{:#}", anyhow::Error::new(*error));
             reporter.failed(&text, disks);
             eprintln!("ingot-writer: error: {text}");
             eprintln!(

@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use common::registry_support::{free_port, Front, FrontOptions, Registry};
 use common::repo_root;
-use ingot::registry::{pull, push, Registry as Client, RegistryOptions, RegistryRef};
 use ingot_artifact::registry::mirrors::MirrorConfig;
+use ingot_artifact::registry::{pull, push, Registry as Client, RegistryOptions, RegistryRef};
 use ingot_testkit::machine::{materialize, Materialized};
 use ingot_testkit::skip::{have_root, have_tool};
 use ingot_testproxy::{Faults, Proxy, Rule};

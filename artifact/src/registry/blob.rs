@@ -324,7 +324,7 @@ impl Endpoint {
             };
             warn!(
                 "{what}: {} at byte {offset} of {size}; resuming in {wait:?} ({}/{})",
-                super::error::chain(&cause),
+                crate::error_chain::text(&cause),
                 budget.failures(),
                 budget.attempts()
             );

@@ -210,18 +210,6 @@ impl RegistryError {
 
     /// The message with every cause: what a command prints.
     pub fn full_text(&self) -> String {
-        chain(self)
+        crate::error_chain::text(self)
     }
-}
-
-/// An error's message followed by each of its causes (no variant repeats its source).
-pub(crate) fn chain(err: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = err.to_string();
-    let mut cause = err.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
 }

@@ -20,10 +20,11 @@ use tracing::warn;
 
 use super::blob::{check_digest, MAX_IN_MEMORY_BLOB};
 use super::client::{Registry, Served, Src};
-use super::error::{chain, RegistryError};
+use super::error::RegistryError;
 use super::limits::MAX_MANIFEST_SIZE;
 use super::manifest::FetchedStack;
 use super::reference::RegistryRef;
+use crate::error_chain::text as chain;
 use crate::oci_layout::ImageManifest;
 
 /// A `Write` that counts what passes.

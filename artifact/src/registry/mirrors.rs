@@ -641,12 +641,7 @@ mod tests {
 
     fn err(text: &str) -> String {
         let e = MirrorConfig::parse(text, Path::new("/t/registries.conf")).unwrap_err();
-        let mut s = e.to_string();
-        let mut cur: Option<&dyn std::error::Error> = std::error::Error::source(&e);
-        while let Some(c) = cur {
-            s.push_str(&format!(": {c}"));
-            cur = c.source();
-        }
+        let s = crate::error_chain::text(&e);
         assert!(s.contains("/t/registries.conf"), "{s}");
         s
     }

@@ -118,7 +118,7 @@ where
         };
         warn!(
             "{what}: {}; retrying in {wait:?} ({}/{})",
-            super::error::chain(&cause),
+            crate::error_chain::text(&cause),
             budget.failures(),
             budget.attempts()
         );
@@ -402,8 +402,8 @@ mod tests {
         for code in [400, 500] {
             let f = classify_status(&ctx, "blob x", code, b"echo: Basic YWxpY2U6aHVudGVyMjI=");
             let text = match f {
-                Failure::Transient(c) => crate::registry::error::chain(&c),
-                Failure::Fatal(e) => crate::registry::error::chain(&e),
+                Failure::Transient(c) => crate::error_chain::text(&c),
+                Failure::Fatal(e) => crate::error_chain::text(&e),
                 Failure::TooSlow(c) => c.to_string(),
             };
             assert!(!text.contains("YWxpY2U6aHVudGVyMjI="), "{text}");

@@ -19,8 +19,9 @@ use crate::stack::{OpenedStack, Source, VerifiedLayer};
 /// Why the stack is not one to write.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyStepError {
+    /// Boxed: a verification error carries its whole typed cause (registry, layout, frame).
     #[error(transparent)]
-    Source(#[from] VerifyError),
+    Source(Box<VerifyError>),
     #[error("layer `{layer}`: the hash tree does not match the signed root hash")]
     Tree {
         layer: String,
@@ -29,6 +30,12 @@ pub enum VerifyStepError {
     },
     #[error("the stack has no base layer to boot from")]
     NoBase,
+}
+
+impl From<VerifyError> for VerifyStepError {
+    fn from(e: VerifyError) -> Self {
+        VerifyStepError::Source(Box::new(e))
+    }
 }
 
 /// The `verify` step; see the module docs.

@@ -344,9 +344,8 @@ mod tests {
             }
             std::fs::write(dir.join("blobs/sha256").join(e.file_name()), bytes).unwrap();
         }
-        let err = write_archive(&spec(&dir), 0, &mut Vec::new())
-            .unwrap_err()
-            .to_string();
+        let err = write_archive(&spec(&dir), 0, &mut Vec::new()).unwrap_err();
+        let err = ingot_artifact::error_chain::text(&err);
         assert!(err.contains(layer) && err.contains("corrupt"), "{err}");
     }
 

@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{copy_tree, ingot, ingot_ok, repo};
+use common::{copy_tree, ingot, ingot_ok, repo, write_manifest, TestLayer};
 use ingot_testkit::skip::{current_test, find_tool, skip};
 use serde_json::Value;
 
@@ -43,43 +43,15 @@ fn stack(dir: &Path, tools: &[u8]) -> PathBuf {
     let plain = dir.join("plain");
     fs::create_dir_all(plain.join("usr/share")).unwrap();
     fs::write(plain.join("usr/share/hello"), b"hello").unwrap();
-    let manifest = dir.join("stack.toml");
-    fs::write(
-        &manifest,
-        format!(
-            r#"name = "sbomtest"
-version = "1.0.0"
-source_date_epoch = 1700000000
-
-[boot]
-kernel = "/boot/vmlinuz"
-initrd = "/boot/initrd.img"
-efi = "/boot/efi/EFI/BOOT/BOOTX64.EFI"
-
-[[layer]]
-name = "base"
-kind = "base"
-source = {{ dir = "{}" }}
-
-[[layer]]
-name = "tools"
-kind = "tools"
-when = "virt"
-source = {{ dir = "{}" }}
-
-[[layer]]
-name = "plain"
-kind = "extra"
-when = "uefi"
-source = {{ dir = "{}" }}
-"#,
-            base.display(),
-            t.display(),
-            plain.display()
-        ),
+    write_manifest(
+        dir,
+        "sbomtest",
+        &[
+            TestLayer::new("base", "base", None, &base),
+            TestLayer::new("tools", "tools", Some("virt"), &t),
+            TestLayer::new("plain", "extra", Some("uefi"), &plain),
+        ],
     )
-    .unwrap();
-    manifest
 }
 
 fn build(manifest: &Path, out: &Path) {

@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{copy_tree, ingot, repo};
+use common::{copy_tree, ingot, repo, write_manifest, TestLayer};
 use ingot_testkit::skip::{current_test, have_tool, is_root, skip};
 
 /// A stack of the demo's base tree (changed by `base`) and one `upper` layer.
@@ -20,36 +20,14 @@ fn stack(dir: &Path, base: impl FnOnce(&Path), upper: impl FnOnce(&Path)) -> Pat
     let u = dir.join("upper");
     fs::create_dir_all(&u).unwrap();
     upper(&u);
-    let manifest = dir.join("stack.toml");
-    fs::write(
-        &manifest,
-        format!(
-            r#"name = "rules"
-version = "1.0.0"
-source_date_epoch = 1700000000
-
-[boot]
-kernel = "/boot/vmlinuz"
-initrd = "/boot/initrd.img"
-efi = "/boot/efi/EFI/BOOT/BOOTX64.EFI"
-
-[[layer]]
-name = "base"
-kind = "base"
-source = {{ dir = "{}" }}
-
-[[layer]]
-name = "upper"
-kind = "extra"
-when = "virt"
-source = {{ dir = "{}" }}
-"#,
-            b.display(),
-            u.display()
-        ),
+    write_manifest(
+        dir,
+        "rules",
+        &[
+            TestLayer::new("base", "base", None, &b),
+            TestLayer::new("upper", "extra", Some("virt"), &u),
+        ],
     )
-    .unwrap();
-    manifest
 }
 
 /// `ingot build`'s exit code and stderr; the output must not exist after a failure.
@@ -116,39 +94,15 @@ fn a_second_module_index_must_list_every_lower_module() {
     let top = tmp.path().join("kata");
     write(&top.join(dep), "kernel/a.ko:\nextra/kata.ko:\n");
     let manifest = |top: &Path| {
-        let m = tmp.path().join("stack.toml");
-        fs::write(
-            &m,
-            format!(
-                r#"name = "rules"
-version = "1.0.0"
-source_date_epoch = 1700000000
-[boot]
-kernel = "/boot/vmlinuz"
-initrd = "/boot/initrd.img"
-efi = "/boot/efi/EFI/BOOT/BOOTX64.EFI"
-[[layer]]
-name = "base"
-kind = "base"
-source = {{ dir = "{}" }}
-[[layer]]
-name = "nvidia"
-kind = "nvidia"
-when = "gpu == nvidia"
-source = {{ dir = "{}" }}
-[[layer]]
-name = "kata"
-kind = "kata"
-when = "virt"
-source = {{ dir = "{}" }}
-"#,
-                base.display(),
-                mid.display(),
-                top.display()
-            ),
+        write_manifest(
+            tmp.path(),
+            "rules",
+            &[
+                TestLayer::new("base", "base", None, &base),
+                TestLayer::new("nvidia", "nvidia", Some("gpu == nvidia"), &mid),
+                TestLayer::new("kata", "kata", Some("virt"), top),
+            ],
         )
-        .unwrap();
-        m
     };
     let (code, err) = build(&manifest(&top));
     assert_eq!(code, Some(1), "{err}");

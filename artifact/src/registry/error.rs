@@ -99,7 +99,7 @@ pub enum RegistryError {
     Layout(#[from] crate::oci_layout::LayoutError),
     /// The registries configuration (mirrors) is unusable, or blocks the reference.
     #[error(transparent)]
-    Mirrors(#[from] super::mirrors::MirrorsError),
+    Mirrors(#[from] super::mirrors_error::MirrorsError),
     /// A `--ca-file` holds no usable certificate.
     #[error("--ca-file {path}: not a usable certificate")]
     Certificate {

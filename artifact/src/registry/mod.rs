@@ -41,6 +41,7 @@ mod http;
 pub mod limits;
 mod manifest;
 pub mod mirrors;
+mod mirrors_error;
 pub mod options;
 pub(crate) mod partial;
 pub mod progress;

@@ -205,3 +205,50 @@ impl Drop for Containerd {
         }
     }
 }
+
+/// One layer of a test stack: its name, kind, `when` rule (`None` for the base) and tree.
+#[allow(dead_code)] // not every test file builds its own stacks
+pub struct TestLayer<'a> {
+    pub name: &'a str,
+    pub kind: &'a str,
+    pub when: Option<&'a str>,
+    pub dir: &'a Path,
+}
+
+impl<'a> TestLayer<'a> {
+    #[allow(dead_code)] // not every test file builds its own stacks
+    pub fn new(name: &'a str, kind: &'a str, when: Option<&'a str>, dir: &'a Path) -> Self {
+        TestLayer {
+            name,
+            kind,
+            when,
+            dir,
+        }
+    }
+}
+
+/// Writes `dir/stack.toml`: stack `name` 1.0.0 at the demo's epoch, the demo's boot paths, and
+/// `layers` in order (each a `dir` source); returns its path.
+#[allow(dead_code)] // not every test file builds its own stacks
+pub fn write_manifest(dir: &Path, name: &str, layers: &[TestLayer<'_>]) -> PathBuf {
+    use std::fmt::Write as _;
+    let mut text = format!(
+        "name = \"{name}\"\nversion = \"1.0.0\"\nsource_date_epoch = 1700000000\n\n[boot]\n\
+         kernel = \"/boot/vmlinuz\"\ninitrd = \"/boot/initrd.img\"\n\
+         efi = \"/boot/efi/EFI/BOOT/BOOTX64.EFI\"\n"
+    );
+    for l in layers {
+        let _ = write!(
+            text,
+            "\n[[layer]]\nname = \"{}\"\nkind = \"{}\"\n",
+            l.name, l.kind
+        );
+        if let Some(when) = l.when {
+            let _ = writeln!(text, "when = \"{when}\"");
+        }
+        let _ = writeln!(text, "source = {{ dir = \"{}\" }}", l.dir.display());
+    }
+    let path = dir.join("stack.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}

@@ -104,17 +104,7 @@ fn show(out: &Output) -> String {
 }
 
 fn assert_done(out: &Output) {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success()
-            && stdout
-                .lines()
-                .last()
-                .unwrap_or("")
-                .starts_with("IMAGE_URL_DONE"),
-        "{}",
-        show(out)
-    );
+    common::assert_caph_done(out, "fleet writer");
 }
 
 /// SHA-256 of `size` bytes at `offset` of `image`.

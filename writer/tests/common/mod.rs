@@ -170,7 +170,12 @@ pub fn caph_write_for_boot(mut cmd: std::process::Command, what: &str) {
         .args(["--kernel-arg", "console=ttyS0", "--kernel-arg", "panic=-1"])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_caph_done(&out, what);
+}
+
+/// Asserts a CAPH-mode run succeeded and its last stdout line is `IMAGE_URL_DONE`.
+pub fn assert_caph_done(out: &std::process::Output, what: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success()
             && stdout

@@ -30,7 +30,7 @@ fn run(what: &str, args: &[&OsStr]) -> Run {
 
 /// Asserts `r` failed cleanly (exit 1, not killed, no signal), naming `want`, within the RSS limit.
 fn assert_refused(what: &str, r: &Run, want: &[&str]) {
-    assert!(!r.timed_out, "{what}: hung until killed\n{}", r.stderr);
+    assert_eq!(r.killed, None, "{what}: hung until killed\n{}", r.stderr);
     assert_eq!(r.status.code(), Some(1), "{what}: {r:?}");
     for w in want {
         assert!(
@@ -307,7 +307,7 @@ fn layout_files_that_are_devices_or_fifos_are_refused_not_read() {
             ] {
                 let what = format!("{cmd} with {name} as {as_what}");
                 let r = run(&what, &args);
-                assert!(!r.timed_out, "{what}: hung");
+                assert_eq!(r.killed, None, "{what}: hung");
                 assert!(!r.status.success(), "{what}: {}", r.stderr);
                 assert!(
                     r.stderr.contains("not a regular file"),

@@ -6,19 +6,15 @@
 //! Every server thread stops by itself: when the client goes, when its byte budget is spent, or
 //! when the test drops the server.
 //!
-//! Memory is measured as the child's peak RSS (`wait4`'s `ru_maxrss`), not guessed.
-
-// wait4 through libc is the one way to read a finished child's peak RSS; std and rustix do not
-// return the rusage.
-#![allow(unsafe_code)]
+//! Memory is measured as the child's peak RSS (`wait4`'s `ru_maxrss`, through
+//! `ingot_testkit::measure`), not guessed.
 
 mod common;
 
 use std::fs;
-use std::io::{Read, Write};
-use std::os::unix::process::ExitStatusExt;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -27,6 +23,7 @@ use common::*;
 use ingot_artifact::oci_layout::{sha256_digest, ImageIndex, ImageManifest, MANIFEST_MEDIA_TYPE};
 use ingot_artifact::sign::SecretKey;
 use ingot_testkit::http::{self, Conn};
+use ingot_testkit::measure::{self, Limits, Run};
 use serde_json::Value;
 
 /// How the server misbehaves.
@@ -327,44 +324,9 @@ fn wrong_range(
     conn.out.flush()
 }
 
-/// What a run of `ingot` did, with its peak RSS.
-struct Run {
-    status: ExitStatus,
-    stderr: String,
-    max_rss_kib: i64,
-    elapsed: Duration,
-}
-
-/// Runs `ingot` with `args` and returns its exit status, stderr, peak RSS and wall time.
+/// Runs `ingot` with `args`, measured (exit status, stderr, peak RSS, wall time).
 fn ingot_measured(args: &[&str]) -> Run {
-    let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ingot"))
-        .args(args)
-        .env_remove("RUST_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("running ingot");
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let mut status = 0i32;
-    // SAFETY: an all-zero rusage is a valid value; wait4 fills it in for this child only.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child by pid; std's Child is not waited on afterwards.
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
-    assert_eq!(pid, child.id() as libc::pid_t, "wait4");
-    std::mem::forget(child);
-    Run {
-        status: ExitStatus::from_raw(status),
-        stderr: reader.join().unwrap(),
-        max_rss_kib: usage.ru_maxrss,
-        elapsed: started.elapsed(),
-    }
+    common::ingot_measured(args, Duration::from_secs(600))
 }
 
 /// The demo stack, built (signed with a fresh key) into `dir/layout`. Returns (layout, secret
@@ -664,104 +626,25 @@ fn the_registry_temp_dir_is_made_only_for_a_downloaded_blob() {
     assert_eq!(registry_temp_dirs(&whole), Vec::<String>::new());
 }
 
-/// Why [`ingot_within`] stopped a run.
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-enum Killed {
-    /// It ran past its time.
-    Time,
-    /// Its RSS passed 1 GiB (reading something endless into memory).
-    Memory,
-}
-
 /// Runs `ingot` like [`ingot_measured`], with `env` and `stdin`, but stops it (SIGKILL) when it
 /// runs longer than `limit` or its RSS passes 1 GiB: a run the fix should end by itself must
-/// not take the machine's memory or the test's time when the fix is missing.
-fn ingot_within(
-    args: &[&str],
-    env: &[(&str, &str)],
-    stdin: Option<&str>,
-    limit: Duration,
-) -> (Run, Option<Killed>) {
-    let started = Instant::now();
+/// not take the machine's memory or the test's time when the fix is missing. `Run::killed` says
+/// whether the test stopped it.
+fn ingot_within(args: &[&str], env: &[(&str, &str)], stdin: Option<&str>, limit: Duration) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
     cmd.args(args)
         .env_remove("RUST_LOG")
         .env_remove("OCI_REGISTRY_AUTH_TOKEN")
-        .env("DOCKER_CONFIG", "/nonexistent")
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+        .env("DOCKER_CONFIG", "/nonexistent");
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().expect("running ingot");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-    }
-    let mut stderr = child.stderr.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let pid = child.id() as libc::pid_t;
-    let done = Arc::new(AtomicBool::new(false));
-    let killed = Arc::new(Mutex::new(None));
-    let watchdog = {
-        let (done, killed) = (done.clone(), killed.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::SeqCst) {
-                let rss_kib: u64 = fs::read_to_string(format!("/proc/{pid}/status"))
-                    .ok()
-                    .and_then(|s| {
-                        s.lines()
-                            .find_map(|l| l.strip_prefix("VmRSS:"))
-                            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-                    })
-                    .unwrap_or(0);
-                let why = if rss_kib > 1 << 20 {
-                    Some(Killed::Memory)
-                } else if started.elapsed() > limit {
-                    Some(Killed::Time)
-                } else {
-                    None
-                };
-                if let Some(why) = why {
-                    *killed.lock().unwrap() = Some(why);
-                    // SAFETY: our own child, not yet waited for (wait4 below reaps it).
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        })
+    let limits = Limits {
+        deadline: limit,
+        rss_cap_kib: Some(1 << 20),
+        stdin: stdin.map(|s| s.as_bytes().to_vec()),
     };
-    let mut status = 0i32;
-    // SAFETY: an all-zero rusage is a valid value; wait4 fills it in for this child only.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child by pid; std's Child is not waited on afterwards.
-    let waited = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    done.store(true, Ordering::SeqCst);
-    assert_eq!(waited, pid, "wait4");
-    std::mem::forget(child);
-    watchdog.join().unwrap();
-    let run = Run {
-        status: ExitStatus::from_raw(status),
-        stderr: reader.join().unwrap(),
-        max_rss_kib: usage.ru_maxrss,
-        elapsed: started.elapsed(),
-    };
-    let killed = *killed.lock().unwrap();
-    (run, killed)
+    measure::measured(cmd, limits, |_| {})
 }
 
 /// Hostile input, second pass, item 1: an error answer (500, 404, 403) with a body that never
@@ -790,14 +673,14 @@ fn endless_error_bodies_and_token_answers_are_capped() {
             "--retries",
             "2",
         ];
-        let (run, killed) = ingot_within(&args, &[], None, Duration::from_secs(120));
+        let run = ingot_within(&args, &[], None, Duration::from_secs(120));
         eprintln!(
             "{mode:?}: exit {:?} after {:.2?}, peak RSS {} KiB",
             run.status.code(),
             run.elapsed,
             run.max_rss_kib
         );
-        assert_eq!(killed, None, "{mode:?}: stopped by the test");
+        assert_eq!(run.killed, None, "{mode:?}: stopped by the test");
         assert_eq!(run.status.code(), Some(8), "{mode:?}: {}", run.stderr);
         assert!(
             run.stderr.contains(cap) && run.stderr.contains("stopped reading"),
@@ -832,14 +715,14 @@ fn a_registry_sending_100_bytes_per_connection_is_given_up_on() {
         "--retries",
         "4",
     ];
-    let (run, killed) = ingot_within(&args, &[], None, Duration::from_secs(300));
+    let run = ingot_within(&args, &[], None, Duration::from_secs(300));
     eprintln!(
         "exit {:?} after {:.2?}, peak RSS {} KiB",
         run.status.code(),
         run.elapsed,
         run.max_rss_kib
     );
-    assert_eq!(killed, None, "stopped by the test: {}", run.stderr);
+    assert_eq!(run.killed, None, "stopped by the test: {}", run.stderr);
     assert_eq!(run.status.code(), Some(8), "{}", run.stderr);
     assert!(
         run.stderr.contains("gave up after 4 attempts"),
@@ -898,8 +781,8 @@ fn credentials_echoed_by_the_registry_never_reach_the_output() {
                 ),
             ),
         ];
-        for (how, (run, killed)) in runs {
-            assert_eq!(killed, None, "{status} {how}");
+        for (how, run) in runs {
+            assert_eq!(run.killed, None, "{status} {how}");
             assert!(!run.status.success(), "{status} {how}: {}", run.stderr);
             assert!(
                 run.stderr.contains("you sent Authorization:") && run.stderr.contains("<redacted>"),
@@ -939,13 +822,13 @@ fn redirect_loops_and_a_non_http_token_realm_are_permanent() {
             "--retries",
             "8",
         ];
-        let (run, killed) = ingot_within(&args, &[], None, Duration::from_secs(120));
+        let run = ingot_within(&args, &[], None, Duration::from_secs(120));
         eprintln!(
             "{mode:?}: exit {:?} after {:.2?}",
             run.status.code(),
             run.elapsed
         );
-        assert_eq!(killed, None, "{mode:?}");
+        assert_eq!(run.killed, None, "{mode:?}");
         assert_eq!(run.status.code(), Some(1), "{mode:?}: {}", run.stderr);
         assert!(run.stderr.contains(says), "{mode:?}: {}", run.stderr);
         assert!(
@@ -976,8 +859,8 @@ fn a_wrong_range_answer_is_named() {
             "--retries",
             "3",
         ];
-        let (run, killed) = ingot_within(&args, &[], None, Duration::from_secs(120));
-        assert_eq!(killed, None);
+        let run = ingot_within(&args, &[], None, Duration::from_secs(120));
+        assert_eq!(run.killed, None);
         assert_eq!(
             run.status.code(),
             Some(4),
@@ -1018,13 +901,13 @@ fn a_symlinked_partial_file_is_not_followed() {
     ));
     std::os::unix::fs::symlink(&victim, &partial).unwrap();
     let args = ["pull", &url, out.to_str().unwrap(), "--quiet"];
-    let (run, killed) = ingot_within(
+    let run = ingot_within(
         &args,
         &[("RUST_LOG", "warn")],
         None,
         Duration::from_secs(120),
     );
-    assert_eq!(killed, None);
+    assert_eq!(run.killed, None);
     assert!(run.status.success(), "{}", run.stderr);
     assert_eq!(
         fs::read(&victim).unwrap(),

@@ -6,7 +6,10 @@
 use ingot_testkit::measure;
 
 /// Runs `ingot ARGS` measured (peak RSS, wall time), killed at `deadline`.
-pub fn ingot_measured(args: &[&std::ffi::OsStr], deadline: Duration) -> measure::Run {
+pub fn ingot_measured(
+    args: impl IntoIterator<Item = impl AsRef<std::ffi::OsStr>>,
+    deadline: Duration,
+) -> measure::Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot"));
     cmd.args(args).env_remove("RUST_LOG");
     measure::measured_with(cmd, deadline, |_| {})

@@ -2,30 +2,12 @@
 //! partition is mounted there and would hide it), naming the layer and the path; the base may
 //! keep empty directories there as mount points.
 
+mod common;
+
 use std::fs;
 use std::path::Path;
-use std::process::Command;
 
-const MANIFEST: &str = r#"name = "varcheck"
-version = "1.0.0"
-source_date_epoch = 1700000000
-
-[boot]
-kernel = "/boot/vmlinuz"
-initrd = "/boot/initrd.img"
-efi = "/boot/efi/EFI/BOOT/BOOTX64.EFI"
-
-[[layer]]
-name = "base"
-kind = "base"
-source = { dir = "base" }
-
-[[layer]]
-name = "extra"
-kind = "control-plane"
-when = "role == control-plane"
-source = { dir = "extra" }
-"#;
+use common::{ingot, write_manifest, TestLayer};
 
 /// Builds a two-layer stack whose trees hold `base_paths` and `extra_paths` (a trailing `/`
 /// makes a directory); returns whether it built and what it printed.
@@ -53,14 +35,26 @@ fn build(base_paths: &[&str], extra_paths: &[&str]) -> (bool, String) {
         fs::create_dir_all(path.parent().unwrap()).unwrap();
         fs::write(path, "boot").unwrap();
     }
-    fs::write(dir.path().join("stack.toml"), MANIFEST).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_ingot"))
-        .arg("build")
-        .arg(dir.path().join("stack.toml"))
-        .arg("--out")
-        .arg(dir.path().join("out"))
-        .output()
-        .unwrap();
+    let (base, extra) = (dir.path().join("base"), dir.path().join("extra"));
+    let manifest = write_manifest(
+        dir.path(),
+        "varcheck",
+        &[
+            TestLayer::new("base", "base", None, &base),
+            TestLayer::new(
+                "extra",
+                "control-plane",
+                Some("role == control-plane"),
+                &extra,
+            ),
+        ],
+    );
+    let out = ingot([
+        "build".as_ref(),
+        manifest.as_os_str(),
+        "--out".as_ref(),
+        dir.path().join("out").as_os_str(),
+    ]);
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
     let built = out.status.success();
     assert_eq!(built, Path::new(&dir.path().join("out")).exists(), "{text}");

@@ -7,32 +7,18 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{build, demo_manifest, ingot, keypair, repo};
+use common::{build, demo_copy, demo_manifest, ingot, keypair};
 use serde_json::Value;
 
 /// The demo manifest with its base layer read from a copy of the fixture tree, in which
 /// `/etc/os-release` has one byte changed (same size, so only the content differs).
 fn demo_with_changed_os_release(dir: &Path) -> PathBuf {
-    let fixtures = repo().join("tests/fixtures");
-    let base = dir.join("base");
-    let status = std::process::Command::new("cp")
-        .args(["-a", "--no-preserve=ownership"])
-        .arg(fixtures.join("demo/base"))
-        .arg(&base)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let (manifest, base) = demo_copy(dir, "demo");
     let os_release = base.join("etc/os-release");
     let mut bytes = fs::read(&os_release).unwrap();
     let i = bytes.iter().position(|b| b.is_ascii_lowercase()).unwrap();
     bytes[i] = if bytes[i] == b'z' { b'y' } else { bytes[i] + 1 };
     fs::write(&os_release, bytes).unwrap();
-    let demo = fs::read_to_string(demo_manifest()).unwrap();
-    let text = demo
-        .replace("../tests/fixtures/demo/base", &base.display().to_string())
-        .replace("../tests/fixtures", &fixtures.display().to_string());
-    let manifest = dir.join("demo.toml");
-    fs::write(&manifest, text).unwrap();
     manifest
 }
 
@@ -125,27 +111,13 @@ fn diff_names_the_one_changed_file_and_layer_and_nothing_for_a_build_against_its
 fn diff_hashes_a_large_changed_file_in_bounded_memory() {
     let tmp = tempfile::tempdir().unwrap();
     let (sk, pk) = keypair(tmp.path(), "release");
-    let fixtures = repo().join("tests/fixtures");
     let size: u64 = 3 << 29; // 1.5 GiB
     let mut layouts = Vec::new();
     for (name, last) in [("a", b'a'), ("b", b'b')] {
-        let base = tmp.path().join(format!("{name}-base"));
-        let status = std::process::Command::new("cp")
-            .args(["-a", "--no-preserve=ownership"])
-            .arg(fixtures.join("demo/base"))
-            .arg(&base)
-            .status()
-            .unwrap();
-        assert!(status.success());
+        let (manifest, base) = demo_copy(tmp.path(), name);
         let f = fs::File::create(base.join("sparse.bin")).unwrap();
         f.set_len(size).unwrap();
         std::os::unix::fs::FileExt::write_all_at(&f, &[last], size - 1).unwrap();
-        let text = fs::read_to_string(demo_manifest())
-            .unwrap()
-            .replace("../tests/fixtures/demo/base", &base.display().to_string())
-            .replace("../tests/fixtures", &fixtures.display().to_string());
-        let manifest = tmp.path().join(format!("{name}.toml"));
-        fs::write(&manifest, text).unwrap();
         let out = tmp.path().join(name);
         build(&manifest, &out, Some(&sk));
         layouts.push(out);

@@ -325,13 +325,10 @@ fn layout_files_that_are_devices_or_fifos_are_refused_not_read() {
 
     // `ingot layer build oci:` on a small OCI image layout.
     let image = tmp.path().join("image");
-    let status = std::process::Command::new("cp")
-        .arg("-a")
-        .arg(common::repo().join("tests/fixtures/images/kata-rootfs"))
-        .arg(&image)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    common::cp_a(
+        &common::repo().join("tests/fixtures/images/kata-rootfs"),
+        &image,
+    );
     let src = format!("oci:{}", image.display());
     let r = layer_build("oci-intact", OsStr::new(&src), tmp.path());
     assert!(r.status.success(), "{}", r.stderr);

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use common::{build, demo_manifest, keypair, repo};
+use common::{build, cp_a, demo_copy, keypair};
 use ingot_testkit::measure::{measured_with, Run};
 use rand::RngCore;
 
@@ -125,22 +125,8 @@ fn verity_verify_of_a_data_file_that_shrinks_is_an_error() {
 /// The demo stack with a 96 MiB random file in its base layer (whose data blob is then about
 /// as large), built and signed into `dir/NAME`. `flip` changes one byte of the file.
 fn demo_with_big_file(dir: &Path, name: &str, big: &[u8], sk: &Path) -> PathBuf {
-    let fixtures = repo().join("tests/fixtures");
-    let base = dir.join(format!("{name}-base"));
-    let status = Command::new("cp")
-        .args(["-a", "--no-preserve=ownership"])
-        .arg(fixtures.join("demo/base"))
-        .arg(&base)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    let (manifest, base) = demo_copy(dir, name);
     fs::write(base.join("big.bin"), big).unwrap();
-    let text = fs::read_to_string(demo_manifest())
-        .unwrap()
-        .replace("../tests/fixtures/demo/base", &base.display().to_string())
-        .replace("../tests/fixtures", &fixtures.display().to_string());
-    let manifest = dir.join(format!("{name}.toml"));
-    fs::write(&manifest, text).unwrap();
     let out = dir.join(name);
     build(&manifest, &out, Some(sk));
     out
@@ -161,13 +147,7 @@ fn base_data_blob(layout: &Path) -> PathBuf {
 }
 
 fn copy_layout(from: &Path, to: &Path) {
-    let status = Command::new("cp")
-        .arg("-a")
-        .arg(from)
-        .arg(to)
-        .status()
-        .unwrap();
-    assert!(status.success());
+    cp_a(from, to);
 }
 
 #[test]

@@ -100,6 +100,38 @@ pub fn keypair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
 #[allow(unused_imports)] // not every test file uses every helper
 pub use ingot_testkit::layout::{blob_path, read as read_layout, Layout as Built};
 
+/// `cp -a FROM TO` (modes, times, links, extended attributes kept; ownership only as root).
+pub fn cp_a(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .args(["-a", "--no-preserve=ownership"])
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("running cp");
+    assert!(
+        status.success(),
+        "cp -a {} {}",
+        from.display(),
+        to.display()
+    );
+}
+
+/// A copy of the demo stack whose base layer a test may change: the fixture's base tree copied
+/// to `dir/NAME-base`, and `dir/NAME.toml`, the demo manifest reading it. Returns (manifest,
+/// base tree).
+pub fn demo_copy(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let fixtures = repo().join("tests/fixtures");
+    let base = dir.join(format!("{name}-base"));
+    cp_a(&fixtures.join("demo/base"), &base);
+    let text = fs::read_to_string(demo_manifest())
+        .unwrap()
+        .replace("../tests/fixtures/demo/base", &base.display().to_string())
+        .replace("../tests/fixtures", &fixtures.display().to_string());
+    let manifest = dir.join(format!("{name}.toml"));
+    fs::write(&manifest, text).unwrap();
+    (manifest, base)
+}
+
 /// Copy a directory tree (files, dirs, symlinks; modes kept).
 pub fn copy_tree(from: &Path, to: &Path) {
     fs::create_dir_all(to).unwrap();

@@ -11,6 +11,20 @@ pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
 /// TCG on two shared cores: generous, never a measure of anything.
 pub const TIMEOUT: Duration = Duration::from_secs(900);
 
+/// The kernel arguments every test boot adds: the serial console the test reads, a panic that
+/// ends the VM, and `no_timer_check`: under TCG on a loaded host the kernel's IO-APIC timer check
+/// can miss its ticks and panic ("IO-APIC + timer doesn't work!", seen in a full run beside
+/// other VMs), a check KVM guests skip for the same reason.
+pub const KERNEL_ARGS: [&str; 3] = ["no_timer_check", "console=ttyS0", "panic=-1"];
+
+/// [`KERNEL_ARGS`] as the writer's options (`--kernel-arg ARG` each).
+pub fn writer_kernel_args() -> Vec<&'static str> {
+    KERNEL_ARGS
+        .iter()
+        .flat_map(|a| ["--kernel-arg", *a])
+        .collect()
+}
+
 /// The firmware a VM boots with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Firmware {

@@ -94,7 +94,7 @@ impl Rescue {
         let work = tempfile::tempdir_in("/var/tmp").unwrap();
         let log = work.path().join("serial.log");
         let mut cmd = crate::qemu::vm(firmware, 2, 2048, work.path());
-        let mut append = "console=ttyS0 panic=-1 loglevel=4".to_string();
+        let mut append = format!("{} loglevel=4", crate::qemu::KERNEL_ARGS.join(" "));
         let mut netdev = "user,id=n0,restrict=on".to_string();
         if let Some(port) = registry {
             append.push_str(&format!(" ingot.registry={port}"));

@@ -457,7 +457,7 @@ fn rescue_vm_bios_machine_boots_its_disk_from_seabios() {
         "sda",
         "",
         "ls /sys/firmware/efi 2>&1",
-        &["--kernel-arg", "console=ttyS0", "--kernel-arg", "panic=-1"],
+        &ingot_testkit::qemu::writer_kernel_args(),
     );
     assert!(
         run.after.contains("No such file"),

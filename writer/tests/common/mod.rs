@@ -167,7 +167,7 @@ pub fn caph_command(
 pub fn caph_write_for_boot(mut cmd: std::process::Command, what: &str) {
     let out = cmd
         .arg("--no-reboot")
-        .args(["--kernel-arg", "console=ttyS0", "--kernel-arg", "panic=-1"])
+        .args(ingot_testkit::qemu::writer_kernel_args())
         .output()
         .unwrap();
     assert_caph_done(&out, what);

@@ -247,7 +247,6 @@ fn streamed_layer(
                 blob: layer.blob.to_string(),
                 reason: e.full_text(),
             })?;
-        let names = join(&blamed);
         if left.is_empty() {
             if tried.is_empty() {
                 return Err(err.into()); // one source: its own error, as it was
@@ -264,9 +263,10 @@ fn streamed_layer(
             });
         }
         let warning = format!(
-            "layer {}: {names} sent bytes of the data blob {} that fail it ({}); refused for \
-             this blob, writing the layer again from {}",
+            "layer {}: {} sent bytes of the data blob {} that fail it ({}); refused for this \
+             blob, writing the layer again from {}",
             layer.name,
+            join(&blamed),
             layer.blob,
             ingot_artifact::error_chain::text(&err),
             left[0]

@@ -99,7 +99,8 @@ impl WriteError {
             | WriteError::Verify(VerifyStepError::Source(_))
             | WriteError::Write(WriteStepError::Engine(
                 EngineError::Blob { .. } | EngineError::BadSource { .. },
-            )) => "image-invalid",
+            ))
+            | WriteError::Write(WriteStepError::AllSources { .. }) => "image-invalid",
             WriteError::Write(WriteStepError::Engine(EngineError::Download { .. })) => {
                 "download-failed"
             }

@@ -19,7 +19,7 @@ use common::repo_root;
 use ingot_artifact::registry::mirrors::MirrorConfig;
 use ingot_artifact::registry::{pull, push, Registry as Client, RegistryOptions, RegistryRef};
 use ingot_testkit::machine::{materialize, Materialized};
-use ingot_testkit::skip::{have_root, have_tool};
+use ingot_testkit::skip::{find_tool, have_root, have_tool, have_tools};
 use ingot_testproxy::{Faults, Proxy, Rule};
 
 const TOKEN: &str = "ghp_ingotFleetToken0123456789abcdef";
@@ -373,4 +373,322 @@ fn a_mirror_flipping_a_byte_is_refused_for_the_blob_and_the_origin_serves_it() {
     assert_eq!(origin.blobs, 1, "{served:?}");
     let mirror = served.iter().find(|s| s.mirror).unwrap();
     assert!(mirror.blobs >= 1, "{served:?}");
+}
+
+/// A writer with `--target` (a disk image file) against `url`, mirrors from `conf` (none when
+/// `None`), reporting to `report`.
+fn target_writer(
+    url: &str,
+    stack: &common::Stack,
+    img: &Path,
+    report: &Path,
+    conf: Option<&Path>,
+) -> Output {
+    fs::File::create(img).unwrap().set_len(1024 << 20).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot-writer"));
+    cmd.arg(url)
+        .arg("--target")
+        .arg(img)
+        .arg("--trust-key")
+        .arg(&stack.public)
+        .arg("--report")
+        .arg(report);
+    if let Some(conf) = conf {
+        cmd.arg("--registries-conf").arg(conf);
+    }
+    cmd.output().unwrap()
+}
+
+/// Each stack partition of `img` (`ingot-…`), with the SHA-256 of its bytes.
+fn stack_partitions(img: &Path) -> Vec<(String, String)> {
+    common::partitions(img)
+        .into_iter()
+        .filter(|(name, _, _)| name.starts_with("ingot-"))
+        .map(|(name, start, size)| (name.clone(), sha256_range(img, start, size)))
+        .collect()
+}
+
+/// `veritysetup verify` of every layer of `stack` on `img` against its signed root hash.
+fn veritysetup_verify(img: &Path, stack: &common::Stack, work: &Path) {
+    let parts = common::partitions(img);
+    let extract = |name: &str| -> PathBuf {
+        let (_, start, size) = parts
+            .iter()
+            .find(|p| p.0 == name)
+            .unwrap_or_else(|| panic!("no partition {name} in {parts:?}"));
+        let out = work.join(name);
+        let mut from = fs::File::open(img).unwrap();
+        use std::io::{Read, Seek, SeekFrom};
+        from.seek(SeekFrom::Start(*start)).unwrap();
+        std::io::copy(&mut from.take(*size), &mut fs::File::create(&out).unwrap()).unwrap();
+        out
+    };
+    let on_disk = stack
+        .layers
+        .iter()
+        .filter(|(name, _)| parts.iter().any(|p| p.0 == format!("ingot-{name}")));
+    for (name, root) in on_disk {
+        let data = extract(&format!("ingot-{name}"));
+        let hash = extract(&format!("ingot-{name}-verity"));
+        let v = Command::new(find_tool("veritysetup").expect("veritysetup"))
+            .arg("verify")
+            .arg(&data)
+            .arg(&hash)
+            .arg(root)
+            .output()
+            .unwrap();
+        assert!(
+            v.status.success(),
+            "veritysetup verify {name}: {}",
+            show(&v)
+        );
+        fs::remove_file(data).unwrap();
+        fs::remove_file(hash).unwrap();
+    }
+}
+
+/// report.json's `details.sources`: (location, mirror, bytes, blobs).
+fn report_sources(report: &Path) -> Vec<(String, bool, u64, u64)> {
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(report).unwrap()).unwrap();
+    v["details"]["sources"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no details.sources in the report: {v}"))
+        .iter()
+        .map(|s| {
+            (
+                s["location"].as_str().unwrap().to_owned(),
+                s["mirror"].as_bool().unwrap(),
+                s["bytes"].as_u64().unwrap(),
+                s["blobs"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A one-layer stack of the demo's base tree plus 4 MiB of random bytes, in 16 KiB zstd
+/// frames (some 260 of them), built in `dir`.
+fn many_frames(dir: &Path) -> common::Stack {
+    let tree = dir.join("tree");
+    let out = Command::new("cp")
+        .arg("-a")
+        .arg(repo_root().join("tests/fixtures/demo/base"))
+        .arg(&tree)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", show(&out));
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let data: Vec<u8> = (0..(4 << 20) / 8)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()
+        })
+        .collect();
+    fs::write(tree.join("usr/random.bin"), data).unwrap();
+    let manifest = dir.join("frames.toml");
+    fs::write(
+        &manifest,
+        format!(
+            "name = \"frames\"\nversion = \"1\"\nsource_date_epoch = 1700000000\n\n[boot]\n\
+             kernel = \"/boot/vmlinuz\"\ninitrd = \"/boot/initrd.img\"\n\
+             efi = \"/boot/efi/EFI/BOOT/BOOTX64.EFI\"\n\n[[layer]]\nname = \"base\"\n\
+             kind = \"base\"\nsource = {{ dir = \"{}\" }}\n",
+            tree.display()
+        ),
+    )
+    .unwrap();
+    common::build_stack_framed(&manifest, 16 << 10)
+}
+
+/// The base layer's data blob: (digest, size, the blob offset where each zstd frame starts).
+fn base_blob(stack: &common::Stack) -> (String, u64, Vec<u64>) {
+    let data = ingot_testkit::layout::read(&stack.layout).layer("base")["data"].clone();
+    let mut starts = vec![0];
+    for f in data["compression"]["frames"].as_array().unwrap() {
+        let next = starts.last().unwrap() + f.as_u64().unwrap();
+        starts.push(next);
+    }
+    starts.pop();
+    (
+        data["digest"].as_str().unwrap().to_owned(),
+        data["size"].as_u64().unwrap(),
+        starts,
+    )
+}
+
+/// A writer streaming the base layer through a mirror that flips a byte of its data blob: the
+/// engine's block check refuses the mirror's bytes, the writer warns naming the mirror and the
+/// blob, and writes the layer again from the origin. The disk is the one a writer streaming
+/// from the origin alone writes, byte for byte, and veritysetup verifies it; the report counts
+/// what each source served. Once with the flip in the blob's first (only) frame, once in a
+/// later frame of a stack cut into small frames.
+#[test]
+fn a_writer_through_a_mirror_flipping_a_byte_writes_the_layer_again_from_the_origin() {
+    if !have_tools(
+        ingot_testkit::test_name!(),
+        &["docker-registry", "veritysetup"],
+    ) {
+        return;
+    }
+    let scratch = tempfile::tempdir_in("/var/tmp").unwrap();
+    let framed = many_frames(scratch.path());
+    for (what, stack) in [
+        ("the first frame", common::demo()),
+        ("a later frame", framed),
+    ] {
+        let work = tempfile::tempdir_in("/var/tmp").unwrap();
+        let reg = Registry::start(&work.path().join("origin"), None);
+        publish(&stack.layout, &reg);
+        let (digest, size, starts) = base_blob(&stack);
+        // The demo's base blob is one small frame: it has arrived whole, and failed its
+        // digest, before the engine checks it. The other stack's flip is in a frame with far
+        // more frames after it than the pipeline holds: the engine's block check finds it.
+        let offset = if starts.len() == 1 {
+            size / 2
+        } else {
+            let i = starts.len() / 4;
+            starts[i] + (starts[i + 1] - starts[i]) / 2
+        };
+        println!(
+            "{what}: {} frames, the flip at byte {offset} of {size}",
+            starts.len()
+        );
+        assert_eq!(
+            what == "a later frame",
+            starts.len() > 1 && offset >= starts[1],
+            "{what}: frames at {starts:?}, the flip at {offset}"
+        );
+        let bad = Proxy::start(
+            addr(0),
+            addr(reg.port),
+            Faults {
+                flip: Some(Rule {
+                    path_contains: digest.clone(),
+                    offset,
+                }),
+                ..Faults::default()
+            },
+        )
+        .unwrap();
+        let conf = registries_conf(work.path(), &reg.host(), &[bad.host()]);
+        let url = reg.url("stacks/demo:1.0.0");
+
+        let alone = work.path().join("alone.img");
+        let out = target_writer(&url, &stack, &alone, &work.path().join("alone.json"), None);
+        assert!(out.status.success(), "{what}: {}", show(&out));
+
+        let img = work.path().join("disk.img");
+        let report = work.path().join("report.json");
+        let out = target_writer(&url, &stack, &img, &report, Some(&conf));
+        assert!(out.status.success(), "{what}: {}", show(&out));
+        assert!(
+            bad.stats.flips.load(Ordering::Relaxed) > 0,
+            "{what}: no flip"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let mirror = format!("{}/stacks/demo", bad.host());
+        let warning = stderr.lines().find(|l| {
+            l.contains(&format!("mirror {mirror}"))
+                && l.contains(&digest)
+                && l.contains("writing the layer again from origin")
+        });
+        let warning = warning.unwrap_or_else(|| {
+            panic!(
+                "{what}: no warning naming the mirror and the blob:\n{}",
+                show(&out)
+            )
+        });
+        println!("{what}: {warning}");
+        if what == "a later frame" {
+            assert!(
+                warning.contains("does not match the signed hash tree")
+                    || warning.contains("zstd frame"),
+                "{what}: not refused by the engine's check: {warning}"
+            );
+        }
+        let parts = stack_partitions(&img);
+        assert!(parts.len() >= 2, "{what}: {parts:?}");
+        assert_eq!(
+            parts,
+            stack_partitions(&alone),
+            "{what}: not the signed image"
+        );
+        veritysetup_verify(&img, &stack, work.path());
+        // The origin served the refused blob alone, whole; the mirror the rest.
+        let s = report_sources(&report);
+        println!("{what}: sources {s:?}");
+        let origin = s.iter().find(|s| !s.1).unwrap_or_else(|| panic!("{s:?}"));
+        assert_eq!((origin.2, origin.3), (size, 1), "{what}: {s:?}");
+        let by_mirror = s
+            .iter()
+            .find(|s| s.0 == mirror)
+            .unwrap_or_else(|| panic!("{s:?}"));
+        assert!(
+            by_mirror.1 && by_mirror.3 >= 1 && by_mirror.2 > 0,
+            "{what}: {s:?}"
+        );
+    }
+}
+
+/// Every source serves the blob with a flipped byte (the mirror and the origin both): the run
+/// fails in `write`, naming each source and why, and the disk has no partition table.
+#[test]
+fn when_every_source_flips_a_byte_the_write_fails_naming_each() {
+    if !have_tool(ingot_testkit::test_name!(), "docker-registry") {
+        return;
+    }
+    let stack = common::demo();
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let reg = Registry::start(&work.path().join("origin"), None);
+    publish(&stack.layout, &reg);
+    let (digest, size, _) = base_blob(&stack);
+    let flipping = || {
+        Proxy::start(
+            addr(0),
+            addr(reg.port),
+            Faults {
+                flip: Some(Rule {
+                    path_contains: digest.clone(),
+                    offset: size / 2,
+                }),
+                ..Faults::default()
+            },
+        )
+        .unwrap()
+    };
+    let (origin, bad) = (flipping(), flipping());
+    let conf = registries_conf(work.path(), &origin.host(), &[bad.host()]);
+    let img = work.path().join("disk.img");
+    let report = work.path().join("report.json");
+    let out = target_writer(
+        &format!("oci://{}/stacks/demo:1.0.0", origin.host()),
+        &stack,
+        &img,
+        &report,
+        Some(&conf),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("every source of the data blob")
+            && stderr.contains(&digest)
+            && stderr.contains(&format!("mirror {}/stacks/demo (", bad.host()))
+            && stderr.contains(&format!("origin {}/stacks/demo (", origin.host())),
+        "{}",
+        show(&out)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    assert_eq!(status["stage"], "write", "{status}");
+    // Neither an MBR signature nor a GPT header, primary or backup.
+    use std::os::unix::fs::FileExt;
+    let f = fs::File::open(&img).unwrap();
+    let (mut head, mut last) = ([0u8; 1024], [0u8; 8]);
+    f.read_exact_at(&mut head, 0).unwrap();
+    f.read_exact_at(&mut last, f.metadata().unwrap().len() - 512)
+        .unwrap();
+    assert!(
+        head[510..512] != [0x55, 0xAA] && &head[512..520] != b"EFI PART" && &last != b"EFI PART",
+        "the disk has a partition table"
+    );
 }

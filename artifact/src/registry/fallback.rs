@@ -10,6 +10,10 @@
 //! A blob streamed into a sink the caller cannot take back (the writer) that fails its digest
 //! at the end cannot be retried here: the error says so, and the sources that sent it are
 //! refused for that blob from then on (a caller that starts the blob over gets other sources).
+//! A caller that checks a streamed blob finer-grained itself (the writer, block by block against
+//! the signed verity tree) learns which source sent which bytes ([`SourcedWrite`]), refuses the
+//! one whose bytes failed ([`Registry::refuse`]) and streams the blob again from the sources
+//! left ([`Registry::blob_sources_left`]).
 
 use std::io::Write;
 use std::path::Path;
@@ -26,6 +30,55 @@ use super::manifest::FetchedStack;
 use super::reference::RegistryRef;
 use crate::error_chain::text as chain;
 use crate::oci_layout::ImageManifest;
+
+/// One source of a pull, as warnings, errors and reports name it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SourceName {
+    /// `host[:port]/repository`.
+    pub location: String,
+    /// A mirror (else the origin).
+    pub mirror: bool,
+}
+
+impl std::fmt::Display for SourceName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if self.mirror { "mirror" } else { "origin" };
+        write!(f, "{kind} {}", self.location)
+    }
+}
+
+impl SourceName {
+    fn of(src: &Src) -> Self {
+        SourceName {
+            location: src.location.clone(),
+            mirror: src.mirror,
+        }
+    }
+}
+
+/// A sink of a streamed blob that is told which source sends the bytes that follow, so that it
+/// can blame the right one for bytes that fail its own check.
+pub trait SourcedWrite: Write {
+    /// The bytes from blob offset `at` on come from `source` (until the next call).
+    fn source(&mut self, source: &SourceName, at: u64);
+}
+
+/// A plain `Write` as a [`SourcedWrite`] that does not care who sends.
+struct Unsourced<'a, W: Write + ?Sized>(&'a mut W);
+
+impl<W: Write + ?Sized> Write for Unsourced<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<W: Write + ?Sized> SourcedWrite for Unsourced<'_, W> {
+    fn source(&mut self, _: &SourceName, _: u64) {}
+}
 
 /// A `Write` that counts what passes.
 struct Counting<'a, W: Write + ?Sized> {
@@ -143,6 +196,32 @@ impl Registry {
             )));
         }
         Ok(kept)
+    }
+
+    /// Refuses `source` for blob `digest` for the rest of the run: bytes it sent failed a check
+    /// the caller made (the writer's, of every block against the signed verity tree). Returns
+    /// whether it was not refused before.
+    pub fn refuse(&self, digest: &str, source: &SourceName) -> bool {
+        self.refused
+            .lock()
+            .expect("not poisoned")
+            .insert((digest.to_owned(), source.location.clone()))
+    }
+
+    /// The sources a blob would be fetched from now, in order: the mirrors not down and the
+    /// origin, less those refused for it (empty when none is left).
+    pub fn blob_sources_left(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+    ) -> Result<Vec<SourceName>, RegistryError> {
+        let refused = self.refused.lock().expect("not poisoned").clone();
+        Ok(self
+            .sources(reference, true)?
+            .iter()
+            .filter(|s| !refused.contains(&(digest.to_owned(), s.location.clone())))
+            .map(SourceName::of)
+            .collect())
     }
 
     /// The digest a reference names: its digest if it has one, else the tag's (the manifest
@@ -279,6 +358,20 @@ impl Registry {
         sink: &mut W,
         progress: Option<&ProgressBar>,
     ) -> Result<(), RegistryError> {
+        let mut sink = Unsourced(sink);
+        self.stream_blob_sourced(reference, digest, size, &mut sink, progress)
+    }
+
+    /// [`Registry::stream_blob`], the sink told which source sends which bytes
+    /// ([`SourcedWrite::source`]) before they arrive.
+    pub fn stream_blob_sourced<W: SourcedWrite + ?Sized>(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        size: u64,
+        sink: &mut W,
+        progress: Option<&ProgressBar>,
+    ) -> Result<(), RegistryError> {
         let sources = self.blob_sources(reference, digest)?;
         let what = format!("blob {digest}");
         let mut hasher = Sha256::new();
@@ -288,6 +381,7 @@ impl Registry {
         let mut failures = Failures::default();
         for (i, src) in sources.iter().enumerate() {
             let before = sink.n;
+            sink.inner.source(&SourceName::of(src), before);
             let got = self.block_on(src.endpoint.stream_part_async(
                 &src.reference,
                 digest,
@@ -300,11 +394,12 @@ impl Registry {
             if sink.n > before {
                 senders.push(src.location.clone());
             }
-            self.count(src, sink.n - before, got.is_ok());
             match got {
                 Ok(r) => {
                     ranged.extend(r);
                     let checked = check_digest(digest, size, hasher, &ranged);
+                    // A blob whose bytes fail its digest is not one this source served.
+                    self.count(src, sink.n - before, checked.is_ok());
                     if checked.is_err() {
                         let mut refused = self.refused.lock().expect("not poisoned");
                         for s in senders {
@@ -315,8 +410,14 @@ impl Registry {
                     return checked;
                 }
                 // The sink refused the bytes: no other source changes that.
-                Err(e @ RegistryError::Io { .. }) => return Err(e),
-                Err(e) => failures.add(self, &what, src, sources.get(i + 1), e),
+                Err(e @ RegistryError::Io { .. }) => {
+                    self.count(src, sink.n - before, false);
+                    return Err(e);
+                }
+                Err(e) => {
+                    self.count(src, sink.n - before, false);
+                    failures.add(self, &what, src, sources.get(i + 1), e);
+                }
             }
         }
         Err(failures.into_error(&what))
@@ -419,5 +520,73 @@ impl Registry {
         digest: &str,
     ) -> Result<bool, RegistryError> {
         self.block_on(self.origin.blob_exists_async(reference, digest))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::registry::mirrors::MirrorConfig;
+    use crate::registry::options::RegistryOptions;
+
+    const DIGEST: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000001";
+
+    /// `origin.local:5000/stacks/demo` through two mirrors; no request is made.
+    fn registry() -> (Registry, RegistryRef) {
+        let conf = MirrorConfig::parse(
+            "[[registry]]\nprefix = \"origin.local:5000\"\nlocation = \"origin.local:5000\"\n\
+             [[registry.mirror]]\nlocation = \"m1.local:5000\"\n\
+             [[registry.mirror]]\nlocation = \"m2.local:5000\"\n",
+            Path::new("/t/registries.conf"),
+        )
+        .unwrap();
+        let reference: RegistryRef = "oci://origin.local:5000/stacks/demo:1".parse().unwrap();
+        let options = RegistryOptions {
+            mirrors: Some(Arc::new(conf)),
+            ..RegistryOptions::default()
+        };
+        (Registry::connect(&reference, options).unwrap(), reference)
+    }
+
+    fn names(v: &[SourceName]) -> Vec<String> {
+        v.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_refused_source_is_left_out_for_that_blob_only() {
+        let (reg, reference) = registry();
+        let all = reg.blob_sources_left(&reference, DIGEST).unwrap();
+        assert_eq!(
+            names(&all),
+            [
+                "mirror m1.local:5000/stacks/demo",
+                "mirror m2.local:5000/stacks/demo",
+                "origin origin.local:5000/stacks/demo"
+            ]
+        );
+        assert!(reg.refuse(DIGEST, &all[0]));
+        assert!(!reg.refuse(DIGEST, &all[0]), "refused once");
+        assert_eq!(
+            names(&reg.blob_sources_left(&reference, DIGEST).unwrap()),
+            [
+                "mirror m2.local:5000/stacks/demo",
+                "origin origin.local:5000/stacks/demo"
+            ]
+        );
+        let other = DIGEST.replace("01", "02");
+        assert_eq!(reg.blob_sources_left(&reference, &other).unwrap(), all);
+        for s in &all[1..] {
+            reg.refuse(DIGEST, s);
+        }
+        assert!(reg
+            .blob_sources_left(&reference, DIGEST)
+            .unwrap()
+            .is_empty());
+        // The registry's own fallback agrees: nothing is left to fetch the blob from.
+        let e = reg.blob_sources(&reference, DIGEST).err().unwrap();
+        assert!(e.to_string().contains(DIGEST), "{e}");
     }
 }

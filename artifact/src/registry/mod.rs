@@ -7,8 +7,10 @@
 //! - [`mirrors`]: a containers-registries.conf(5) (version 2) file read, and which sources
 //!   (mirrors, then the origin) a reference is pulled from, in which order.
 //! - [`client`]: [`Registry`], the sources of one reference, each an `Endpoint` (a connection
-//!   to one registry host, credentials scoped to it); `fallback` tries them in order and counts
-//!   what each served. An endpoint's jobs, each an `impl Endpoint` block or free functions in
+//!   to one registry host, credentials scoped to it); `fallback` tries them in order, counts
+//!   what each served, and lets a caller that checks a streamed blob itself refuse the source
+//!   whose bytes failed ([`SourcedWrite`], [`Registry::refuse`]). An endpoint's jobs, each an
+//!   `impl Endpoint` block or free functions in
 //!   its own module:
 //!   - `http`: the one HTTP configuration (timeouts, TLS trust, plain HTTP) both clients are
 //!     built from (ingot's `reqwest` for everything a pull reads, `oci-client` for uploads),
@@ -58,6 +60,7 @@ pub use auth::{Credentials, Secret};
 pub use blob::MAX_IN_MEMORY_BLOB;
 pub use client::{Registry, Served};
 pub use error::{Cause, RegistryError};
+pub use fallback::{SourceName, SourcedWrite};
 pub use limits::{SpeedLimit, MAX_MANIFEST_SIZE};
 pub use manifest::FetchedStack;
 pub use options::{RegistryOptions, DEFAULT_PUSH_ITEM};

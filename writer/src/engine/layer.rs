@@ -104,7 +104,9 @@ pub fn write_layer(
     Ok(stats)
 }
 
-fn check_geometry(layer: &LayerData<'_>) -> Result<(), EngineError> {
+/// Whether the layer fits its partition and its frame and image sizes agree with its tree
+/// (the signed descriptor's facts, no byte of the blob read).
+pub fn check_geometry(layer: &LayerData<'_>) -> Result<(), EngineError> {
     if layer.image_size > layer.partition_size {
         return Err(EngineError::TooLarge {
             layer: layer.name.to_string(),

@@ -3,12 +3,18 @@
 //! its hash can boot; with several disks this disk's `var` becomes a member of the mirror
 //! ([`crate::mirror`]); otherwise `var` is left blank.
 //!
+//! A layer streamed from a registry whose bytes fail the engine's check (a block against the
+//! signed tree, a zstd frame, the blob's digest) refuses the source that sent them for that
+//! blob, with a warning naming both, and the layer is written again from the start from the
+//! next source (the mirrors in order, then the origin), every block read back and checked as
+//! the first time; only when every source fails does the step fail, naming each and why.
+//!
 //! Reads the opened target, the verified stack, the node layer and the plan; returns the bytes
 //! written and skipped and the rewrites ([`WriteStats`]).
 
 use crate::engine::bytes::write_bytes;
 use crate::engine::frames::{copied_frames, mapped_frames};
-use crate::engine::layer::write_layer;
+use crate::engine::layer::{check_geometry, write_layer};
 use crate::engine::{EngineError, LayerData, WriteOptions, WriteStats};
 use crate::layout::{Content, DiskPlan, MIB};
 use crate::mirror::{Mirror, ARRAY_NAME, SUPERBLOCK_OFFSET, ZEROED};
@@ -17,6 +23,7 @@ use crate::report::{Reporter, Stage};
 use crate::stack::{map_blob, OpenedStack, Source, StackError, VerifiedLayer};
 use crate::stream;
 use crate::target::{AlignedBuf, Target, TargetError};
+use ingot_artifact::registry::SourceName;
 
 /// Why the layers could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +36,15 @@ pub enum WriteStepError {
     Stack(#[from] StackError),
     #[error("the var partition ({size} bytes) is too small for an md array")]
     VarTooSmall { size: u64 },
+    #[error(
+        "layer `{layer}`: every source of the data blob {blob} sent bytes that fail it: {tried}"
+    )]
+    AllSources {
+        layer: String,
+        blob: String,
+        /// Each source and why, `; `-separated.
+        tried: String,
+    },
 }
 
 /// A disk this run has already written: the layers of the next disk are copied from it
@@ -65,11 +81,10 @@ pub fn run(
         // Owned by this closure: dropped (so the download stops) before the scope ends.
         let mut streams = match opened.source() {
             Source::Registry(r) if !jobs.is_empty() => {
-                stream::start(s, r.registry(), r.reference(), jobs)
+                Some(stream::Streams::start(s, r.registry(), r.reference(), jobs))
             }
-            _ => Vec::new(),
-        }
-        .into_iter();
+            _ => None,
+        };
         for (index, p) in opened.layers().iter().enumerate() {
             let source = LayerSource {
                 streams: &mut streams,
@@ -110,19 +125,19 @@ pub fn run(
 }
 /// Where a layer not on this machine comes from: the next registry stream, or a disk written
 /// before.
-struct LayerSource<'s, I: Iterator<Item = stream::Stream>> {
-    streams: &'s mut I,
+struct LayerSource<'s, 'scope, 'env> {
+    streams: &'s mut Option<stream::Streams<'scope, 'env>>,
     copy: Option<&'s CopyFrom>,
 }
 
 /// One layer of the stack: its image (from its local blob, a disk written before, or the next
 /// registry stream), then its hash device, each read back and checked.
-fn stack_layer<I: Iterator<Item = stream::Stream>>(
+fn stack_layer(
     target: &Target,
     index: usize,
     p: &VerifiedLayer,
     plan: &DiskPlan,
-    source: LayerSource<'_, I>,
+    source: LayerSource<'_, '_, '_>,
     opts: WriteOptions,
     reporter: &Reporter,
 ) -> Result<WriteStats, WriteStepError> {
@@ -139,13 +154,16 @@ fn stack_layer<I: Iterator<Item = stream::Stream>>(
     );
     // Zeroing first pays only when many blocks are zeros (the tree says which): on a thin
     // or file-backed disk it frees space that dense data must then allocate again.
-    let zero_blocks = p.verifier.zero_blocks();
-    let blocks = p.verifier.params().data_blocks;
-    let zeroed = zero_blocks * 8 >= blocks && target.zero_range(data.offset, data.size)?;
-    tracing::debug!(
-        "layer {}: {zero_blocks} of {blocks} blocks are zeros; zeroing first: {zeroed}",
-        p.entry.name
-    );
+    let zero_first = || -> Result<bool, TargetError> {
+        let zero_blocks = p.verifier.zero_blocks();
+        let blocks = p.verifier.params().data_blocks;
+        let zeroed = zero_blocks * 8 >= blocks && target.zero_range(data.offset, data.size)?;
+        tracing::debug!(
+            "layer {}: {zero_blocks} of {blocks} blocks are zeros; zeroing first: {zeroed}",
+            p.entry.name
+        );
+        Ok(zeroed)
+    };
     let layer = LayerData {
         name: &p.entry.name,
         blob: &p.entry.data.digest,
@@ -156,22 +174,25 @@ fn stack_layer<I: Iterator<Item = stream::Stream>>(
         partition_size: data.size,
     };
     let map;
-    let frames = match (p.data_path.get(), source.copy) {
+    let mut total = match (p.data_path.get(), source.copy) {
         (Some(path), _) => {
             map = map_blob(path)?;
-            mapped_frames(&layer, &map)?
+            let frames = mapped_frames(&layer, &map)?;
+            write_layer(target, &layer, frames, zero_first()?, opts, reporter)?
         }
         (None, Some(copy)) => {
             let from = copy.plan.part(&Content::LayerData { index }).offset;
-            copied_frames(&copy.target, from, &layer)
+            let frames = copied_frames(&copy.target, from, &layer);
+            write_layer(target, &layer, frames, zero_first()?, opts, reporter)?
         }
-        (None, None) => source
-            .streams
-            .next()
-            .expect("one stream per layer not on this machine")
-            .frames(),
+        (None, None) => {
+            let streams = source
+                .streams
+                .as_mut()
+                .expect("one stream per layer not on this machine");
+            streamed_layer(target, &layer, streams, zero_first, opts, reporter)?
+        }
     };
-    let mut total = write_layer(target, &layer, frames, zeroed, opts, reporter)?;
     reporter.finish_bar();
     let zeroed = target.zero_range(hash.offset, hash.size)?;
     total += write_bytes(
@@ -185,6 +206,85 @@ fn stack_layer<I: Iterator<Item = stream::Stream>>(
     )?;
     Ok(total)
 }
+/// A layer streamed from the registry, written again from the next source each time a
+/// source's bytes fail (see the module docs).
+fn streamed_layer(
+    target: &Target,
+    layer: &LayerData<'_>,
+    streams: &mut stream::Streams<'_, '_>,
+    zero_first: impl Fn() -> Result<bool, TargetError>,
+    opts: WriteOptions,
+    reporter: &Reporter,
+) -> Result<WriteStats, WriteStepError> {
+    // The descriptor's facts are checked before any source is blamed for a failure.
+    check_geometry(layer)?;
+    let (registry, reference) = (streams.registry(), streams.reference());
+    let mut tried: Vec<(Vec<SourceName>, EngineError)> = Vec::new();
+    let mut stream = streams.next_stream();
+    loop {
+        let (frames, senders) = stream.frames();
+        // Zeroed again on a retry: the bad attempt's bytes are on the disk.
+        let err = match write_layer(target, layer, frames, zero_first()?, opts, reporter) {
+            Ok(stats) => return Ok(stats),
+            Err(e) => e,
+        };
+        let blamed = match &err {
+            EngineError::BadSource { frame, .. } => senders.of(Some(*frame)),
+            EngineError::Blob { .. } => senders.of(senders.corrupt_frame()),
+            EngineError::Download { .. } if senders.digest_failed() => senders.of(None),
+            _ => Vec::new(),
+        };
+        if blamed.is_empty() {
+            return Err(err.into());
+        }
+        for s in &blamed {
+            registry.refuse(layer.blob, s);
+        }
+        let left = registry
+            .blob_sources_left(reference, layer.blob)
+            .map_err(|e| EngineError::Download {
+                layer: layer.name.to_string(),
+                blob: layer.blob.to_string(),
+                reason: e.full_text(),
+            })?;
+        if left.is_empty() {
+            if tried.is_empty() {
+                return Err(err.into()); // one source: its own error, as it was
+            }
+            tried.push((blamed, err));
+            return Err(WriteStepError::AllSources {
+                layer: layer.name.to_string(),
+                blob: layer.blob.to_string(),
+                tried: tried
+                    .iter()
+                    .map(|(s, e)| format!("{} ({})", join(s), ingot_artifact::error_chain::text(e)))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            });
+        }
+        let warning = format!(
+            "layer {}: {} sent bytes of the data blob {} that fail it ({}); refused for this \
+             blob, writing the layer again from {}",
+            layer.name,
+            join(&blamed),
+            layer.blob,
+            ingot_artifact::error_chain::text(&err),
+            left[0]
+        );
+        reporter.warning(Stage::Write, warning);
+        tried.push((blamed, err));
+        stream = streams.again();
+    }
+}
+
+fn join(sources: &[SourceName]) -> String {
+    sources
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" and ")
+}
+
 /// Makes `target`'s `var` partition (already planned and left blank) this disk's member of the
 /// mirror: its first [`ZEROED`] bytes zeroed, then the superblock written and read back.
 pub fn write_member(

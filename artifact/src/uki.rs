@@ -91,7 +91,10 @@ mod tests {
 
     #[test]
     fn garbage_is_not_a_uki() {
-        assert!(matches!(section(b"MZ nothing", ".cmdline"), Err(UkiError::Pe(_))));
+        assert!(matches!(
+            section(b"MZ nothing", ".cmdline"),
+            Err(UkiError::Pe(_))
+        ));
         assert!(matches!(cmdline(&[0u8; 4096]), Err(UkiError::Pe(_))));
     }
 }

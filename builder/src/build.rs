@@ -556,11 +556,12 @@ fn write_uki(
 ) -> Result<UkiBlob, BuildError> {
     let started = Instant::now();
     let cmdline = boot_limits::signed_cmdline(descriptor);
-    let bytes = uki::make(parts, &cmdline, &descriptor.created, key, &work.join("uki"))
-        .map_err(|source| BuildError::Uki {
+    let bytes = uki::make(parts, &cmdline, &descriptor.created, key, &work.join("uki")).map_err(
+        |source| BuildError::Uki {
             stack: descriptor.name.clone(),
             source,
-        })?;
+        },
+    )?;
     let desc = writer
         .write_blob(UKI_MEDIA_TYPE, &bytes)
         .map_err(io_err("writing the UKI to", writer.root()))?;

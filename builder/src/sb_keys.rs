@@ -41,13 +41,11 @@ pub enum KeySetError {
 }
 
 fn run(tool: &'static str, package: &'static str, cmd: &mut Command) -> Result<(), KeySetError> {
-    let out = cmd
-        .output()
-        .map_err(|source| KeySetError::Spawn {
-            tool,
-            package,
-            source,
-        })?;
+    let out = cmd.output().map_err(|source| KeySetError::Spawn {
+        tool,
+        package,
+        source,
+    })?;
     if !out.status.success() {
         return Err(KeySetError::Tool {
             tool,
@@ -60,7 +58,12 @@ fn run(tool: &'static str, package: &'static str, cmd: &mut Command) -> Result<(
 
 /// Makes the key set in `dir` (created), certificates named `NAME PK` ...; `owner` is the
 /// signature owner GUID written into the lists. Returns the files written.
-pub fn generate(dir: &Path, name: &str, owner: &str, force: bool) -> Result<Vec<PathBuf>, KeySetError> {
+pub fn generate(
+    dir: &Path,
+    name: &str,
+    owner: &str,
+    force: bool,
+) -> Result<Vec<PathBuf>, KeySetError> {
     fs::create_dir_all(dir).map_err(|source| KeySetError::Io {
         what: "creating",
         path: dir.to_owned(),
@@ -82,7 +85,9 @@ pub fn generate(dir: &Path, name: &str, owner: &str, force: bool) -> Result<Vec<
             "openssl",
             "openssl",
             Command::new("openssl")
-                .args(["req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256"])
+                .args([
+                    "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256",
+                ])
                 .args(["-days", "3650", "-subj"])
                 .arg(format!("/CN={name} {k}/"))
                 .arg("-keyout")

@@ -47,7 +47,12 @@ fn stack(dir: &Path) -> PathBuf {
         "sbdemo",
         &[
             TestLayer::new("base", "base", None, &base),
-            TestLayer::new("control-plane", "control-plane", Some("all(role == control-plane, uefi)"), &cp),
+            TestLayer::new(
+                "control-plane",
+                "control-plane",
+                Some("all(role == control-plane, uefi)"),
+                &cp,
+            ),
         ],
     );
     let text = fs::read_to_string(&manifest).unwrap().replace(
@@ -78,7 +83,10 @@ fn build(manifest: &Path, out: &Path, sign: &Path, keys: &Path) {
 
 fn uki_path(layout: &Path) -> PathBuf {
     let l = read_layout(layout);
-    let digest = l.descriptor["uki"]["digest"].as_str().expect("a uki").to_string();
+    let digest = l.descriptor["uki"]["digest"]
+        .as_str()
+        .expect("a uki")
+        .to_string();
     common::blob_path(layout, &digest)
 }
 
@@ -100,11 +108,19 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
     for k in ["PK", "KEK", "db"] {
         for ext in ["key", "crt", "esl", "auth"] {
             let f = keys.join(format!("{k}.{ext}"));
-            assert!(f.is_file() && out.contains(&f.display().to_string()), "{out}");
+            assert!(
+                f.is_file() && out.contains(&f.display().to_string()),
+                "{out}"
+            );
         }
     }
     // The set exists: a second run refuses to overwrite it.
-    let again = ingot(["key".as_ref(), "secure-boot".as_ref(), "--out".as_ref(), keys.as_os_str()]);
+    let again = ingot([
+        "key".as_ref(),
+        "secure-boot".as_ref(),
+        "--out".as_ref(),
+        keys.as_os_str(),
+    ]);
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
 
@@ -124,10 +140,27 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
     eprintln!("UKI: {} bytes", uki.len());
 
     // The firmware's check, by the real tool: signed by db, not by another key.
-    let ok = Command::new("sbverify").arg("--cert").arg(keys.join("db.crt")).arg(&ua).output().unwrap();
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
-    let other = Command::new("sbverify").arg("--cert").arg(keys.join("KEK.crt")).arg(&ua).output().unwrap();
-    assert!(!other.status.success(), "sbverify accepted the KEK certificate");
+    let ok = Command::new("sbverify")
+        .arg("--cert")
+        .arg(keys.join("db.crt"))
+        .arg(&ua)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let other = Command::new("sbverify")
+        .arg("--cert")
+        .arg(keys.join("KEK.crt"))
+        .arg(&ua)
+        .output()
+        .unwrap();
+    assert!(
+        !other.status.success(),
+        "sbverify accepted the KEK certificate"
+    );
 
     // .cmdline: every layer with its root hash and rule, the marker, the stack's arguments.
     let cmdline = ingot_artifact::uki::cmdline(&uki).unwrap();
@@ -142,14 +175,24 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
     assert_eq!(la.descriptor["boot"]["kernelArgs"][0], "console=ttyS0");
     // The other sections are the base's files.
     let base = dir.path().join("base");
-    for (section, file) in [(".linux", "boot/vmlinuz"), (".initrd", "boot/initrd.img"), (".osrel", "etc/os-release")] {
+    for (section, file) in [
+        (".linux", "boot/vmlinuz"),
+        (".initrd", "boot/initrd.img"),
+        (".osrel", "etc/os-release"),
+    ] {
         let inside = ingot_artifact::uki::section(&uki, section).unwrap();
         assert!(inside == fs::read(base.join(file)).unwrap(), "{section}");
     }
 
     // inspect shows it.
     let shown = ingot_ok(["inspect".as_ref(), a.as_os_str()]);
-    assert!(shown.contains(&format!("uki        {}", la.descriptor["uki"]["digest"].as_str().unwrap())), "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "uki        {}",
+            la.descriptor["uki"]["digest"].as_str().unwrap()
+        )),
+        "{shown}"
+    );
     assert!(shown.contains(&format!("cmdline    {want}")), "{shown}");
     // The PCR 11 it predicts is systemd-measure's for the UKI's sections (no boot phase: what
     // systemd-stub itself leaves).
@@ -169,17 +212,39 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
         .lines()
         .find_map(|l| l.strip_prefix("11:sha256="))
         .unwrap_or_else(|| panic!("{oracle}"));
-    assert!(shown.contains(&format!("pcr 11     sha256:{value} (systemd-stub)")), "{shown}\n{oracle}");
+    assert!(
+        shown.contains(&format!("pcr 11     sha256:{value} (systemd-stub)")),
+        "{shown}\n{oracle}"
+    );
 
     // verify accepts it; a flipped byte in the UKI blob is a digest mismatch (exit 4).
-    ingot_ok(["verify".as_ref(), a.as_os_str(), "--trust-key".as_ref(), public.as_os_str()]);
+    ingot_ok([
+        "verify".as_ref(),
+        a.as_os_str(),
+        "--trust-key".as_ref(),
+        public.as_os_str(),
+    ]);
     let mut bytes = uki.clone();
     let at = bytes.len() / 2;
     bytes[at] ^= 0x01;
     fs::write(&ub, &bytes).unwrap();
-    let r = ingot(["verify".as_ref(), b.as_os_str(), "--trust-key".as_ref(), public.as_os_str()]);
-    assert_eq!(r.status.code(), Some(4), "{}", String::from_utf8_lossy(&r.stderr));
-    assert!(String::from_utf8_lossy(&r.stderr).contains("UKI"), "{}", String::from_utf8_lossy(&r.stderr));
+    let r = ingot([
+        "verify".as_ref(),
+        b.as_os_str(),
+        "--trust-key".as_ref(),
+        public.as_os_str(),
+    ]);
+    assert_eq!(
+        r.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&r.stderr).contains("UKI"),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
 
     // A UKI whose .cmdline is not the layers' (here: one root hash changed), correctly pinned
     // and signed by the same db key, is refused by what `verify` and the writer run.
@@ -190,11 +255,24 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
         initrd: fs::read(base.join("boot/initrd.img")).unwrap(),
         osrel: fs::read(base.join("etc/os-release")).unwrap(),
     };
-    let key = ingot::uki::SecureBootKey { key: keys.join("db.key"), cert: keys.join("db.crt") };
-    let evil = ingot::uki::make(&parts, &changed, "2023-11-14T22:13:20Z", &key, &dir.path().join("evil")).unwrap();
+    let key = ingot::uki::SecureBootKey {
+        key: keys.join("db.key"),
+        cert: keys.join("db.crt"),
+    };
+    let evil = ingot::uki::make(
+        &parts,
+        &changed,
+        "2023-11-14T22:13:20Z",
+        &key,
+        &dir.path().join("evil"),
+    )
+    .unwrap();
     let layout = LayoutSource::open(&a).unwrap();
     let evil_desc = layout_blob(&a, &evil);
-    let trust = Trust { key: None, allow_unsigned: true };
+    let trust = Trust {
+        key: None,
+        allow_unsigned: true,
+    };
     let (report, _) = verify_metadata(&layout, &trust).unwrap();
     let mut d = report.descriptor.clone();
     let pinned = d.uki.as_mut().unwrap();

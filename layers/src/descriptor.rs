@@ -299,13 +299,17 @@ impl StackDescriptor {
                 )));
             }
             if uki.cmdline.chars().any(char::is_control) || uki.cmdline.len() > 4096 {
-                return Err(invalid("uki cmdline holds control characters or is too long"));
+                return Err(invalid(
+                    "uki cmdline holds control characters or is too long",
+                ));
             }
         }
         for arg in &self.boot.kernel_args {
             if arg.trim().is_empty()
                 || arg.chars().any(char::is_control)
-                || arg.split_whitespace().any(|w| w.trim_start_matches('"').starts_with("ingot."))
+                || arg
+                    .split_whitespace()
+                    .any(|w| w.trim_start_matches('"').starts_with("ingot."))
             {
                 return Err(invalid(format!(
                     "boot.kernelArgs {arg:?} is empty, holds a control character or sets an \
@@ -565,7 +569,10 @@ mod tests {
     fn a_uki_and_kernel_args_round_trip_and_older_descriptors_stay_the_same() {
         let plain = sample();
         let text = String::from_utf8(plain.to_canonical_json()).unwrap();
-        assert!(!text.contains("uki") && !text.contains("kernelArgs"), "{text}");
+        assert!(
+            !text.contains("uki") && !text.contains("kernelArgs"),
+            "{text}"
+        );
         let mut d = sample();
         d.boot.kernel_args = vec!["console=ttyS0".into()];
         d.uki = Some(UkiBlob {

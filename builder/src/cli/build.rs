@@ -143,7 +143,10 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     println!("manifest   {}", out.manifest_digest);
     println!("descriptor {}", out.descriptor_digest);
     if let Some(uki) = &out.descriptor.uki {
-        println!("uki        {} ({} bytes, Secure Boot signed)", uki.digest, uki.size);
+        println!(
+            "uki        {} ({} bytes, Secure Boot signed)",
+            uki.digest, uki.size
+        );
     }
     println!(
         "signature  {}",

@@ -194,28 +194,7 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
         "{shown}"
     );
     assert!(shown.contains(&format!("cmdline    {want}")), "{shown}");
-    // The PCR 11 it predicts is systemd-measure's for the UKI's sections (no boot phase: what
-    // systemd-stub itself leaves).
-    let sections = dir.path().join("sections");
-    fs::create_dir_all(&sections).unwrap();
-    let mut measure = Command::new("/lib/systemd/systemd-measure");
-    measure.args(["calculate", "--bank=sha256", "--phase="]);
-    for name in ingot_artifact::uki::MEASURED {
-        let file = sections.join(&name[1..]);
-        fs::write(&file, ingot_artifact::uki::section(&uki, name).unwrap()).unwrap();
-        let mut arg = std::ffi::OsString::from(format!("--{}=", &name[1..]));
-        arg.push(&file);
-        measure.arg(arg);
-    }
-    let oracle = common::run_ok(&mut measure);
-    let value = oracle
-        .lines()
-        .find_map(|l| l.strip_prefix("11:sha256="))
-        .unwrap_or_else(|| panic!("{oracle}"));
-    assert!(
-        shown.contains(&format!("pcr 11     sha256:{value} (systemd-stub)")),
-        "{shown}\n{oracle}"
-    );
+    assert_pcr11_is_systemd_measure(&uki, &shown, &dir.path().join("sections"));
 
     // verify accepts it; a flipped byte in the UKI blob is a digest mismatch (exit 4).
     ingot_ok([
@@ -246,9 +225,51 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
         String::from_utf8_lossy(&r.stderr)
     );
 
-    // A UKI whose .cmdline is not the layers' (here: one root hash changed), correctly pinned
-    // and signed by the same db key, is refused by what `verify` and the writer run.
-    let changed = want.replace(&roots[1].1, &"0".repeat(64));
+    assert_a_foreign_cmdline_is_refused(&a, &want, &roots[1].1, &base, &keys, dir.path());
+}
+
+/// Puts `bytes` into the layout's blob store; (digest, size).
+fn layout_blob(layout: &Path, bytes: &[u8]) -> (String, u64) {
+    let digest = ingot_artifact::oci_layout::sha256_digest(bytes);
+    fs::write(common::blob_path(layout, &digest), bytes).unwrap();
+    (digest, bytes.len() as u64)
+}
+
+/// The PCR 11 `inspect` showed is systemd-measure's for the UKI's sections (no boot phase: what
+/// systemd-stub itself leaves).
+fn assert_pcr11_is_systemd_measure(uki: &[u8], shown: &str, sections: &Path) {
+    fs::create_dir_all(sections).unwrap();
+    let mut measure = Command::new("/lib/systemd/systemd-measure");
+    measure.args(["calculate", "--bank=sha256", "--phase="]);
+    for name in ingot_artifact::uki::MEASURED {
+        let file = sections.join(&name[1..]);
+        fs::write(&file, ingot_artifact::uki::section(uki, name).unwrap()).unwrap();
+        let mut arg = std::ffi::OsString::from(format!("--{}=", &name[1..]));
+        arg.push(&file);
+        measure.arg(arg);
+    }
+    let oracle = common::run_ok(&mut measure);
+    let value = oracle
+        .lines()
+        .find_map(|l| l.strip_prefix("11:sha256="))
+        .unwrap_or_else(|| panic!("{oracle}"));
+    assert!(
+        shown.contains(&format!("pcr 11     sha256:{value} (systemd-stub)")),
+        "{shown}\n{oracle}"
+    );
+}
+
+/// A UKI whose .cmdline is not the layers' (here: one root hash changed), correctly pinned and
+/// signed by the same db key, is refused by what `verify` and the writer run.
+fn assert_a_foreign_cmdline_is_refused(
+    a: &Path,
+    want: &str,
+    root: &str,
+    base: &Path,
+    keys: &Path,
+    dir: &Path,
+) {
+    let changed = want.replace(root, &"0".repeat(64));
     let parts = ingot::uki::BootParts {
         stub: fs::read(STUB).unwrap(),
         kernel: fs::read(base.join("boot/vmlinuz")).unwrap(),
@@ -264,11 +285,11 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
         &changed,
         "2023-11-14T22:13:20Z",
         &key,
-        &dir.path().join("evil"),
+        &dir.join("evil"),
     )
     .unwrap();
-    let layout = LayoutSource::open(&a).unwrap();
-    let evil_desc = layout_blob(&a, &evil);
+    let layout = LayoutSource::open(a).unwrap();
+    let evil_desc = layout_blob(a, &evil);
     let trust = Trust {
         key: None,
         allow_unsigned: true,
@@ -287,11 +308,4 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
     d.uki.as_mut().unwrap().cmdline = changed;
     let e = read_uki(&layout, &d).unwrap_err();
     assert!(e.to_string().contains("the descriptor records"), "{e}");
-}
-
-/// Puts `bytes` into the layout's blob store; (digest, size).
-fn layout_blob(layout: &Path, bytes: &[u8]) -> (String, u64) {
-    let digest = ingot_artifact::oci_layout::sha256_digest(bytes);
-    fs::write(common::blob_path(layout, &digest), bytes).unwrap();
-    (digest, bytes.len() as u64)
 }

@@ -13,5 +13,6 @@ pub mod sbom;
 pub mod sign;
 pub mod stack_format;
 pub mod trust_key;
+pub mod uki;
 pub mod verify;
 pub mod version;

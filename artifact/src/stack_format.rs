@@ -26,6 +26,8 @@ pub const ARTIFACT_TYPE: &str = "application/vnd.ingot.stack.v1";
 pub const LAYER_MEDIA_TYPE: &str = "application/vnd.ingot.layer.v1.ext4+zstd";
 /// Media type of a layer's hash blob: the dm-verity superblock and hash tree, uncompressed.
 pub const VERITY_MEDIA_TYPE: &str = "application/vnd.ingot.verity.v1";
+/// Media type of the release's signed unified kernel image (a PE/COFF EFI application).
+pub const UKI_MEDIA_TYPE: &str = "application/vnd.ingot.uki.v1+efi";
 /// Manifest annotation that carries the minisign signature (the whole `.minisig` text).
 pub const SIGNATURE_ANNOTATION: &str = "dev.ingot.signature";
 
@@ -77,9 +79,24 @@ fn entry_blobs(layer: &LayerEntry) -> Vec<Descriptor> {
     blobs
 }
 
-/// The manifest's `layers`: every blob the descriptor names, in stack order.
+/// The UKI's blob, when the descriptor pins one.
+fn uki_blob(descriptor: &StackDescriptor) -> Option<Descriptor> {
+    descriptor.uki.as_ref().map(|u| {
+        let mut d = Descriptor::new(UKI_MEDIA_TYPE, u.digest.clone(), u.size);
+        let title = format!("{}-{}.efi", descriptor.name, descriptor.version);
+        d.annotations = Some(BTreeMap::from([(TITLE.to_owned(), title)]));
+        d
+    })
+}
+
+/// The manifest's `layers`: every blob the descriptor names, in stack order, then the UKI.
 pub fn layer_blobs(descriptor: &StackDescriptor) -> Vec<Descriptor> {
-    descriptor.layers.iter().flat_map(entry_blobs).collect()
+    descriptor
+        .layers
+        .iter()
+        .flat_map(entry_blobs)
+        .chain(uki_blob(descriptor))
+        .collect()
 }
 
 /// The stack's OCI image manifest: `config` is the descriptor blob (`config`, whose bytes are
@@ -225,14 +242,15 @@ pub fn check_layers(
     let owners = descriptor
         .layers
         .iter()
-        .flat_map(|l| std::iter::repeat_n(&l.name, entry_blobs(l).len()));
+        .flat_map(|l| std::iter::repeat_n(l.name.as_str(), entry_blobs(l).len()))
+        .chain(descriptor.uki.as_ref().map(|_| "(the UKI)"));
     for ((listed, want), layer) in manifest.layers.iter().zip(&want).zip(owners) {
         if listed.media_type != want.media_type
             || listed.digest != want.digest
             || listed.size != want.size
         {
             return Err(FormatError::Blob {
-                layer: layer.clone(),
+                layer: layer.to_owned(),
                 what: blob_role(&want.media_type),
                 listed_digest: listed.digest.clone(),
                 listed_size: listed.size,
@@ -249,6 +267,7 @@ fn blob_role(media_type: &str) -> &'static str {
         LAYER_MEDIA_TYPE => "data",
         VERITY_MEDIA_TYPE => "hash",
         SBOM_MEDIA_TYPE => "SBOM",
+        UKI_MEDIA_TYPE => "UKI",
         _ => "other",
     }
 }
@@ -322,6 +341,28 @@ mod tests {
             matches!(&e, FormatError::Blob { what: "SBOM", layer, .. } if layer == "base"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_uki_is_the_last_blob_and_checked() {
+        let mut d = descriptor(2);
+        d.uki = Some(ingot_layers::descriptor::UkiBlob {
+            digest: format!("sha256:{}", "9".repeat(64)),
+            size: 1234,
+            cmdline: "ro".into(),
+        });
+        let bytes = assembled(&d);
+        let mut m = parse(&bytes, "test").unwrap();
+        check_layers(&m, &d).unwrap();
+        let last = m.layers.last().unwrap();
+        assert_eq!(last.media_type, UKI_MEDIA_TYPE);
+        assert_eq!(last.annotation(TITLE), Some("demo-1.0.0.efi"));
+        m.layers.last_mut().unwrap().size = 1235;
+        let e = check_layers(&m, &d).unwrap_err();
+        assert!(matches!(&e, FormatError::Blob { what: "UKI", .. }), "{e}");
+        m.layers.pop();
+        let e = check_layers(&m, &d).unwrap_err();
+        assert!(matches!(e, FormatError::BlobCount { .. }), "{e}");
     }
 
     #[test]

@@ -371,6 +371,15 @@ pub enum VerifyError {
         #[source]
         source: ingot_layers::boot::BootLimitError,
     },
+    /// The UKI the descriptor pins is not one this stack's layers make.
+    #[error("the UKI: {reason}")]
+    Uki {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The UKI the descriptor pins does not parse.
+    #[error("the UKI blob")]
+    UkiImage(#[source] crate::uki::UkiError),
     /// Which part of the artifact the inner error is about.
     #[error("{what}")]
     About {
@@ -408,6 +417,8 @@ impl VerifyError {
             | VerifyError::HashBlob { .. }
             | VerifyError::RootHash { .. }
             | VerifyError::TreeBytes { .. }
+            | VerifyError::Uki { .. }
+            | VerifyError::UkiImage(_)
             | VerifyError::LayerFs(_) => 5,
             VerifyError::About { source, .. } => source.exit_code(),
             VerifyError::Format(_)
@@ -529,7 +540,49 @@ pub fn verify(
             layer.name, layer.verity.root_hash
         );
     }
+    if read_uki(source, d)?.is_some() {
+        info!("the UKI: digest and signed command line ok");
+    }
     Ok(report)
+}
+
+/// The release's UKI, when the descriptor pins one: read by its digest and size (a blob that
+/// is not those bytes is refused by the source), and its `.cmdline` section must be exactly the
+/// command line the descriptor's layers make ([`ingot_layers::boot::signed_cmdline`]: every
+/// layer's name, root hash and rule, the stack's kernel arguments), which the descriptor also
+/// records. The Authenticode signature is the firmware's to check (`sbverify` in the tests).
+pub fn read_uki(
+    source: &dyn ArtifactSource,
+    d: &StackDescriptor,
+) -> Result<Option<Vec<u8>>, VerifyError> {
+    let Some(uki) = &d.uki else {
+        return Ok(None);
+    };
+    let refuse = |reason: String| VerifyError::Uki { reason };
+    if uki.size > crate::uki::MAX_UKI_SIZE {
+        return Err(refuse(format!(
+            "{} bytes, more than the {} an ESP holds",
+            uki.size,
+            crate::uki::MAX_UKI_SIZE
+        )));
+    }
+    let bytes = source
+        .blob(&uki.digest, uki.size)
+        .map_err(|e| e.about("the UKI blob"))?;
+    let inside = crate::uki::cmdline(&bytes).map_err(VerifyError::UkiImage)?;
+    let want = ingot_layers::boot::signed_cmdline(d);
+    if uki.cmdline != want {
+        return Err(refuse(format!(
+            "the descriptor records the command line {:?}, its layers make {want:?}",
+            uki.cmdline
+        )));
+    }
+    if inside != want {
+        return Err(refuse(format!(
+            "its .cmdline section is {inside:?}, the signed descriptor's layers make {want:?}"
+        )));
+    }
+    Ok(Some(bytes))
 }
 
 /// The Debian packages a layer's SBOM lists (read by its digest and size, as the descriptor

@@ -14,11 +14,12 @@ use std::time::Instant;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ingot_artifact::sbom::{self, DebPackage, SbomError};
 use ingot_artifact::stack_format::{
-    self, DESCRIPTOR_MEDIA_TYPE, LAYER_MEDIA_TYPE, SBOM_MEDIA_TYPE, VERITY_MEDIA_TYPE,
+    self, DESCRIPTOR_MEDIA_TYPE, LAYER_MEDIA_TYPE, SBOM_MEDIA_TYPE, UKI_MEDIA_TYPE,
+    VERITY_MEDIA_TYPE,
 };
 use ingot_layers::boot::{self as boot_limits, BootLimitError};
 use ingot_layers::descriptor::{
-    BlobRef, Compression, DataBlob, LayerEntry, PreloadEntry, StackDescriptor, VerityInfo,
+    BlobRef, Compression, DataBlob, LayerEntry, PreloadEntry, StackDescriptor, UkiBlob, VerityInfo,
     MAX_DESCRIPTOR_SIZE, SCHEMA_VERSION, ZSTD,
 };
 use ingot_layers::ext4::Ext4Options;
@@ -30,6 +31,7 @@ use tracing::info;
 
 use crate::manifest::{LayerSource, LayerSpec, Manifest, BASE_KIND};
 use crate::preload::{self, PreloadError};
+use crate::uki::{self, BootParts, SecureBootKey, UkiError};
 use ingot_artifact::compress;
 use ingot_artifact::oci_layout::{sha256_file, LayoutWriter};
 use ingot_artifact::sign::SecretKey;
@@ -51,6 +53,8 @@ pub struct BuildOptions {
     pub force: bool,
     /// Draw progress bars (on a terminal).
     pub progress: bool,
+    /// Make the release's signed UKI with this Secure Boot db key ([`crate::uki`]).
+    pub secure_boot: Option<SecureBootKey>,
 }
 
 /// What a build produced.
@@ -124,6 +128,14 @@ pub enum BuildError {
     /// The layers break a stack rule (`ingot_layers::stack_rules`).
     #[error(transparent)]
     Rules(#[from] RuleError),
+    /// The signed UKI could not be made.
+    #[error("stack `{stack}`: the Secure Boot UKI")]
+    Uki {
+        /// The stack's name.
+        stack: String,
+        /// Why.
+        source: UkiError,
+    },
     /// A layer's dpkg status is refused.
     #[error(transparent)]
     Sbom(#[from] SbomError),
@@ -189,6 +201,8 @@ struct BuiltLayer {
     status: Option<Vec<DebPackage>>,
     /// What the stack rules need of its tree.
     summary: LayerSummary,
+    /// The base layer's boot files for the UKI (a Secure Boot build only).
+    boot_parts: Option<BootParts>,
 }
 
 fn bar_style() -> ProgressStyle {
@@ -256,7 +270,7 @@ pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, Bu
         .collect();
     stack_rules::check_stack(&summaries)?;
     write_sboms(manifest, &writer, &mut built)?;
-    let descriptor = StackDescriptor {
+    let mut descriptor = StackDescriptor {
         schema_version: SCHEMA_VERSION,
         name: manifest.name.clone(),
         version: manifest.version.clone(),
@@ -265,7 +279,11 @@ pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, Bu
         source_date_epoch: manifest.source_date_epoch,
         boot: manifest.boot.clone(),
         layers: built.iter().map(|b| b.entry.clone()).collect(),
+        uki: None,
     };
+    if let (Some(key), Some(parts)) = (&opts.secure_boot, built[0].boot_parts.take()) {
+        descriptor.uki = Some(write_uki(&descriptor, &parts, key, &work, &writer)?);
+    }
     let descriptor_bytes = descriptor.to_canonical_json();
     if descriptor_bytes.len() as u64 > MAX_DESCRIPTOR_SIZE {
         return Err(BuildError::DescriptorTooLarge {
@@ -465,6 +483,15 @@ fn build_layer(
             bar.set_position(done)
         })
         .map_err(io_err("compressing", &img))?;
+    let boot_parts = match &opts.secure_boot {
+        Some(_) if manifest.layers.first().is_some_and(|b| b.name == spec.name) => Some(
+            uki::read_parts(&img, &manifest.boot).map_err(|source| BuildError::Uki {
+                stack: manifest.name.clone(),
+                source,
+            })?,
+        ),
+        _ => None,
+    };
     fs::remove_file(&img).map_err(io_err("removing", &img))?;
     writer
         .adopt_blob(LAYER_MEDIA_TYPE, &zst, &compressed.digest, compressed.size)
@@ -514,6 +541,40 @@ fn build_layer(
         entry,
         status,
         summary: summary?,
+        boot_parts,
+    })
+}
+
+/// The release's UKI ([`uki::make`]) for `descriptor`'s layers, stored as a blob of the
+/// layout; what the descriptor pins.
+fn write_uki(
+    descriptor: &StackDescriptor,
+    parts: &BootParts,
+    key: &SecureBootKey,
+    work: &Path,
+    writer: &LayoutWriter,
+) -> Result<UkiBlob, BuildError> {
+    let started = Instant::now();
+    let cmdline = boot_limits::signed_cmdline(descriptor);
+    let bytes = uki::make(parts, &cmdline, &descriptor.created, key, &work.join("uki")).map_err(
+        |source| BuildError::Uki {
+            stack: descriptor.name.clone(),
+            source,
+        },
+    )?;
+    let desc = writer
+        .write_blob(UKI_MEDIA_TYPE, &bytes)
+        .map_err(io_err("writing the UKI to", writer.root()))?;
+    info!(
+        "signed UKI {} ({} bytes) in {:.2?}",
+        desc.digest,
+        desc.size,
+        started.elapsed()
+    );
+    Ok(UkiBlob {
+        digest: desc.digest,
+        size: desc.size,
+        cmdline,
     })
 }
 

@@ -79,6 +79,12 @@ pub struct InspectReport {
     pub descriptor_digest: String,
     /// `verified`, `unsigned`, `not checked` or `FAILED: …`.
     pub signature: String,
+    /// The release's signed UKI (digest, size, its signed command line), if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uki: Option<ingot_layers::descriptor::UkiBlob>,
+    /// The TPM PCR 11 (SHA-256) value systemd-stub leaves when it boots that UKI (hex).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pcr11: Option<String>,
     /// Every layer.
     pub layers: Vec<LayerRow>,
     /// The machine asked about, if any.
@@ -140,6 +146,8 @@ pub fn report(
         manifest_digest: manifest_digest.to_owned(),
         descriptor_digest: descriptor_digest.to_owned(),
         signature: signature_text(signature),
+        uki: descriptor.uki.clone(),
+        pcr11: None,
         layers,
         machine: machine.cloned(),
         selected,
@@ -166,6 +174,11 @@ pub fn inspect(
         &r.signature,
         machine,
     );
+    // The UKI, read by its digest and checked: what PCR 11 will hold when a machine boots it.
+    if let Some(uki) = ingot_artifact::verify::read_uki(source, &r.descriptor)? {
+        let pcr = ingot_artifact::uki::pcr11(&uki).map_err(VerifyError::UkiImage)?;
+        out.pcr11 = Some(hex::encode(pcr));
+    }
     if packages {
         for (row, layer) in out.layers.iter_mut().zip(&r.descriptor.layers) {
             row.packages =
@@ -198,7 +211,19 @@ pub fn render_table(r: &InspectReport) -> String {
     out.push_str(&format!("created    {} by {}\n", r.created, r.builder));
     out.push_str(&format!("manifest   {}\n", r.manifest_digest));
     out.push_str(&format!("descriptor {}\n", r.descriptor_digest));
-    out.push_str(&format!("signature  {}\n\n", r.signature));
+    out.push_str(&format!("signature  {}\n", r.signature));
+    if let Some(uki) = &r.uki {
+        out.push_str(&format!(
+            "uki        {} ({}, Secure Boot signed)\ncmdline    {}\n",
+            uki.digest,
+            human_size(uki.size),
+            uki.cmdline
+        ));
+        if let Some(pcr) = &r.pcr11 {
+            out.push_str(&format!("pcr 11     sha256:{pcr} (systemd-stub)\n"));
+        }
+    }
+    out.push('\n');
     let header = ["NAME", "KIND", "RULE", "SIZE", "COMPRESSED", "ROOT HASH"];
     let rows: Vec<[String; 6]> = r
         .layers

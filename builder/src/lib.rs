@@ -9,3 +9,5 @@ pub mod diff;
 pub mod inspect;
 pub mod manifest;
 pub mod preload;
+pub mod sb_keys;
+pub mod uki;

@@ -157,6 +157,8 @@ struct RawBoot {
     efi: Spanned<String>,
     #[serde(default)]
     bios: Option<Spanned<String>>,
+    #[serde(default)]
+    kernel_args: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -284,6 +286,12 @@ impl Manifest {
                 initrd: raw.boot.initrd.into_inner(),
                 efi: raw.boot.efi.into_inner(),
                 bios: raw.boot.bios.map(Spanned::into_inner),
+                kernel_args: raw
+                    .boot
+                    .kernel_args
+                    .into_iter()
+                    .map(Spanned::into_inner)
+                    .collect(),
             },
             layers,
         };
@@ -399,6 +407,11 @@ fn check_top(ctx: &Ctx<'_>, raw: &RawManifest) -> Result<(), ManifestError> {
                      control characters, `.` or `..`"
                 ),
             ));
+        }
+    }
+    for arg in &raw.boot.kernel_args {
+        if let Err(e) = ingot_layers::boot::check_kernel_arg(arg.get_ref()) {
+            return Err(ctx.err(Some(arg.span()), format!("boot.kernel_args: {e}")));
         }
     }
     Ok(())

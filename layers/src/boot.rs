@@ -9,7 +9,7 @@
 use ingot_verity::RootHash;
 use uuid::Uuid;
 
-use crate::descriptor::BootFiles;
+use crate::descriptor::{BootFiles, StackDescriptor};
 
 /// x86 Linux's `COMMAND_LINE_SIZE`, the terminating NUL included: the longest command line
 /// the kernel keeps whole is one byte shorter.
@@ -119,6 +119,46 @@ impl Cmdline<'_> {
         )?;
         Ok(cmdline)
     }
+}
+
+/// Marks a command line as the signed one of a UKI: the initramfs then takes the node layer's
+/// root hash and `var`'s members only from the stub's credentials, never from the command line.
+pub const SIGNED_MARK: &str = "ingot.boot=uki";
+
+/// The command line a release's UKI carries (its `.cmdline`), the same for every machine:
+/// `ingot.stack=NAME:VERSION ingot.layers=base:ROOT,NAME:ROOT,... [ingot.when=NAME:RULE;...]
+/// ingot.boot=uki ro [KERNEL_ARGS...]`. It names **every** layer of the stack with its root hash
+/// (the initramfs opens those of them the writer put on this disk, the base always) and each
+/// layer's `when` rule, spaces removed (information for the console; the writer selected them).
+pub fn signed_cmdline(d: &StackDescriptor) -> String {
+    let layers: Vec<String> = d
+        .layers
+        .iter()
+        .map(|l| format!("{}:{}", l.name, l.verity.root_hash))
+        .collect();
+    let mut cmdline = format!(
+        "ingot.stack={}:{} ingot.layers={}",
+        d.name,
+        d.version,
+        layers.join(",")
+    );
+    let rules: Vec<String> = d
+        .layers
+        .iter()
+        .filter_map(|l| {
+            let rule = l.when.as_ref()?.to_string();
+            Some(format!("{}:{}", l.name, rule.replace(' ', "")))
+        })
+        .collect();
+    if !rules.is_empty() {
+        cmdline.push_str(&format!(" ingot.when={}", rules.join(";")));
+    }
+    cmdline.push_str(&format!(" {SIGNED_MARK} ro"));
+    for arg in &d.boot.kernel_args {
+        cmdline.push(' ');
+        cmdline.push_str(arg);
+    }
+    cmdline
 }
 
 /// The largest layout a stack can take (every layer selected, a node layer on top, one `var`
@@ -269,6 +309,7 @@ mod tests {
             initrd: initrd.into(),
             efi: "/boot/vmlinuz-6.1".into(),
             bios: None,
+            kernel_args: vec![],
         }
     }
 

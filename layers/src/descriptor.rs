@@ -49,6 +49,24 @@ pub struct StackDescriptor {
     pub boot: BootFiles,
     /// Layers in manifest order; the first one is the base layer.
     pub layers: Vec<LayerEntry>,
+    /// The release's signed unified kernel image (`ingot build --secure-boot-key`): absent in
+    /// stacks built without one (and in every descriptor written before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uki: Option<UkiBlob>,
+}
+
+/// A unified kernel image (systemd-stub, the base's kernel and initrd, `.osrel`, `.cmdline`),
+/// Authenticode-signed with the release's Secure Boot db key, stored as a blob of the stack.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UkiBlob {
+    /// `sha256:<64 lowercase hex>` of the signed image.
+    pub digest: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Its `.cmdline` section: what the stub hands the kernel, the same for every machine
+    /// (`ingot_layers::boot::signed_cmdline` of this descriptor).
+    pub cmdline: String,
 }
 
 /// The files the writer copies from the base layer to the ESP (absolute paths in that layer).
@@ -65,6 +83,10 @@ pub struct BootFiles {
     /// (`docs/boot-contract.md`). Absent: the stack boots from UEFI only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bios: Option<String>,
+    /// The stack's own kernel arguments (`[boot] kernel_args`, e.g. the serial console): on
+    /// every command line the writer makes, and in the signed UKI's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kernel_args: Vec<String>,
 }
 
 /// One layer of the stack.
@@ -269,6 +291,32 @@ impl StackDescriptor {
             )));
         }
         self.validate_strings()?;
+        if let Some(uki) = &self.uki {
+            if !is_sha256_digest(&uki.digest) {
+                return Err(invalid(format!(
+                    "uki digest `{}` is not sha256:<64 hex>",
+                    uki.digest
+                )));
+            }
+            if uki.cmdline.chars().any(char::is_control) || uki.cmdline.len() > 4096 {
+                return Err(invalid(
+                    "uki cmdline holds control characters or is too long",
+                ));
+            }
+        }
+        for arg in &self.boot.kernel_args {
+            if arg.trim().is_empty()
+                || arg.chars().any(char::is_control)
+                || arg
+                    .split_whitespace()
+                    .any(|w| w.trim_start_matches('"').starts_with("ingot."))
+            {
+                return Err(invalid(format!(
+                    "boot.kernelArgs {arg:?} is empty, holds a control character or sets an \
+                     ingot.* parameter"
+                )));
+            }
+        }
         if self.layers.is_empty() {
             return Err(invalid("a stack has at least one layer"));
         }
@@ -506,13 +554,42 @@ mod tests {
                 initrd: "/boot/initrd.img".into(),
                 efi: "/usr/lib/systemd/boot/efi/systemd-bootx64.efi".into(),
                 bios: None,
+                kernel_args: vec![],
             },
+            uki: None,
             layers: vec![
                 layer("base", "base", None),
                 layer("cp", "control-plane", Some("role == control-plane")),
                 layer("gpu", "nvidia", Some("gpu == nvidia")),
             ],
         }
+    }
+
+    #[test]
+    fn a_uki_and_kernel_args_round_trip_and_older_descriptors_stay_the_same() {
+        let plain = sample();
+        let text = String::from_utf8(plain.to_canonical_json()).unwrap();
+        assert!(
+            !text.contains("uki") && !text.contains("kernelArgs"),
+            "{text}"
+        );
+        let mut d = sample();
+        d.boot.kernel_args = vec!["console=ttyS0".into()];
+        d.uki = Some(UkiBlob {
+            digest: format!("sha256:{}", "e".repeat(64)),
+            size: 9_000_000,
+            cmdline: "ingot.stack=demo:1.0.0 ro".into(),
+        });
+        let back = StackDescriptor::from_json(&d.to_canonical_json()).unwrap();
+        assert_eq!(back, d);
+        let mut bad = d.clone();
+        bad.uki.as_mut().unwrap().digest = "sha256:x".into();
+        let e = StackDescriptor::from_json(&bad.to_canonical_json()).unwrap_err();
+        assert!(e.to_string().contains("uki digest"), "{e}");
+        let mut bad = d;
+        bad.boot.kernel_args = vec!["ingot.node=x".into()];
+        let e = StackDescriptor::from_json(&bad.to_canonical_json()).unwrap_err();
+        assert!(e.to_string().contains("kernelArgs"), "{e}");
     }
 
     #[test]

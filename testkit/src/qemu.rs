@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+/// OVMF built with Secure Boot (needs SMM and a secure flash); with [`OVMF_VARS`] it starts in
+/// Setup Mode (no keys: Secure Boot off until a PK is enrolled).
+pub const OVMF_CODE_SECBOOT: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
 /// TCG on two shared cores: generous, never a measure of anything.
 pub const TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -88,6 +91,115 @@ pub fn vm(firmware: Firmware, cpus: u32, mem_mib: u32, work: &Path) -> Command {
     cmd
 }
 
+/// A q35 TCG machine with OVMF's Secure Boot build, SMM and a secure flash, booting with the
+/// variable store `vars` (used in place: pass a copy), that powers off instead of rebooting;
+/// no disks yet.
+pub fn vm_secure_boot(cpus: u32, mem_mib: u32, vars: &Path) -> Command {
+    let mut cmd = Command::new("qemu-system-x86_64");
+    cmd.args(["-machine", "q35,smm=on", "-accel", "tcg", "-cpu", "max"])
+        .args(["-smp", &cpus.to_string(), "-m", &mem_mib.to_string()])
+        .args(["-display", "none", "-monitor", "none"])
+        .args(["-nodefaults", "-no-reboot"])
+        .args(["-global", "driver=cfi.pflash01,property=secure,value=on"])
+        .arg("-drive")
+        .arg(format!(
+            "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE_SECBOOT}"
+        ))
+        .arg("-drive")
+        .arg(format!(
+            "if=pflash,format=raw,unit=1,file={}",
+            vars.display()
+        ));
+    cmd
+}
+
+/// A software TPM 2.0 (`swtpm socket`) for one VM, its state in a directory of its own; the
+/// process is killed on drop.
+pub struct Swtpm {
+    child: std::process::Child,
+    socket: std::path::PathBuf,
+}
+
+impl Swtpm {
+    /// Starts swtpm with a fresh state in `dir`; waits for its control socket.
+    pub fn start(dir: &Path) -> Swtpm {
+        let state = dir.join("tpm");
+        fs::create_dir_all(&state).unwrap();
+        let socket = state.join("ctrl.sock");
+        let child = Command::new("swtpm")
+            .arg("socket")
+            .arg("--tpm2")
+            .arg("--tpmstate")
+            .arg(format!("dir={}", state.display()))
+            .arg("--ctrl")
+            .arg(format!("type=unixio,path={}", socket.display()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("swtpm");
+        let tpm = Swtpm { child, socket };
+        let started = Instant::now();
+        while !tpm.socket.exists() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "swtpm did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        tpm
+    }
+
+    /// The qemu arguments that give the VM this TPM (TIS, as on most servers).
+    pub fn qemu_args(&self) -> Vec<String> {
+        vec![
+            "-chardev".into(),
+            format!("socket,id=chrtpm,path={}", self.socket.display()),
+            "-tpmdev".into(),
+            "emulator,id=tpm0,chardev=chrtpm".into(),
+            "-device".into(),
+            "tpm-tis,tpmdev=tpm0".into(),
+        ]
+    }
+}
+
+impl Drop for Swtpm {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Boots `images` (virtio-blk, the firmware boots the first) under OVMF's Secure Boot build with
+/// a copy of the variable store `vars` (and, with `tpm`, a fresh software TPM), until the guest
+/// powers off, or, with `until`, until the console shows one of those texts (a refused image:
+/// the firmware then waits for a boot option for ever); returns the serial console.
+pub fn boot_secure(images: &[&Path], vars: &Path, tpm: bool, until: &[&str], what: &str) -> String {
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let log = work.path().join("serial.log");
+    let copy = work.path().join("vars.fd");
+    fs::copy(vars, &copy).unwrap();
+    let mut cmd = vm_secure_boot(1, 1024, &copy);
+    for image in images {
+        cmd.arg("-drive")
+            .arg(format!("file={},format=raw,if=virtio", image.display()));
+    }
+    let swtpm = tpm.then(|| Swtpm::start(work.path()));
+    if let Some(t) = &swtpm {
+        cmd.args(t.qemu_args());
+    }
+    cmd.arg("-serial").arg(format!("file:{}", log.display()));
+    let console = run_qemu_until(
+        cmd,
+        &log,
+        &work.path().join("qemu.err"),
+        what,
+        until,
+        TIMEOUT,
+    );
+    drop(swtpm);
+    console
+}
+
 /// Runs qemu until it exits (the guest powered off); returns the cleaned serial console.
 pub fn run_qemu(cmd: Command, log: &Path, err: &Path, what: &str) -> String {
     run_qemu_within(cmd, log, err, what, TIMEOUT)
@@ -95,10 +207,22 @@ pub fn run_qemu(cmd: Command, log: &Path, err: &Path, what: &str) -> String {
 
 /// [`run_qemu`] with its own limit (a full distribution boots slower than the fixture).
 pub fn run_qemu_within(
+    cmd: Command,
+    log: &Path,
+    err: &Path,
+    what: &str,
+    timeout: Duration,
+) -> String {
+    run_qemu_until(cmd, log, err, what, &[], timeout)
+}
+
+/// [`run_qemu_within`] that also ends (killing qemu) once the console shows one of `until`.
+pub fn run_qemu_until(
     mut cmd: Command,
     log: &Path,
     err: &Path,
     what: &str,
+    until: &[&str],
     timeout: Duration,
 ) -> String {
     let started = Instant::now();
@@ -109,6 +233,7 @@ pub fn run_qemu_within(
         .spawn()
         .expect("qemu-system-x86_64");
     let mut q = Qemu(child);
+    let mut seen = false;
     let status = loop {
         if let Some(s) = q.0.try_wait().unwrap() {
             break Some(s);
@@ -116,9 +241,23 @@ pub fn run_qemu_within(
         if started.elapsed() > timeout {
             break None;
         }
+        if !until.is_empty() {
+            let text = crate::console::clean(&fs::read(log).unwrap_or_default());
+            if until.iter().any(|u| text.contains(u)) {
+                seen = true;
+                break None;
+            }
+        }
         std::thread::sleep(Duration::from_millis(200));
     };
     let console = crate::console::clean(&fs::read(log).unwrap_or_default());
+    if seen {
+        eprintln!(
+            "{what}: console showed {until:?} after {:.1?}",
+            started.elapsed()
+        );
+        return console;
+    }
     let Some(status) = status else {
         panic!("{what}: no poweroff within {timeout:?}; console:\n{console}");
     };

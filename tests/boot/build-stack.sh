@@ -4,7 +4,8 @@
 #   tests/boot/build-stack.sh OUTDIR        # then: ingot build OUTDIR/stack.toml --out LAYOUT
 #
 # OUTDIR/base          kernel (/boot/vmlinuz), initramfs (/boot/initrd.img), systemd-boot
-#                      (/boot/efi/EFI/BOOT/BOOTX64.EFI), GRUB's BIOS boot.img and core.img
+#                      (/boot/efi/EFI/BOOT/BOOTX64.EFI), systemd-stub (for a signed UKI,
+#                      /usr/lib/systemd/boot/efi/linuxx64.efi.stub), GRUB's BIOS boot.img and core.img
 #                      (/boot/grub/i386-pc), busybox, /sbin/init (tests/boot/final-init)
 # OUTDIR/control-plane, nvidia, kata   one marker file each (/etc/ingot/layers/NAME)
 # OUTDIR/stack.toml    tests/boot/stack.toml
@@ -25,6 +26,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 FIXTURES=$(cd "$HERE/../fixtures" && pwd)
 BUSYBOX=/bin/busybox
 SDBOOT=/usr/lib/systemd/boot/efi/systemd-bootx64.efi
+# systemd-stub, where a Debian base has it: `ingot build --secure-boot-key` makes the UKI with it.
+STUB=/usr/lib/systemd/boot/efi/linuxx64.efi.stub
 GRUB_PC=/usr/lib/grub/i386-pc
 # GRUB modules built into core.img, so BIOS boot needs nothing from the ESP but grub/grub.cfg.
 GRUB_MODULES=(biosdisk part_gpt fat normal linux echo test)
@@ -37,6 +40,7 @@ for tool in modprobe gzip veritysetup blkid mke2fs mdadm ldd grub-mkimage; do
 done
 [ -x "$BUSYBOX" ] && "$BUSYBOX" --list | grep -x cpio >/dev/null || die "missing busybox-static ($BUSYBOX)"
 [ -f "$SDBOOT" ] || die "missing $SDBOOT (systemd-boot-efi)"
+[ -f "$STUB" ] || die "missing $STUB (systemd-boot-efi)"
 [ -f "$GRUB_PC/boot.img" ] || die "missing $GRUB_PC/boot.img (grub-pc-bin)"
 
 # ---- the kernel package -----------------------------------------------------------------------
@@ -94,6 +98,8 @@ echo "base" >"$B/etc/ingot/layers/base"
 cp "$WORK/kpkg/boot/vmlinuz-$KVER" "$B/boot/vmlinuz"
 (cd "$I" && find . | LC_ALL=C sort | "$BUSYBOX" cpio -o -H newc -R 0:0 2>/dev/null) | gzip -n -6 >"$B/boot/initrd.img"
 cp "$SDBOOT" "$B/boot/efi/EFI/BOOT/BOOTX64.EFI"
+mkdir -p "$B/usr/lib/systemd/boot/efi"
+cp "$STUB" "$B$STUB"
 # The BIOS loader (boot-contract.md): GRUB's MBR boot code and a core image whose prefix is the
 # boot disk's first GPT partition (the ESP), where the writer puts grub/grub.cfg.
 mkdir -p "$B/boot/grub/i386-pc"

@@ -28,6 +28,36 @@ pub mod types {
     pub const BIOS_BOOT: &str = "21686148-6449-6e6f-744e-656564454649";
 }
 
+/// Which boot chain a disk got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BootChain {
+    /// The release's signed UKI as `EFI/BOOT/BOOTX64.EFI` (its command line signed), the node's
+    /// values in systemd-stub credentials beside it: Secure Boot checks everything it runs.
+    SignedUki,
+    /// The base's boot loader (systemd-boot), kernel and initrd, and a loader entry.
+    LoaderEntry,
+    /// As [`BootChain::LoaderEntry`], and GRUB in the BIOS boot partition for BIOS firmware.
+    LoaderEntryAndBios,
+}
+
+impl BootChain {
+    /// How the summary and `output.json` name it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            BootChain::SignedUki => "signed UKI (Secure Boot)",
+            BootChain::LoaderEntry => "boot loader entry (UEFI)",
+            BootChain::LoaderEntryAndBios => "boot loader entry (UEFI) and GRUB (BIOS)",
+        }
+    }
+}
+
+/// The systemd-stub credential holding the node layer's root hash: 64 lower-case hex digits,
+/// nothing else (`EFI/BOOT/BOOTX64.EFI.extra.d/`, copied by the stub to
+/// `/.extra/credentials/` in the initrd and measured into TPM PCR 12).
+pub const NODE_CREDENTIAL: &str = "ingot-node.cred";
+/// The credential holding `var`'s members: `PARTUUID=UUID[,PARTUUID=UUID...]`.
+pub const VAR_CREDENTIAL: &str = "ingot-var.cred";
+
 /// GPT attribute bit 60: read-only (DPS recommends it for verity partitions and their data).
 pub const ATTR_READ_ONLY: u64 = 1 << 60;
 

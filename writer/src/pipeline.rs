@@ -386,9 +386,9 @@ fn write_planned(
     if let Some(m) = &settings.mirror {
         stats += steps::write::write_member(target, plan, m, settings.options, reporter)?;
     }
-    let (kernel_cmdline, esp, mbr_code) =
-        steps::esp::run(target, opened, node, plan, settings, reporter)?;
-    stats += esp;
+    let esp = steps::esp::run(target, opened, node, plan, settings, reporter)?;
+    stats += esp.stats;
+    let (kernel_cmdline, mbr_code) = (esp.cmdline, esp.mbr_code);
     if let crate::stack::Source::Registry(r) = opened.source() {
         reporter.sources(&r.registry().served());
     }
@@ -403,6 +403,7 @@ fn write_planned(
         layers: layer_roots(opened, node),
         plan: plan.clone(),
         kernel_cmdline,
+        boot_chain: esp.chain,
         bytes_written: stats.written,
         bytes_skipped: stats.skipped,
         rewrites: stats.rewrites,

@@ -45,6 +45,8 @@ pub struct Outcome {
     pub layers: Vec<(String, ingot_verity::RootHash)>,
     pub plan: DiskPlan,
     pub kernel_cmdline: String,
+    /// Which boot chain the disk got.
+    pub boot_chain: crate::boot::BootChain,
     pub bytes_written: u64,
     pub bytes_skipped: u64,
     pub rewrites: u32,

@@ -65,6 +65,9 @@ pub struct OpenedStack {
     layers: Vec<VerifiedLayer>,
     /// Kept open: data blobs stream from a registry source while they are written.
     source: Source,
+    /// The release's signed UKI (digest and signed command line checked), when the stack has
+    /// one and the machine boots with UEFI: the disk then boots it ([`OpenedStack::uki`]).
+    uki: Option<Vec<u8>>,
 }
 
 impl OpenedStack {
@@ -74,7 +77,19 @@ impl OpenedStack {
             report,
             layers,
             source,
+            uki: None,
         }
+    }
+
+    /// With the release's UKI, checked: the disks boot it (a UEFI machine).
+    pub fn with_uki(mut self, uki: Vec<u8>) -> OpenedStack {
+        self.uki = Some(uki);
+        self
+    }
+
+    /// The signed UKI this machine boots, if any: the stack has one and the machine is UEFI.
+    pub fn uki(&self) -> Option<&[u8]> {
+        self.uki.as_deref()
     }
 
     /// `name version` of the stack.

@@ -28,6 +28,16 @@ pub struct BuildArgs {
     /// `ingot key generate` or `minisign -G -W`). Without it the artifact is unsigned.
     #[arg(long, value_name = "KEY")]
     pub sign_key: Option<PathBuf>,
+    /// Make the release's unified kernel image (systemd-stub from the base layer, its kernel,
+    /// initrd and os-release, a command line naming every layer's root hash and the stack's
+    /// `[boot] kernel_args`) and Authenticode-sign it with this Secure Boot db key (PEM, with
+    /// --secure-boot-cert). The signed descriptor pins it; the writer boots UEFI machines from it
+    /// (docs/boot-contract.md, "Secure Boot"). Needs objcopy, sbsign and faketime.
+    #[arg(long, value_name = "KEY", requires = "secure_boot_cert")]
+    pub secure_boot_key: Option<PathBuf>,
+    /// The db certificate (PEM) that goes with --secure-boot-key.
+    #[arg(long, value_name = "CERT", requires = "secure_boot_key")]
+    pub secure_boot_cert: Option<PathBuf>,
     /// Uncompressed bytes per zstd frame (recorded in the descriptor).
     #[arg(long, default_value_t = DEFAULT_FRAME_SIZE, value_name = "BYTES")]
     pub frame_size: usize,
@@ -92,6 +102,13 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
         revision,
         force: args.force,
         progress: !args.quiet,
+        secure_boot: match (&args.secure_boot_key, &args.secure_boot_cert) {
+            (Some(key), Some(cert)) => Some(crate::uki::SecureBootKey {
+                key: key.clone(),
+                cert: cert.clone(),
+            }),
+            _ => None,
+        },
     };
     let out =
         build(&manifest, &opts).with_context(|| format!("building {}", args.manifest.display()))?;
@@ -108,6 +125,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
             "layers": out.descriptor.layers.len(),
             "size": total,
             "compressedSize": compressed,
+            "uki": out.descriptor.uki,
         });
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(ExitCode::SUCCESS);
@@ -124,6 +142,12 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     println!("layout     {}", out.out.display());
     println!("manifest   {}", out.manifest_digest);
     println!("descriptor {}", out.descriptor_digest);
+    if let Some(uki) = &out.descriptor.uki {
+        println!(
+            "uki        {} ({} bytes, Secure Boot signed)",
+            uki.digest, uki.size
+        );
+    }
     println!(
         "signature  {}",
         if out.signed {

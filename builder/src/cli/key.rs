@@ -27,6 +27,24 @@ pub enum KeyCommand {
         #[arg(long)]
         force: bool,
     },
+    /// Make a Secure Boot key set for tests and labs in DIR: PK, KEK and db, each as `.key`
+    /// (RSA, PEM, unencrypted), `.crt` (self-signed), `.esl` (EFI signature list) and `.auth`
+    /// (signed update: PK by PK, KEK by PK, db by KEK), plus `owner.guid`. `ingot build
+    /// --secure-boot-key DIR/db.key --secure-boot-cert DIR/db.crt` signs with it; a machine in
+    /// Setup Mode enrolls the `.auth` files (docs/boot-contract.md, "Secure Boot"). Needs openssl
+    /// and efitools.
+    #[command(after_help = super::exit_status::PLAIN)]
+    SecureBoot {
+        /// The directory to write.
+        #[arg(long, short = 'o', value_name = "DIR")]
+        out: PathBuf,
+        /// The certificates' common name prefix (`NAME PK`, `NAME KEK`, `NAME db`).
+        #[arg(long, default_value = "ingot")]
+        name: String,
+        /// Overwrite existing files.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 fn write_new(path: &Path, text: &str, mode: u32, force: bool) -> anyhow::Result<()> {
@@ -58,6 +76,15 @@ pub fn run(cmd: KeyCommand) -> anyhow::Result<ExitCode> {
             println!("key id     {}", sk.key_id());
             println!("secret key {}", secret.display());
             println!("public key {}", public.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        KeyCommand::SecureBoot { out, name, force } => {
+            let owner = uuid::Uuid::new_v4().to_string();
+            let files = crate::sb_keys::generate(&out, &name, &owner, force)
+                .with_context(|| format!("making a Secure Boot key set in {}", out.display()))?;
+            for f in files {
+                println!("{}", f.display());
+            }
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -18,6 +18,7 @@ use fatfs::{FatType, FileSystem, FormatVolumeOptions, FsOptions};
 use ingot_artifact::layerfs::{LayerFs, LayerFsError};
 
 use crate::bios::{self, BiosError};
+use crate::boot::{BootChain, NODE_CREDENTIAL, VAR_CREDENTIAL};
 use crate::engine::bytes::write_bytes;
 use crate::engine::{EngineError, Stopped, WriteStats};
 use crate::layout::{Content, DiskPlan};
@@ -28,6 +29,16 @@ use crate::stack::OpenedStack;
 use crate::target::{Target, TargetError};
 use ingot_layers::boot::{BootLimitError, Cmdline};
 
+/// What the `esp` step wrote.
+pub struct EspWritten {
+    /// The kernel command line the disk boots with.
+    pub cmdline: String,
+    pub stats: WriteStats,
+    /// GRUB's MBR boot code, when the disk boots from BIOS firmware too.
+    pub mbr_code: Option<Vec<u8>>,
+    pub chain: BootChain,
+}
+
 /// The `esp` step; see the module docs.
 pub fn run(
     target: &Target,
@@ -36,7 +47,14 @@ pub fn run(
     plan: &DiskPlan,
     settings: &WriteSettings,
     reporter: &Reporter,
-) -> Result<(String, WriteStats, Option<Vec<u8>>), EspError> {
+) -> Result<EspWritten, EspError> {
+    let var = match &settings.mirror {
+        Some(m) => m.members.clone(),
+        None => vec![plan.part(&Content::Var).part_guid],
+    };
+    if let Some(uki) = opened.uki() {
+        return run_uki(target, opened, uki, node, &var, plan, settings, reporter);
+    }
     reporter.stage(
         Stage::Esp,
         "reading the boot files from the verified base layer and writing the ESP",
@@ -63,38 +81,23 @@ pub fn run(
         )),
         _ => None,
     };
-    let var = match &settings.mirror {
-        Some(m) => m.members.clone(),
-        None => vec![plan.part(&Content::Var).part_guid],
-    };
     let cmdline = cmdline(opened, node, var, settings).map_err(EspError::from)?;
     let title = format!("ingot {} {}", d.name, d.version);
-    let esp_part = plan.part(&Content::Esp);
-    let volume_id = u32::from_le_bytes(plan.disk_guid.as_bytes()[..4].try_into().expect("4 bytes"));
-    let image = build(
-        esp_part.size,
-        &EspContents {
-            bootloader: &bootloader,
-            kernel: &kernel,
-            initrd: &initrd,
-            entry: loader_entry(&title, &cmdline),
-            grub_cfg: bios_files
-                .as_ref()
-                .map(|_| bios::grub_cfg(&title, KERNEL_PATH, INITRD_PATH, &cmdline)),
-            volume_id,
-        },
-    )?;
-    let zeroed = target.zero_range(esp_part.offset, esp_part.size)?;
-    let mut stats = write_bytes(
-        target,
-        "esp",
-        &image[..used_len(&image)],
-        esp_part.offset,
-        zeroed,
-        settings.options,
-        reporter,
-    )?;
-    settings.options.check_stop("esp")?;
+    let entry = loader_entry(&title, &cmdline);
+    let grub_cfg = bios_files
+        .as_ref()
+        .map(|_| bios::grub_cfg(&title, KERNEL_PATH, INITRD_PATH, &cmdline));
+    let mut files: Vec<(&str, &[u8])> = vec![
+        (BOOT_EFI_PATH, &bootloader),
+        (&KERNEL_PATH[1..], &kernel),
+        (&INITRD_PATH[1..], &initrd),
+        ("loader/loader.conf", b"default ingot.conf\ntimeout 0\n"),
+        ("loader/entries/ingot.conf", entry.as_bytes()),
+    ];
+    if let Some(cfg) = &grub_cfg {
+        files.push((&bios::GRUB_CFG_PATH[1..], cfg.as_bytes()));
+    }
+    let mut stats = write_esp(target, plan, &files, settings, reporter)?;
     let mut mbr_code = None;
     if let (Some((boot_img, core_img)), Some(part)) = (bios_files, bios_part) {
         reporter.stage(Stage::Esp, "writing GRUB's core image for BIOS firmware");
@@ -113,7 +116,97 @@ pub fn run(
         )?;
         mbr_code = Some(boot_img);
     }
-    Ok((cmdline, stats, mbr_code))
+    let chain = if mbr_code.is_some() {
+        BootChain::LoaderEntryAndBios
+    } else {
+        BootChain::LoaderEntry
+    };
+    Ok(EspWritten {
+        cmdline,
+        stats,
+        mbr_code,
+        chain,
+    })
+}
+
+/// Builds the ESP holding `files` and writes it to the plan's ESP partition.
+fn write_esp(
+    target: &Target,
+    plan: &DiskPlan,
+    files: &[(&str, &[u8])],
+    settings: &WriteSettings,
+    reporter: &Reporter,
+) -> Result<WriteStats, EspError> {
+    let esp_part = plan.part(&Content::Esp);
+    let volume_id = u32::from_le_bytes(plan.disk_guid.as_bytes()[..4].try_into().expect("4 bytes"));
+    let image = build(esp_part.size, files, volume_id)?;
+    let zeroed = target.zero_range(esp_part.offset, esp_part.size)?;
+    let stats = write_bytes(
+        target,
+        "esp",
+        &image[..used_len(&image)],
+        esp_part.offset,
+        zeroed,
+        settings.options,
+        reporter,
+    )?;
+    settings.options.check_stop("esp")?;
+    Ok(stats)
+}
+
+/// The Secure Boot chain: the release's signed UKI, byte for byte, as the removable-media
+/// loader, and this machine's own values as systemd-stub credentials beside it (the node
+/// layer's root hash; `var`'s members). No loader entry, no kernel or initrd of their own, no
+/// GRUB: nothing on the ESP could choose another command line. `--kernel-arg` cannot reach the
+/// signed command line: it is ignored, with a warning.
+#[allow(clippy::too_many_arguments)]
+fn run_uki(
+    target: &Target,
+    opened: &OpenedStack,
+    uki: &[u8],
+    node: Option<&NodeLayer>,
+    var: &[uuid::Uuid],
+    plan: &DiskPlan,
+    settings: &WriteSettings,
+    reporter: &Reporter,
+) -> Result<EspWritten, EspError> {
+    reporter.stage(
+        Stage::Esp,
+        "writing the release's signed UKI and this machine's credentials to the ESP",
+    );
+    if !settings.kernel_args.is_empty() {
+        reporter.warning(
+            Stage::Esp,
+            format!(
+                "--kernel-arg {} ignored: this stack boots UEFI machines from its signed UKI, \
+                 whose command line cannot be changed (the stack's [boot] kernel_args are in it)",
+                settings.kernel_args.join(" ")
+            ),
+        );
+    }
+    let d = opened.descriptor();
+    let signed = d
+        .uki
+        .as_ref()
+        .map(|u| u.cmdline.clone())
+        .unwrap_or_default();
+    let node_cred = node.map(|n| n.root_hash.to_string());
+    let var_cred: Vec<String> = var.iter().map(|u| format!("PARTUUID={u}")).collect();
+    let var_cred = var_cred.join(",");
+    let node_path = format!("{CREDENTIALS_DIR}/{NODE_CREDENTIAL}");
+    let var_path = format!("{CREDENTIALS_DIR}/{VAR_CREDENTIAL}");
+    let mut files: Vec<(&str, &[u8])> =
+        vec![(BOOT_EFI_PATH, uki), (&var_path, var_cred.as_bytes())];
+    if let Some(n) = &node_cred {
+        files.push((&node_path, n.as_bytes()));
+    }
+    let stats = write_esp(target, plan, &files, settings, reporter)?;
+    Ok(EspWritten {
+        cmdline: signed,
+        stats,
+        mbr_code: None,
+        chain: BootChain::SignedUki,
+    })
 }
 
 /// The kernel command line for this stack, node layer and `var` (every member of its mirror),
@@ -126,6 +219,14 @@ pub fn cmdline(
     settings: &WriteSettings,
 ) -> Result<String, BootLimitError> {
     let d = opened.descriptor();
+    // The stack's own arguments, then the writer's.
+    let extra: Vec<String> = d
+        .boot
+        .kernel_args
+        .iter()
+        .chain(&settings.kernel_args)
+        .cloned()
+        .collect();
     Cmdline {
         stack: (&d.name, &d.version),
         layers: opened
@@ -135,7 +236,7 @@ pub fn cmdline(
             .collect(),
         node: node.map(|n| &n.root_hash),
         var,
-        extra: &settings.kernel_args,
+        extra: &extra,
     }
     .checked()
 }
@@ -163,20 +264,10 @@ fn used_len(image: &[u8]) -> usize {
         .min(image.len())
 }
 
-/// What goes on the ESP.
-pub struct EspContents<'a> {
-    /// The UEFI bootloader, installed as the removable-media default `\EFI\BOOT\BOOTX64.EFI`.
-    pub bootloader: &'a [u8],
-    pub kernel: &'a [u8],
-    pub initrd: &'a [u8],
-    /// `loader/entries/ingot.conf`.
-    pub entry: String,
-    /// `grub/grub.cfg`, for BIOS firmware.
-    pub grub_cfg: Option<String>,
-    /// Seeds the FAT volume id, so the same contents give the same bytes.
-    pub volume_id: u32,
-}
-
+/// The removable-media boot loader path: the firmware boots it with no boot entries.
+pub const BOOT_EFI_PATH: &str = "EFI/BOOT/BOOTX64.EFI";
+/// Where systemd-stub looks for credentials next to the UKI it runs.
+pub const CREDENTIALS_DIR: &str = "EFI/BOOT/BOOTX64.EFI.extra.d";
 pub const KERNEL_PATH: &str = "/ingot/vmlinuz";
 pub const INITRD_PATH: &str = "/ingot/initrd.img";
 
@@ -222,9 +313,10 @@ fn cluster_size(size: u64) -> u32 {
     c
 }
 
-/// Builds the ESP image (`size` bytes).
-pub fn build(size: u64, contents: &EspContents<'_>) -> Result<Vec<u8>, EspError> {
-    let need = (contents.bootloader.len() + contents.kernel.len() + contents.initrd.len()) as u64;
+/// Builds the ESP image (`size` bytes) holding `files` (paths relative to the root; their
+/// directories are made), the FAT volume id seeded by `volume_id` (same contents, same bytes).
+pub fn build(size: u64, files: &[(&str, &[u8])], volume_id: u32) -> Result<Vec<u8>, EspError> {
+    let need: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
     // FATs, directories and cluster slack: keep ESP_SPARE (the rule `plan` checks first).
     if need + ingot_layers::boot::ESP_SPARE > size {
         return Err(EspError::TooSmall { size, need });
@@ -233,7 +325,7 @@ pub fn build(size: u64, contents: &EspContents<'_>) -> Result<Vec<u8>, EspError>
     let options = FormatVolumeOptions::new()
         .fat_type(FatType::Fat32)
         .bytes_per_cluster(cluster_size(size))
-        .volume_id(contents.volume_id)
+        .volume_id(volume_id)
         .volume_label(*b"ESP        ");
     fatfs::format_volume(&mut image, options).map_err(io("formatting FAT32"))?;
     image.set_position(0);
@@ -243,21 +335,23 @@ pub fn build(size: u64, contents: &EspContents<'_>) -> Result<Vec<u8>, EspError>
             FileSystem::new(&mut image, FsOptions::new()).map_err(io("opening the new volume"))?;
         {
             let root = fs.root_dir();
-            for dir in ["EFI", "EFI/BOOT", "loader", "loader/entries", "ingot"] {
-                root.create_dir(dir).map_err(io(dir))?;
-            }
-            let mut files: Vec<(&str, &[u8])> = vec![
-                ("EFI/BOOT/BOOTX64.EFI", contents.bootloader),
-                (&KERNEL_PATH[1..], contents.kernel),
-                (&INITRD_PATH[1..], contents.initrd),
-                ("loader/loader.conf", b"default ingot.conf\ntimeout 0\n"),
-                ("loader/entries/ingot.conf", contents.entry.as_bytes()),
-            ];
-            if let Some(cfg) = &contents.grub_cfg {
-                root.create_dir("grub").map_err(io("grub"))?;
-                files.push((&bios::GRUB_CFG_PATH[1..], cfg.as_bytes()));
-            }
+            let mut made = std::collections::BTreeSet::new();
             for (path, bytes) in files {
+                let mut dir = String::new();
+                for part in path
+                    .split('/')
+                    .collect::<Vec<_>>()
+                    .split_last()
+                    .map_or(&[][..], |(_, d)| d)
+                {
+                    if !dir.is_empty() {
+                        dir.push('/');
+                    }
+                    dir.push_str(part);
+                    if made.insert(dir.clone()) {
+                        root.create_dir(&dir).map_err(io(&dir))?;
+                    }
+                }
                 let mut f = root.create_file(path).map_err(io(path))?;
                 f.truncate().map_err(io(path))?;
                 f.write_all(bytes).map_err(io(path))?;
@@ -393,17 +487,18 @@ mod tests {
 
     #[test]
     fn builds_a_deterministic_volume() {
-        let contents = EspContents {
-            bootloader: b"MZ efi",
-            kernel: &[1u8; 100_000],
-            initrd: &[2u8; 300_000],
-            entry: loader_entry("t", "ro"),
-            grub_cfg: Some("boot\n".into()),
-            volume_id: 7,
-        };
-        let a = build(64 << 20, &contents).unwrap();
-        let b = build(64 << 20, &contents).unwrap();
+        let entry = loader_entry("t", "ro");
+        let files: Vec<(&str, &[u8])> = vec![
+            (BOOT_EFI_PATH, b"MZ efi"),
+            ("ingot/vmlinuz", &[1u8; 100_000]),
+            ("ingot/initrd.img", &[2u8; 300_000]),
+            ("loader/entries/ingot.conf", entry.as_bytes()),
+            ("grub/grub.cfg", b"boot\n"),
+            ("EFI/BOOT/BOOTX64.EFI.extra.d/ingot-node.cred", b"ab"),
+        ];
+        let a = build(64 << 20, &files, 7).unwrap();
+        let b = build(64 << 20, &files, 7).unwrap();
         assert!(a == b, "two builds differ");
-        assert!(build(4 << 20, &contents).is_err());
+        assert!(build(4 << 20, &files, 7).is_err());
     }
 }

@@ -19,14 +19,16 @@ fn layer_list(outcome: &Outcome) -> String {
 /// A stack written to a named target.
 pub fn written(outcome: &Outcome, target: &Path, reporter: &Reporter) -> String {
     let msg = format!(
-        "wrote {} ({}) to {}: layers {}; {} bytes written, {} zero bytes skipped, {} rewrites",
+        "wrote {} ({}) to {}: layers {}; {} bytes written, {} zero bytes skipped, {} rewrites; \
+         boots from {}",
         outcome.stack,
         outcome.manifest_digest,
         target.display(),
         layer_list(outcome),
         outcome.bytes_written,
         outcome.bytes_skipped,
-        outcome.rewrites
+        outcome.rewrites,
+        outcome.boot_chain.describe()
     );
     reporter.done(&msg);
     msg
@@ -35,7 +37,7 @@ pub fn written(outcome: &Outcome, target: &Path, reporter: &Reporter) -> String 
 /// A machine provisioned.
 pub fn provisioned(done: &Provisioned, reporter: &Reporter) -> String {
     let msg = format!(
-        "wrote {} ({}) to {} for {} ({}): layers {}; {} bytes written, {} rewrites",
+        "wrote {} ({}) to {} for {} ({}): layers {}; {} bytes written, {} rewrites; boots from {}",
         done.outcome.stack,
         done.outcome.manifest_digest,
         done.disks.join(", "),
@@ -43,7 +45,8 @@ pub fn provisioned(done: &Provisioned, reporter: &Reporter) -> String {
         done.role.as_str(),
         layer_list(&done.outcome),
         done.outcome.bytes_written,
-        done.outcome.rewrites
+        done.outcome.rewrites,
+        done.outcome.boot_chain.describe()
     );
     reporter.done(&msg);
     msg

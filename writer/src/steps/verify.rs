@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use ingot_artifact::verify::{verify_metadata, verity_params, Trust, VerifyError};
+use ingot_artifact::verify::{read_uki, verify_metadata, verity_params, Trust, VerifyError};
 use ingot_layers::descriptor::LayerEntry;
 use ingot_layers::select::Machine;
 use ingot_verity::Verifier;
@@ -70,7 +70,19 @@ pub fn run(
         .into_iter()
         .map(|entry| prepare(&source, entry))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(OpenedStack::new(report, layers, source))
+    // A UEFI machine boots the release's signed UKI when the stack has one: read and checked
+    // (digest, signed command line) before any disk changes. BIOS machines boot as before.
+    let uki = if machine.uefi {
+        reporter.stage(Stage::Verify, "checking the release's signed UKI");
+        read_uki(source.get(), &report.descriptor)?
+    } else {
+        None
+    };
+    let opened = OpenedStack::new(report, layers, source);
+    Ok(match uki {
+        Some(bytes) => opened.with_uki(bytes),
+        None => opened,
+    })
 }
 
 /// Checks one layer's tree against its signed root hash and locates its data blob.

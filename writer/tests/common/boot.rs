@@ -37,6 +37,38 @@ pub fn publish(token: &str) -> Published {
     build_and_publish(trees, &out.join("stack.toml"), "1.0.0", token)
 }
 
+/// The boot fixture stack built with the release's signed UKI (db key `key`), its manifest
+/// given the serial console as its own kernel arguments (the signed command line carries them),
+/// published as `stacks/boot:1.0.0` behind `token`.
+pub fn publish_secure(token: &str, key: &ingot::uki::SecureBootKey) -> Published {
+    let trees = tempfile::tempdir_in("/var/tmp").unwrap();
+    let started = Instant::now();
+    let out = trees.path().join("stack");
+    run_ok(Command::new(repo_root().join("tests/boot/build-stack.sh")).arg(&out));
+    eprintln!("build-stack.sh: {:.1?}", started.elapsed());
+    let manifest = out.join("stack.toml");
+    let args = ingot_testkit::qemu::KERNEL_ARGS.map(|a| format!("\"{a}\"")).join(", ");
+    let text = fs::read_to_string(&manifest).unwrap().replace(
+        "bios = \"/boot/grub/i386-pc\"\n",
+        &format!("bios = \"/boot/grub/i386-pc\"\nkernel_args = [{args}]\n"),
+    );
+    fs::write(&manifest, text).unwrap();
+    let started = Instant::now();
+    let stack = super::build_stack_with(&manifest, 4 << 20, Some(key.clone()));
+    eprintln!("ingot build --secure-boot-key: {:.1?}", started.elapsed());
+    let registry = super::publish_behind_token(
+        &stack.layout,
+        "stacks/boot:1.0.0",
+        token,
+        &stack.dir.path().join("registry"),
+    );
+    Published {
+        trees,
+        stack,
+        registry,
+    }
+}
+
 /// A new release of `p`'s stack: its trees copied, changed by `change`, built as `version` and
 /// published as `stacks/boot:VERSION` behind `token` in a registry of its own.
 pub fn republish(

@@ -56,6 +56,15 @@ pub fn build_stack(manifest: &Path) -> Stack {
 
 /// Builds `manifest` signed with a fresh key, in zstd frames of `frame_size` bytes (level 3).
 pub fn build_stack_framed(manifest: &Path, frame_size: usize) -> Stack {
+    build_stack_with(manifest, frame_size, None)
+}
+
+/// [`build_stack_framed`], with the release's signed UKI when `secure_boot` names a db key.
+pub fn build_stack_with(
+    manifest: &Path,
+    frame_size: usize,
+    secure_boot: Option<ingot::uki::SecureBootKey>,
+) -> Stack {
     let dir = tempfile::tempdir().unwrap();
     let key = SecretKey::generate();
     let public = dir.path().join("ingot.pub");
@@ -72,6 +81,7 @@ pub fn build_stack_framed(manifest: &Path, frame_size: usize) -> Stack {
             revision: None,
             force: false,
             progress: false,
+            secure_boot,
         },
     )
     .unwrap_or_else(|e| panic!("building {}: {e}", manifest.display()));

@@ -1,0 +1,127 @@
+//! `ingot key secure-boot`: a Secure Boot key set for tests and labs: PK, KEK and db, each an
+//! RSA-2048 key and a self-signed certificate (`openssl req`), an EFI signature list
+//! (`cert-to-efi-sig-list`) and an authenticated variable update (`sign-efi-sig-list`: PK signs
+//! PK and KEK, KEK signs db), the `.auth` files systemd-boot's `secure-boot-enroll` and the
+//! firmware's own menus enroll. The db key and certificate are what `ingot build
+//! --secure-boot-key/--secure-boot-cert` signs with. Production keys belong in an HSM; this set
+//! is for machines you own and can put back into Setup Mode.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The three keys, in enrollment order; each is signed by the one named after it.
+pub const KEYS: [(&str, &str); 3] = [("PK", "PK"), ("KEK", "PK"), ("db", "KEK")];
+
+/// Why no key set was made.
+#[derive(Debug, thiserror::Error)]
+pub enum KeySetError {
+    #[error("{} exists (use --force to overwrite)", .0.display())]
+    Exists(PathBuf),
+    #[error("{what} {}", path.display())]
+    Io {
+        what: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("running {tool} (is {package} installed?)")]
+    Spawn {
+        tool: &'static str,
+        package: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{tool} failed ({status}): {stderr}")]
+    Tool {
+        tool: &'static str,
+        status: std::process::ExitStatus,
+        stderr: String,
+    },
+}
+
+fn run(tool: &'static str, package: &'static str, cmd: &mut Command) -> Result<(), KeySetError> {
+    let out = cmd.output().map_err(|source| KeySetError::Spawn {
+        tool,
+        package,
+        source,
+    })?;
+    if !out.status.success() {
+        return Err(KeySetError::Tool {
+            tool,
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// Makes the key set in `dir` (created), certificates named `NAME PK` ...; `owner` is the
+/// signature owner GUID written into the lists. Returns the files written.
+pub fn generate(
+    dir: &Path,
+    name: &str,
+    owner: &str,
+    force: bool,
+) -> Result<Vec<PathBuf>, KeySetError> {
+    fs::create_dir_all(dir).map_err(|source| KeySetError::Io {
+        what: "creating",
+        path: dir.to_owned(),
+        source,
+    })?;
+    let file = |k: &str, ext: &str| dir.join(format!("{k}.{ext}"));
+    let mut written = Vec::new();
+    for (k, _) in KEYS {
+        for ext in ["key", "crt", "esl", "auth"] {
+            let f = file(k, ext);
+            if f.exists() && !force {
+                return Err(KeySetError::Exists(f));
+            }
+            written.push(f);
+        }
+    }
+    for (k, signer) in KEYS {
+        run(
+            "openssl",
+            "openssl",
+            Command::new("openssl")
+                .args([
+                    "req", "-new", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256",
+                ])
+                .args(["-days", "3650", "-subj"])
+                .arg(format!("/CN={name} {k}/"))
+                .arg("-keyout")
+                .arg(file(k, "key"))
+                .arg("-out")
+                .arg(file(k, "crt")),
+        )?;
+        run(
+            "cert-to-efi-sig-list",
+            "efitools",
+            Command::new("cert-to-efi-sig-list")
+                .args(["-g", owner])
+                .arg(file(k, "crt"))
+                .arg(file(k, "esl")),
+        )?;
+        run(
+            "sign-efi-sig-list",
+            "efitools",
+            Command::new("sign-efi-sig-list")
+                .args(["-g", owner, "-c"])
+                .arg(file(signer, "crt"))
+                .arg("-k")
+                .arg(file(signer, "key"))
+                .arg(k)
+                .arg(file(k, "esl"))
+                .arg(file(k, "auth")),
+        )?;
+    }
+    let guid = dir.join("owner.guid");
+    fs::write(&guid, format!("{owner}\n")).map_err(|source| KeySetError::Io {
+        what: "writing",
+        path: guid.clone(),
+        source,
+    })?;
+    written.push(guid);
+    Ok(written)
+}

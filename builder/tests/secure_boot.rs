@@ -1,0 +1,311 @@
+//! `ingot build --secure-boot-key/--secure-boot-cert`: the release's unified kernel image, made
+//! with the real tools (objcopy, sbsign under faketime) and checked with the real verifier
+//! (`sbverify`): two builds give the same bytes, its `.cmdline` names every layer, its root
+//! hash, its rule and the stack's kernel arguments, `ingot verify` accepts it and refuses it
+//! changed. `ingot key secure-boot` makes the key set (openssl, efitools).
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{copy_tree, ingot, ingot_ok, keypair, read_layout, repo, write_manifest, TestLayer};
+use ingot_artifact::verify::LayoutSource;
+use ingot_artifact::verify::{read_uki, verify_metadata, Trust, VerifyError};
+use ingot_testkit::skip::{have_file, have_tools};
+
+const STUB: &str = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub";
+
+fn usable(test: &str) -> bool {
+    have_tools(
+        test,
+        &[
+            "objcopy",
+            "sbsign",
+            "sbverify",
+            "faketime",
+            "openssl",
+            "cert-to-efi-sig-list",
+            "sign-efi-sig-list",
+        ],
+    ) && have_file(test, Path::new(STUB))
+        && have_file(test, Path::new("/lib/systemd/systemd-measure"))
+}
+
+/// The demo's base with systemd-stub, and one more layer with a rule; the manifest carries
+/// kernel arguments.
+fn stack(dir: &Path) -> PathBuf {
+    let base = dir.join("base");
+    copy_tree(&repo().join("tests/fixtures/demo/base"), &base);
+    fs::create_dir_all(base.join("usr/lib/systemd/boot/efi")).unwrap();
+    fs::copy(STUB, base.join(&STUB[1..])).unwrap();
+    let cp = dir.join("cp");
+    copy_tree(&repo().join("tests/fixtures/demo/control-plane"), &cp);
+    let manifest = write_manifest(
+        dir,
+        "sbdemo",
+        &[
+            TestLayer::new("base", "base", None, &base),
+            TestLayer::new(
+                "control-plane",
+                "control-plane",
+                Some("all(role == control-plane, uefi)"),
+                &cp,
+            ),
+        ],
+    );
+    let text = fs::read_to_string(&manifest).unwrap().replace(
+        "efi = \"/boot/efi/EFI/BOOT/BOOTX64.EFI\"\n",
+        "efi = \"/boot/efi/EFI/BOOT/BOOTX64.EFI\"\nkernel_args = [\"console=ttyS0\", \"panic=-1\"]\n",
+    );
+    fs::write(&manifest, text).unwrap();
+    manifest
+}
+
+fn build(manifest: &Path, out: &Path, sign: &Path, keys: &Path) {
+    ingot_ok([
+        "build".as_ref(),
+        manifest.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+        "--quiet".as_ref(),
+        "--revision".as_ref(),
+        "test".as_ref(),
+        "--sign-key".as_ref(),
+        sign.as_os_str(),
+        "--secure-boot-key".as_ref(),
+        keys.join("db.key").as_os_str(),
+        "--secure-boot-cert".as_ref(),
+        keys.join("db.crt").as_os_str(),
+    ]);
+}
+
+fn uki_path(layout: &Path) -> PathBuf {
+    let l = read_layout(layout);
+    let digest = l.descriptor["uki"]["digest"]
+        .as_str()
+        .expect("a uki")
+        .to_string();
+    common::blob_path(layout, &digest)
+}
+
+#[test]
+fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys");
+    let out = ingot_ok([
+        "key".as_ref(),
+        "secure-boot".as_ref(),
+        "--out".as_ref(),
+        keys.as_os_str(),
+        "--name".as_ref(),
+        "ingot test".as_ref(),
+    ]);
+    for k in ["PK", "KEK", "db"] {
+        for ext in ["key", "crt", "esl", "auth"] {
+            let f = keys.join(format!("{k}.{ext}"));
+            assert!(
+                f.is_file() && out.contains(&f.display().to_string()),
+                "{out}"
+            );
+        }
+    }
+    // The set exists: a second run refuses to overwrite it.
+    let again = ingot([
+        "key".as_ref(),
+        "secure-boot".as_ref(),
+        "--out".as_ref(),
+        keys.as_os_str(),
+    ]);
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+
+    let (sign, public) = keypair(dir.path(), "release");
+    let manifest = stack(dir.path());
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    let started = std::time::Instant::now();
+    build(&manifest, &a, &sign, &keys);
+    eprintln!("secure boot build: {:.1?}", started.elapsed());
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    build(&manifest, &b, &sign, &keys);
+    let (la, lb) = (read_layout(&a), read_layout(&b));
+    assert_eq!(la.manifest_digest, lb.manifest_digest, "two builds differ");
+    let (ua, ub) = (uki_path(&a), uki_path(&b));
+    let uki = fs::read(&ua).unwrap();
+    assert!(uki == fs::read(&ub).unwrap(), "two UKIs differ");
+    eprintln!("UKI: {} bytes", uki.len());
+
+    // The firmware's check, by the real tool: signed by db, not by another key.
+    let ok = Command::new("sbverify")
+        .arg("--cert")
+        .arg(keys.join("db.crt"))
+        .arg(&ua)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let other = Command::new("sbverify")
+        .arg("--cert")
+        .arg(keys.join("KEK.crt"))
+        .arg(&ua)
+        .output()
+        .unwrap();
+    assert!(
+        !other.status.success(),
+        "sbverify accepted the KEK certificate"
+    );
+
+    // .cmdline: every layer with its root hash and rule, the marker, the stack's arguments.
+    let cmdline = ingot_artifact::uki::cmdline(&uki).unwrap();
+    let roots = la.root_hashes();
+    let want = format!(
+        "ingot.stack=sbdemo:1.0.0 ingot.layers=base:{},control-plane:{} \
+         ingot.when=control-plane:all(role==control-plane,uefi) ingot.boot=uki ro console=ttyS0 panic=-1",
+        roots[0].1, roots[1].1
+    );
+    assert_eq!(cmdline, want);
+    assert_eq!(la.descriptor["uki"]["cmdline"], want);
+    assert_eq!(la.descriptor["boot"]["kernelArgs"][0], "console=ttyS0");
+    // The other sections are the base's files.
+    let base = dir.path().join("base");
+    for (section, file) in [
+        (".linux", "boot/vmlinuz"),
+        (".initrd", "boot/initrd.img"),
+        (".osrel", "etc/os-release"),
+    ] {
+        let inside = ingot_artifact::uki::section(&uki, section).unwrap();
+        assert!(inside == fs::read(base.join(file)).unwrap(), "{section}");
+    }
+
+    // inspect shows it.
+    let shown = ingot_ok(["inspect".as_ref(), a.as_os_str()]);
+    assert!(
+        shown.contains(&format!(
+            "uki        {}",
+            la.descriptor["uki"]["digest"].as_str().unwrap()
+        )),
+        "{shown}"
+    );
+    assert!(shown.contains(&format!("cmdline    {want}")), "{shown}");
+    assert_pcr11_is_systemd_measure(&uki, &shown, &dir.path().join("sections"));
+
+    // verify accepts it; a flipped byte in the UKI blob is a digest mismatch (exit 4).
+    ingot_ok([
+        "verify".as_ref(),
+        a.as_os_str(),
+        "--trust-key".as_ref(),
+        public.as_os_str(),
+    ]);
+    let mut bytes = uki.clone();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x01;
+    fs::write(&ub, &bytes).unwrap();
+    let r = ingot([
+        "verify".as_ref(),
+        b.as_os_str(),
+        "--trust-key".as_ref(),
+        public.as_os_str(),
+    ]);
+    assert_eq!(
+        r.status.code(),
+        Some(4),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&r.stderr).contains("UKI"),
+        "{}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+
+    assert_a_foreign_cmdline_is_refused(&a, &want, &roots[1].1, &base, &keys, dir.path());
+}
+
+/// Puts `bytes` into the layout's blob store; (digest, size).
+fn layout_blob(layout: &Path, bytes: &[u8]) -> (String, u64) {
+    let digest = ingot_artifact::oci_layout::sha256_digest(bytes);
+    fs::write(common::blob_path(layout, &digest), bytes).unwrap();
+    (digest, bytes.len() as u64)
+}
+
+/// The PCR 11 `inspect` showed is systemd-measure's for the UKI's sections (no boot phase: what
+/// systemd-stub itself leaves).
+fn assert_pcr11_is_systemd_measure(uki: &[u8], shown: &str, sections: &Path) {
+    fs::create_dir_all(sections).unwrap();
+    let mut measure = Command::new("/lib/systemd/systemd-measure");
+    measure.args(["calculate", "--bank=sha256", "--phase="]);
+    for name in ingot_artifact::uki::MEASURED {
+        let file = sections.join(&name[1..]);
+        fs::write(&file, ingot_artifact::uki::section(uki, name).unwrap()).unwrap();
+        let mut arg = std::ffi::OsString::from(format!("--{}=", &name[1..]));
+        arg.push(&file);
+        measure.arg(arg);
+    }
+    let oracle = common::run_ok(&mut measure);
+    let value = oracle
+        .lines()
+        .find_map(|l| l.strip_prefix("11:sha256="))
+        .unwrap_or_else(|| panic!("{oracle}"));
+    assert!(
+        shown.contains(&format!("pcr 11     sha256:{value} (systemd-stub)")),
+        "{shown}\n{oracle}"
+    );
+}
+
+/// A UKI whose .cmdline is not the layers' (here: one root hash changed), correctly pinned and
+/// signed by the same db key, is refused by what `verify` and the writer run.
+fn assert_a_foreign_cmdline_is_refused(
+    a: &Path,
+    want: &str,
+    root: &str,
+    base: &Path,
+    keys: &Path,
+    dir: &Path,
+) {
+    let changed = want.replace(root, &"0".repeat(64));
+    let parts = ingot::uki::BootParts {
+        stub: fs::read(STUB).unwrap(),
+        kernel: fs::read(base.join("boot/vmlinuz")).unwrap(),
+        initrd: fs::read(base.join("boot/initrd.img")).unwrap(),
+        osrel: fs::read(base.join("etc/os-release")).unwrap(),
+    };
+    let key = ingot::uki::SecureBootKey {
+        key: keys.join("db.key"),
+        cert: keys.join("db.crt"),
+    };
+    let evil = ingot::uki::make(
+        &parts,
+        &changed,
+        "2023-11-14T22:13:20Z",
+        &key,
+        &dir.join("evil"),
+    )
+    .unwrap();
+    let layout = LayoutSource::open(a).unwrap();
+    let evil_desc = layout_blob(a, &evil);
+    let trust = Trust {
+        key: None,
+        allow_unsigned: true,
+    };
+    let (report, _) = verify_metadata(&layout, &trust).unwrap();
+    let mut d = report.descriptor.clone();
+    let pinned = d.uki.as_mut().unwrap();
+    pinned.digest = evil_desc.0;
+    pinned.size = evil_desc.1;
+    let e = read_uki(&layout, &d).unwrap_err();
+    assert!(matches!(e, VerifyError::Uki { .. }), "{e}");
+    assert!(e.to_string().contains(".cmdline section"), "{e}");
+    assert_eq!(e.exit_code(), 5);
+    // The recorded command line must be the layers' too.
+    let mut d = report.descriptor;
+    d.uki.as_mut().unwrap().cmdline = changed;
+    let e = read_uki(&layout, &d).unwrap_err();
+    assert!(e.to_string().contains("the descriptor records"), "{e}");
+}

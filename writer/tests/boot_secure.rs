@@ -1,0 +1,394 @@
+//! Secure Boot end to end: the boot fixture stack (`tests/boot/`) built with the release's
+//! signed UKI (`ingot build --secure-boot-key`), published behind a token and written as CAPH
+//! runs the writer, boots under OVMF's Secure Boot firmware whose variable store has the test's
+//! own PK, KEK and db, enrolled from Setup Mode by systemd-boot's `secure-boot-enroll force`
+//! with the `.auth` files `ingot key secure-boot` made (the documented enrollment path, run
+//! once per test). The kernel must say Secure Boot is on, every layer of the machine must be
+//! verified with the root hash of the signed command line, the node layer with the root hash of
+//! the stub's credential; the same disk with one byte of the UKI's `.cmdline` changed, and with
+//! the UKI's signature removed, must be refused by the firmware (`Access Denied`). With swtpm,
+//! two machines of the release agree in PCR 11 (the value `ingot inspect` predicts) and differ
+//! in PCR 12 (their node credentials).
+//!
+//! Needs root, qemu-system-x86_64, OVMF's Secure Boot build, docker-registry, sbsigntool,
+//! efitools, faketime, mtools and what `tests/boot/build-stack.sh` needs; skipped with a
+//! message without them, except in CI.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::boot::{machine, publish_secure, run_ok, Published, END, FAILED};
+use common::{caph_command, caph_write_for_boot, partitions, repo_root};
+use ingot::uki::SecureBootKey;
+use ingot_testkit::qemu::{boot_secure, run_qemu, vm_secure_boot, OVMF_CODE_SECBOOT, OVMF_VARS};
+use ingot_testkit::skip::{have_file, have_root, have_tools};
+
+const TOKEN: &str = "ghp_ingotSecureBootToken0123456789abcd";
+const SDBOOT: &str = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi";
+/// What OVMF's boot manager prints for an image Secure Boot refuses.
+const REFUSED: &str = "Access Denied";
+
+fn usable(test: &str) -> bool {
+    have_root(test)
+        && have_tools(
+            test,
+            &[
+                "qemu-system-x86_64",
+                "docker-registry",
+                "sbsign",
+                "sbattach",
+                "faketime",
+                "objcopy",
+                "openssl",
+                "cert-to-efi-sig-list",
+                "sign-efi-sig-list",
+                "mcopy",
+            ],
+        )
+        && have_file(test, Path::new(OVMF_CODE_SECBOOT))
+        && have_file(test, Path::new(SDBOOT))
+}
+
+/// An OVMF variable store with the test's key set enrolled (Secure Boot on).
+struct Enrolled {
+    _dir: tempfile::TempDir,
+    vars: PathBuf,
+}
+
+/// Makes a key set and enrolls it the documented way: OVMF's variable store without keys
+/// (Setup Mode), an ESP with a db-signed systemd-boot, `loader.conf` saying
+/// `secure-boot-enroll force` and the `.auth` files in `loader/keys/auto/`; systemd-boot enrolls
+/// them and resets the machine (`-no-reboot`: qemu exits).
+fn enroll(dir: tempfile::TempDir, key: &SecureBootKey) -> Enrolled {
+    let keys = dir.path().join("keys");
+    let sdboot = dir.path().join("systemd-bootx64.efi");
+    run_ok(
+        Command::new("sbsign")
+            .arg("--key")
+            .arg(&key.key)
+            .arg("--cert")
+            .arg(&key.cert)
+            .arg("--output")
+            .arg(&sdboot)
+            .arg(SDBOOT),
+    );
+    let read = |p: PathBuf| fs::read(p).unwrap();
+    let (sd, pk, kek, db) = (
+        read(sdboot),
+        read(keys.join("PK.auth")),
+        read(keys.join("KEK.auth")),
+        read(keys.join("db.auth")),
+    );
+    let files: Vec<(&str, &[u8])> = vec![
+        ("EFI/BOOT/BOOTX64.EFI", &sd),
+        (
+            "loader/loader.conf",
+            b"secure-boot-enroll force\ntimeout 0\n",
+        ),
+        ("loader/keys/auto/PK.auth", &pk),
+        ("loader/keys/auto/KEK.auth", &kek),
+        ("loader/keys/auto/db.auth", &db),
+    ];
+    let esp = dir.path().join("enroll-esp.img");
+    fs::write(
+        &esp,
+        ingot_writer::steps::esp::build(64 << 20, &files, 7).unwrap(),
+    )
+    .unwrap();
+    let vars = dir.path().join("vars.fd");
+    fs::copy(OVMF_VARS, &vars).unwrap();
+    let log = dir.path().join("enroll.serial");
+    let mut cmd = vm_secure_boot(1, 512, &vars);
+    cmd.arg("-drive")
+        .arg(format!("file={},format=raw,if=virtio", esp.display()))
+        .arg("-serial")
+        .arg(format!("file:{}", log.display()));
+    let console = run_qemu(cmd, &log, &dir.path().join("enroll.err"), "enroll");
+    assert!(
+        console.contains("Enrolling secure boot keys"),
+        "systemd-boot did not enroll:\n{console}"
+    );
+    Enrolled { _dir: dir, vars }
+}
+
+/// A fixture machine written by the writer as CAPH runs it (with `--kernel-arg`s, which the
+/// signed command line ignores); its first disk's image, partitions and events.
+struct Written {
+    _m: common::boot::Machine,
+    image: PathBuf,
+    esp: u64,
+    events: String,
+    stdout_summary: String,
+}
+
+fn write(p: &Published, fixture: &str, name: &str) -> Written {
+    let m = machine(fixture);
+    let output = m.dir.path().join("output.json");
+    let events = m.dir.path().join("events.jsonl");
+    let cmd = caph_command(
+        &p.registry.url,
+        TOKEN,
+        &repo_root().join("bootstrap/tests/fixtures/cloud-config-worker-join.yaml"),
+        name,
+        "sda",
+        &m.root,
+        &output,
+        &events,
+        &p.stack.public,
+    );
+    caph_write_for_boot(cmd, name);
+    let image = m.images["sda"].clone();
+    let esp = partitions(&image)
+        .into_iter()
+        .find(|p| p.0 == "ESP")
+        .expect("an ESP")
+        .1;
+    let output: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&output).unwrap()).unwrap();
+    Written {
+        image,
+        esp,
+        events: fs::read_to_string(&events).unwrap(),
+        stdout_summary: output["message"].as_str().unwrap_or_default().to_string(),
+        _m: m,
+    }
+}
+
+impl Written {
+    fn at(&self) -> String {
+        format!("{}@@{}", self.image.display(), self.esp)
+    }
+
+    /// A file of the ESP (mtools), or `None` when it is not there.
+    fn esp_file(&self, path: &str) -> Option<Vec<u8>> {
+        let out = Command::new("mtype")
+            .args(["-i", &self.at()])
+            .arg(format!("::/{path}"))
+            .output()
+            .unwrap();
+        out.status.success().then_some(out.stdout)
+    }
+
+    /// A copy of the disk whose UKI is `change`d (mtools, as an attacker with the ESP would).
+    fn with_uki(&self, dir: &Path, what: &str, change: impl FnOnce(&Path)) -> PathBuf {
+        let image = dir.join(format!("{what}.img"));
+        run_ok(
+            Command::new("cp")
+                .arg("--sparse=always")
+                .arg(&self.image)
+                .arg(&image),
+        );
+        let uki = dir.join(format!("{what}.efi"));
+        let at = format!("{}@@{}", image.display(), self.esp);
+        run_ok(
+            Command::new("mcopy")
+                .args(["-i", &at, "::/EFI/BOOT/BOOTX64.EFI"])
+                .arg(&uki),
+        );
+        change(&uki);
+        run_ok(
+            Command::new("mcopy")
+                .args(["-o", "-i", &at])
+                .arg(&uki)
+                .arg("::/EFI/BOOT/BOOTX64.EFI"),
+        );
+        image
+    }
+}
+
+/// A good Secure Boot boot of machine `name`: Secure Boot on, the signed command line, the base
+/// verified with its signed root hash and the other layers left out (a worker), the node layer
+/// with the credential's root hash, the end marker; returns its PCR 11 and PCR 12 (lower-case).
+fn assert_secure_boot(console: &str, signed: &str, node: &str, name: &str) -> (String, String) {
+    for l in console.lines().filter(|l| {
+        l.starts_with("ingot") || l.contains("ecure boot") || l.contains("Kernel command line")
+    }) {
+        eprintln!("{name}| {l}");
+    }
+    assert!(
+        console.contains("Secure boot enabled"),
+        "Secure Boot not on:\n{console}"
+    );
+    assert!(
+        console.contains(&format!("Kernel command line: {signed}")),
+        "not the signed line:\n{console}"
+    );
+    assert!(!console.contains(FAILED), "{console}");
+    let layers = signed
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("ingot.layers="))
+        .unwrap();
+    for entry in layers.split(',') {
+        let (layer, root) = entry.split_once(':').unwrap();
+        let line = if layer == "base" {
+            format!("ingot: layer base verified root hash {root}\n")
+        } else {
+            format!("ingot: layer {layer} not on this disk: not selected for this machine\n")
+        };
+        assert!(console.contains(&line), "missing {line:?}:\n{console}");
+    }
+    let line = format!("ingot: layer node verified root hash {node}\n");
+    assert!(console.contains(&line), "missing {line:?}:\n{console}");
+    assert!(
+        console.contains(&format!("ingot-node: hostname {name}\n")),
+        "{console}"
+    );
+    assert!(console.contains(&format!("{END}\n")), "{console}");
+    let pcr = |i: u32| {
+        let prefix = format!("ingot: pcr {i} ");
+        console
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no PCR {i}:\n{console}"))
+            .trim()
+            .to_lowercase()
+    };
+    (pcr(11), pcr(12))
+}
+
+/// The firmware refused the disk's UKI: no kernel ran.
+fn assert_refused(console: &str, what: &str) {
+    assert!(console.contains(REFUSED), "{what}: not refused:\n{console}");
+    assert!(
+        !console.contains("Linux version"),
+        "{what}: a kernel ran:\n{console}"
+    );
+    assert!(!console.contains(END), "{what}:\n{console}");
+}
+
+#[test]
+fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    // The key set first; then the stack is built while the enrollment VM runs.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let keys = dir.path().join("keys");
+    let owner = uuid::Uuid::new_v4().to_string();
+    ingot::sb_keys::generate(&keys, "ingot boot test", &owner, false).unwrap();
+    let key = SecureBootKey {
+        key: keys.join("db.key"),
+        cert: keys.join("db.crt"),
+    };
+    let (enrolled, p) = std::thread::scope(|s| {
+        let enrolled = s.spawn(|| enroll(dir, &key));
+        let p = publish_secure(TOKEN, &key);
+        (enrolled.join().unwrap(), p)
+    });
+    let descriptor = &ingot_testkit::layout::read(&p.stack.layout).descriptor;
+    let signed = descriptor["uki"]["cmdline"].as_str().unwrap().to_string();
+    let w = write(&p, "cpu-worker", "worker-7");
+
+    // The ESP: the UKI byte for byte, the credentials, nothing that could choose another line.
+    let uki_blob = fs::read(ingot_testkit::layout::blob_path(
+        &p.stack.layout,
+        descriptor["uki"]["digest"].as_str().unwrap(),
+    ))
+    .unwrap();
+    assert!(
+        w.esp_file("EFI/BOOT/BOOTX64.EFI").unwrap() == uki_blob,
+        "UKI not byte for byte"
+    );
+    for absent in [
+        "loader/loader.conf",
+        "loader/entries/ingot.conf",
+        "ingot/vmlinuz",
+        "grub/grub.cfg",
+    ] {
+        assert!(
+            w.esp_file(absent).is_none(),
+            "{absent} on a Secure Boot ESP"
+        );
+    }
+    let node = String::from_utf8(
+        w.esp_file("EFI/BOOT/BOOTX64.EFI.extra.d/ingot-node.cred")
+            .expect("the node credential"),
+    )
+    .unwrap();
+    assert_eq!(node.len(), 64, "{node:?}");
+    let var = String::from_utf8(
+        w.esp_file("EFI/BOOT/BOOTX64.EFI.extra.d/ingot-var.cred")
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        var.starts_with("PARTUUID=") && !var.contains(' '),
+        "{var:?}"
+    );
+    assert!(
+        w.stdout_summary
+            .ends_with("boots from signed UKI (Secure Boot)"),
+        "{}",
+        w.stdout_summary
+    );
+    let ignored = format!(
+        "--kernel-arg {} ignored",
+        ingot_testkit::qemu::KERNEL_ARGS.join(" ")
+    );
+    assert!(
+        w.events.contains(&ignored),
+        "no warning for --kernel-arg:\n{}",
+        w.events
+    );
+
+    let scratch = tempfile::tempdir_in("/var/tmp").unwrap();
+    let changed = w.with_uki(scratch.path(), "cmdline-byte", |uki| {
+        let mut bytes = fs::read(uki).unwrap();
+        let section = ingot_artifact::uki::section(&bytes, ".cmdline").unwrap();
+        let start = section.as_ptr() as usize - bytes.as_ptr() as usize;
+        let at = start + String::from_utf8_lossy(section).find("base:").unwrap() + 5;
+        bytes[at] = if bytes[at] == b'0' { b'1' } else { b'0' };
+        fs::write(uki, bytes).unwrap();
+    });
+    let unsigned = w.with_uki(scratch.path(), "unsigned", |uki| {
+        run_ok(Command::new("sbattach").arg("--remove").arg(uki));
+    });
+
+    // A second machine of the same release: another node layer, so another credential.
+    let w2 = write(&p, "cpu-worker", "worker-8");
+    let node2 = String::from_utf8(
+        w2.esp_file("EFI/BOOT/BOOTX64.EFI.extra.d/ingot-node.cred")
+            .unwrap(),
+    )
+    .unwrap();
+    assert_ne!(node, node2);
+
+    let vars = &enrolled.vars;
+    let (one, two, changed, unsigned) = std::thread::scope(|s| {
+        let one = s.spawn(|| boot_secure(&[&w.image], vars, true, &[], "secure-boot"));
+        let two = s.spawn(|| boot_secure(&[&w2.image], vars, true, &[], "secure-boot-2"));
+        let changed =
+            s.spawn(|| boot_secure(&[&changed], vars, false, &[REFUSED, END], "changed-cmdline"));
+        let unsigned =
+            s.spawn(|| boot_secure(&[&unsigned], vars, false, &[REFUSED, END], "unsigned-uki"));
+        (
+            one.join().unwrap(),
+            two.join().unwrap(),
+            changed.join().unwrap(),
+            unsigned.join().unwrap(),
+        )
+    });
+    let pcr_one = assert_secure_boot(&one, &signed, &node, "worker-7");
+    let pcr_two = assert_secure_boot(&two, &signed, &node2, "worker-8");
+    // One release: the same UKI, the same PCR 11, the one `ingot inspect` predicts. Two nodes:
+    // two credentials, two PCR 12 values.
+    assert_eq!(
+        pcr_one.0, pcr_two.0,
+        "PCR 11 differs between two machines of one release"
+    );
+    assert_ne!(
+        pcr_one.1, pcr_two.1,
+        "PCR 12 is the same for two node credentials"
+    );
+    let source = ingot_artifact::verify::LayoutSource::open(&p.stack.layout).unwrap();
+    let predicted = ingot::inspect::inspect(&source, None, None, false)
+        .unwrap()
+        .pcr11
+        .expect("inspect predicts PCR 11");
+    assert_eq!(pcr_one.0, predicted, "PCR 11 is not the predicted value");
+    assert_refused(&changed, "one byte of .cmdline changed");
+    assert_refused(&unsigned, "signature removed");
+}

@@ -80,6 +80,42 @@ cleanup() {
   fi
 }
 
+# accounts_to_sysusers NAME: the users and groups the install added to the base's /etc/passwd and
+# /etc/group become /usr/lib/sysusers.d/NAME.conf, and the layer keeps no account file: a layer's
+# /etc/passwd would hide the base's (and any other layer's) for good. systemd-sysusers makes them
+# at every boot (/etc is volatile), before the units that need them. Any other change to an
+# account file (a base entry changed or removed) is refused. Run while mounted.
+accounts_to_sysusers() {
+  local u=$OV/upper conf=$OV/merged/usr/lib/sysusers.d/$1.conf f changed name gecos home shell
+  local lines=() users=" "
+  for f in passwd group shadow gshadow; do
+    [ -e "$u/etc/$f" ] || continue
+    changed=$(diff "$BASE/etc/$f" "$u/etc/$f" | grep '^<' || true)
+    [ -z "$changed" ] || die "the install changed the base's /etc/$f entries: $changed"
+  done
+  if [ -e "$u/etc/passwd" ]; then
+    while IFS=: read -r name _ _ _ gecos home shell; do
+      lines+=("u $name - \"$gecos\" $home $shell")
+      users+="$name "
+    done < <(diff "$BASE/etc/passwd" "$u/etc/passwd" | sed -n 's/^> //p')
+  fi
+  if [ -e "$u/etc/group" ]; then
+    while IFS=: read -r name _; do
+      # `u` makes the user's own group.
+      case "$users" in *" $name "*) continue ;; esac
+      lines+=("g $name -")
+    done < <(diff "$BASE/etc/group" "$u/etc/group" | sed -n 's/^> //p')
+  fi
+  if [ ${#lines[@]} -gt 0 ]; then
+    mkdir -p "$(dirname "$conf")"
+    {
+      echo "# Made by ingot's manifests/debian from what the packages' maintainer scripts added."
+      printf '%s\n' "${lines[@]}"
+    } >"$conf"
+  fi
+  rm -f "$u/etc/passwd" "$u/etc/group" "$u/etc/shadow" "$u/etc/gshadow"
+}
+
 # direct_links: every symlink whose target goes through /etc/alternatives is replaced by a link
 # straight to the final target (resolved in the merged tree). /etc is writable on a node: a
 # write there must not change which libcuda or nvidia-smi runs. Run while mounted.

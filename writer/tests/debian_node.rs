@@ -13,7 +13,10 @@
 //! /etc/kubernetes; the second boot must show the first two gone (and the unit not run), the
 //! CNI directory empty of the drop, /etc/kubernetes and kubeadm's state kept, /var's writes kept
 //! and the first boot's work not repeated. Then one byte of /usr/bin/containerd in the worker's
-//! base partition is flipped and the node must not come up.
+//! base partition is flipped and the node must not come up. Beside them: a BIOS cloud VM, and a
+//! GPU worker that gets the nvidia layer (no kata) and shows its module built for the base's
+//! kernel, refused by the kernel only for want of a GPU; the control plane (KVM and UEFI) also
+//! gets the kata layer, whose QEMU boots a guest under KVM inside the node.
 //!
 //! The check unit itself is the harness: sealed in the node layer like any data file, and pulled
 //! into every boot by `systemd.wants=ingot-check.service` on the kernel command line (the

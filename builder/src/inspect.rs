@@ -38,6 +38,21 @@ pub struct LayerRow {
     /// With `--packages`: the Debian packages the layer's SBOM lists (absent without one).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub packages: Option<Vec<PackageRow>>,
+    /// What the layer's kind needs of the machine, when it needs something ([`kind_note`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// What a layer of `kind` needs that the descriptor cannot show: an `nvidia` layer carries
+/// out-of-tree kernel modules, which a kernel in Secure Boot's lockdown loads only when they are
+/// signed with a key it trusts (whether they are signed is in the layer's data, not read here).
+pub fn kind_note(kind: &str) -> Option<String> {
+    (kind == "nvidia").then(|| {
+        "kernel modules (NVIDIA's, built by DKMS): under Secure Boot (lockdown) Debian's kernel \
+         refuses them unless they are signed with a key it trusts (a MOK); without Secure Boot \
+         unsigned ones load, tainting the kernel"
+            .to_owned()
+    })
 }
 
 /// One Debian package of a layer.
@@ -128,6 +143,7 @@ pub fn report(
             root_hash: l.verity.root_hash.clone(),
             preload: l.preload.iter().map(|p| p.reference.clone()).collect(),
             packages: None,
+            note: kind_note(&l.kind),
         })
         .collect();
     let selected = machine.map(|m| {
@@ -270,6 +286,11 @@ pub fn render_table(r: &InspectReport) -> String {
         out.push('\n');
     }
     for l in &r.layers {
+        if let Some(note) = &l.note {
+            out.push_str(&format!("\nlayer `{}`: {note}\n", l.name));
+        }
+    }
+    for l in &r.layers {
         let Some(packages) = &l.packages else {
             continue;
         };
@@ -297,5 +318,17 @@ mod tests {
         assert_eq!(human_size(512), "512 B");
         assert_eq!(human_size(4096), "4.0 KiB");
         assert_eq!(human_size(3 << 20), "3.0 MiB");
+    }
+
+    #[test]
+    fn an_nvidia_layer_says_what_its_modules_need() {
+        let note = kind_note("nvidia").unwrap();
+        assert!(
+            note.contains("Secure Boot") && note.contains("signed"),
+            "{note}"
+        );
+        for kind in ["base", "kata", "control-plane", "gpu"] {
+            assert_eq!(kind_note(kind), None, "{kind}");
+        }
     }
 }

@@ -47,7 +47,9 @@ pub fn publish_secure(token: &str, key: &ingot::uki::SecureBootKey) -> Published
     run_ok(Command::new(repo_root().join("tests/boot/build-stack.sh")).arg(&out));
     eprintln!("build-stack.sh: {:.1?}", started.elapsed());
     let manifest = out.join("stack.toml");
-    let args = ingot_testkit::qemu::KERNEL_ARGS.map(|a| format!("\"{a}\"")).join(", ");
+    let args = ingot_testkit::qemu::KERNEL_ARGS
+        .map(|a| format!("\"{a}\""))
+        .join(", ");
     let text = fs::read_to_string(&manifest).unwrap().replace(
         "bios = \"/boot/grub/i386-pc\"\n",
         &format!("bios = \"/boot/grub/i386-pc\"\nkernel_args = [{args}]\n"),

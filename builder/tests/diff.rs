@@ -130,7 +130,7 @@ fn diff_hashes_a_large_changed_file_in_bounded_memory() {
         "--trust-key".as_ref(),
         pk.as_os_str(),
     ];
-    let r = common::ingot_measured(&args, std::time::Duration::from_secs(300));
+    let r = common::ingot_measured(args, std::time::Duration::from_secs(300));
     r.print("diff of a changed 1.5 GiB sparse file");
     assert_eq!(r.status.code(), Some(1), "{}", r.stderr);
     let d: Value = serde_json::from_str(&r.stdout).unwrap();

@@ -6,6 +6,7 @@
 
 pub mod compress;
 pub mod error_chain;
+pub mod image_file;
 pub mod layerfs;
 pub mod oci_layout;
 pub mod registry;

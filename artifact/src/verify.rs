@@ -21,6 +21,7 @@ use ingot_verity::{HashAlgorithm, HashType, VerityParams};
 use tracing::{info, warn};
 
 use crate::compress::{self, FrameError};
+use crate::image_file::ImageFile;
 use crate::oci_layout::{sha256_digest, ImageManifest, Layout, LayoutError};
 use crate::sign::{signature_key_id, PublicKey, SignError};
 use crate::stack_format::{self, FormatError, SIGNATURE_ANNOTATION};
@@ -668,21 +669,6 @@ fn check_boot_files(img: &Path, boot: &BootFiles) -> Result<(), BootLimitError> 
         size("efi", &boot.efi)?,
     );
     ingot_layers::boot::check_esp_room(kernel, initrd, efi, ingot_layers::boot::DEFAULT_ESP_SIZE)
-}
-
-/// The decompressed, verified image, read by position (ext4-view's own file reader needs its
-/// `std` feature, which this workspace leaves off).
-struct ImageFile(File);
-
-impl ext4_view::Ext4Read for ImageFile {
-    fn read(
-        &mut self,
-        start: u64,
-        dst: &mut [u8],
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync + 'static>> {
-        use std::os::unix::fs::FileExt;
-        Ok(self.0.read_exact_at(dst, start)?)
-    }
 }
 
 /// Checks one layer's blobs against the signed descriptor; `boot`, for the base layer: the

@@ -10,4 +10,5 @@ pub mod inspect;
 pub mod manifest;
 pub mod preload;
 pub mod sb_keys;
+pub mod tool;
 pub mod uki;

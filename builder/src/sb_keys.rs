@@ -10,6 +10,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::tool::{run, ToolError};
+
 /// The three keys, in enrollment order; each is signed by the one named after it.
 pub const KEYS: [(&str, &str); 3] = [("PK", "PK"), ("KEK", "PK"), ("db", "KEK")];
 
@@ -25,35 +27,8 @@ pub enum KeySetError {
         #[source]
         source: std::io::Error,
     },
-    #[error("running {tool} (is {package} installed?)")]
-    Spawn {
-        tool: &'static str,
-        package: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{tool} failed ({status}): {stderr}")]
-    Tool {
-        tool: &'static str,
-        status: std::process::ExitStatus,
-        stderr: String,
-    },
-}
-
-fn run(tool: &'static str, package: &'static str, cmd: &mut Command) -> Result<(), KeySetError> {
-    let out = cmd.output().map_err(|source| KeySetError::Spawn {
-        tool,
-        package,
-        source,
-    })?;
-    if !out.status.success() {
-        return Err(KeySetError::Tool {
-            tool,
-            status: out.status,
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(())
+    #[error(transparent)]
+    Tool(#[from] ToolError),
 }
 
 /// Makes the key set in `dir` (created), certificates named `NAME PK` ...; `owner` is the

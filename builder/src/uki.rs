@@ -14,7 +14,10 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use ingot_artifact::image_file::ImageFile;
 use ingot_layers::descriptor::BootFiles;
+
+use crate::tool::ToolError;
 
 /// Where systemd-boot-efi installs the stub, in the base layer.
 pub const STUB_PATH: &str = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub";
@@ -59,35 +62,10 @@ pub enum UkiError {
         #[source]
         source: std::io::Error,
     },
-    #[error("running {tool} (is {package} installed?)")]
-    Spawn {
-        tool: &'static str,
-        package: &'static str,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{tool} failed ({status}): {stderr}")]
-    Tool {
-        tool: &'static str,
-        status: std::process::ExitStatus,
-        stderr: String,
-    },
+    #[error(transparent)]
+    Tool(#[from] ToolError),
     #[error("the signed command line is {len} bytes, more than the {max} x86 Linux keeps")]
     CmdlineTooLong { len: usize, max: usize },
-}
-
-/// The decompressed base image, read by position.
-struct ImageFile(File);
-
-impl ext4_view::Ext4Read for ImageFile {
-    fn read(
-        &mut self,
-        start: u64,
-        dst: &mut [u8],
-    ) -> Result<(), Box<dyn std::error::Error + Send + Sync + 'static>> {
-        use std::os::unix::fs::FileExt;
-        Ok(self.0.read_exact_at(dst, start)?)
-    }
 }
 
 /// The stub, kernel, initrd and os-release from the base layer's built image `img` (symlinks
@@ -131,38 +109,37 @@ fn frozen_clock(created: &str) -> String {
     created.trim_end_matches('Z').replace('T', " ")
 }
 
+/// Runs `tool` (from `package`) with `args` under `faketime`, the clock frozen at `created`.
 fn run(
     tool: &'static str,
     package: &'static str,
     created: &str,
     args: &[&std::ffi::OsStr],
 ) -> Result<(), UkiError> {
-    let out = Command::new("faketime")
-        .env("TZ", "UTC")
+    let mut cmd = Command::new("faketime");
+    cmd.env("TZ", "UTC")
         .arg("-f")
         .arg(frozen_clock(created))
         .arg(tool)
-        .args(args)
-        .output()
-        .map_err(|source| UkiError::Spawn {
-            tool: "faketime",
-            package: "faketime",
-            source,
-        })?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        let stderr = if stderr.contains("No such file") && stderr.contains(tool) {
-            format!("{stderr} (install {package})")
-        } else {
-            stderr
-        };
-        return Err(UkiError::Tool {
-            tool,
-            status: out.status,
-            stderr,
-        });
+        .args(args);
+    match crate::tool::run("faketime", "faketime", &mut cmd) {
+        Ok(()) => Ok(()),
+        // faketime ran, the tool failed (or was not found: say which package brings it).
+        Err(ToolError::Failed { status, stderr, .. }) => {
+            let stderr = if stderr.contains("No such file") && stderr.contains(tool) {
+                format!("{stderr} (install {package})")
+            } else {
+                stderr
+            };
+            Err(ToolError::Failed {
+                tool,
+                status,
+                stderr,
+            }
+            .into())
+        }
+        Err(e) => Err(e.into()),
     }
-    Ok(())
 }
 
 /// Assembles and signs the UKI in `work` with the clock frozen at `created` (the descriptor's

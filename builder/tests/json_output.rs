@@ -97,9 +97,12 @@ fn every_json_output_parses_with_camel_case_keys() {
             "layers",
             "size",
             "compressedSize",
+            "uki",
         ],
     );
     assert_eq!(built["signed"], true);
+    // Built without --secure-boot-key: no unified kernel image.
+    assert_eq!(built["uki"], Value::Null, "{built:#}");
     assert!(is_digest(&built["manifestDigest"]), "{built:#}");
 
     let verified = json(&["verify", p(&layout), "--trust-key", p(&pk), "--json"], 0);

@@ -1323,12 +1323,15 @@ fn debian_node_boots_read_only_and_runs_its_first_boot_once() {
     eprintln!("the four machines: {:.1?}", started.elapsed());
 }
 
-/// The Debian stack on a two-disk server ([`raid_machine`]). Ignored: in both runs so far the
-/// initrd assembled, formatted and mounted var degraded, but after the switch to the real root
-/// systemd never started within the boot timeout (PID 1 in soft lockups, page faults), while the
-/// one-disk nodes booted; not yet understood. Run it with `-- --ignored`.
+/// The Debian stack on a two-disk server ([`raid_machine`]): each disk alone boots with var
+/// degraded. Session 7 saw it stall (the initrd's wait for the missing member took ~600 s under
+/// TCG, 50 rescans each probing every partition, and PID 1 then sat in soft lockups); with the
+/// wait bounded by the kernel's clock it passed, both disks, in 1384 s (run alone beside a full
+/// `ci/test`). Ignored by default because it builds a second Debian stack; the next step is to
+/// run [`raid_machine`] as a thread of the main test on its published stack. Run it with
+/// `-- --ignored`.
 #[test]
-#[ignore = "the degraded two-disk Debian boot does not reach systemd yet (see its docs)"]
+#[ignore = "builds a second Debian stack; passes alone (see its docs), not yet in the main test"]
 fn debian_two_disk_node_boots_from_either_disk_alone() {
     if !usable(ingot_testkit::test_name!()) {
         return;

@@ -120,21 +120,7 @@ fn sha256_range(image: &Path, offset: u64, size: u64) -> String {
 
 /// output.json's `details.sources`: (location, mirror, bytes, blobs).
 fn sources(m: &Machine) -> Vec<(String, bool, u64, u64)> {
-    let v: serde_json::Value =
-        serde_json::from_slice(&fs::read(m.dir.path().join("output.json")).unwrap()).unwrap();
-    v["details"]["sources"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no details.sources in output.json: {v}"))
-        .iter()
-        .map(|s| {
-            (
-                s["location"].as_str().unwrap().to_owned(),
-                s["mirror"].as_bool().unwrap(),
-                s["bytes"].as_u64().unwrap(),
-                s["blobs"].as_u64().unwrap(),
-            )
-        })
-        .collect()
+    report_sources(&m.dir.path().join("output.json"))
 }
 
 /// Ten writers started at once, CAPH-style, on ten fixture machines, through a pull-through
@@ -447,7 +433,8 @@ fn veritysetup_verify(img: &Path, stack: &common::Stack, work: &Path) {
     }
 }
 
-/// report.json's `details.sources`: (location, mirror, bytes, blobs).
+/// A writer report's (output.json, report.json) `details.sources`: (location, mirror, bytes,
+/// blobs).
 fn report_sources(report: &Path) -> Vec<(String, bool, u64, u64)> {
     let v: serde_json::Value = serde_json::from_slice(&fs::read(report).unwrap()).unwrap();
     v["details"]["sources"]

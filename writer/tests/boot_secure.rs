@@ -6,7 +6,10 @@
 //! once per test). The kernel must say Secure Boot is on, every layer of the machine must be
 //! verified with the root hash of the signed command line, the node layer with the root hash of
 //! the stub's credential; the same disk with one byte of the UKI's `.cmdline` changed, and with
-//! the UKI's signature removed, must be refused by the firmware (`Access Denied`). With swtpm,
+//! the UKI's signature removed, must be refused by the firmware (`Access Denied`). A loader
+//! entry of a db-signed systemd-boot that passes its own command line to the UKI (the base's
+//! root hash zeroed) does not override the signed one under Secure Boot; with Secure Boot off
+//! the same disk's kernel gets the entry's line (so the entry is really the one run). With swtpm,
 //! two machines of the release agree in PCR 11 (the value `ingot inspect` predicts) and differ
 //! in PCR 12 (their node credentials).
 //!
@@ -30,6 +33,8 @@ const TOKEN: &str = "ghp_ingotSecureBootToken0123456789abcd";
 const SDBOOT: &str = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi";
 /// What OVMF's boot manager prints for an image Secure Boot refuses.
 const REFUSED: &str = "Access Denied";
+/// The marker a loader entry adds to its own command line.
+const OVERRIDE: &str = "ingot.override=loader";
 
 fn usable(test: &str) -> bool {
     have_root(test)
@@ -56,6 +61,8 @@ fn usable(test: &str) -> bool {
 struct Enrolled {
     _dir: tempfile::TempDir,
     vars: PathBuf,
+    /// systemd-boot, signed with the db key.
+    sdboot: PathBuf,
 }
 
 /// Makes a key set and enrolls it the documented way: OVMF's variable store without keys
@@ -77,7 +84,7 @@ fn enroll(dir: tempfile::TempDir, key: &SecureBootKey) -> Enrolled {
     );
     let read = |p: PathBuf| fs::read(p).unwrap();
     let (sd, pk, kek, db) = (
-        read(sdboot),
+        read(sdboot.clone()),
         read(keys.join("PK.auth")),
         read(keys.join("KEK.auth")),
         read(keys.join("db.auth")),
@@ -111,7 +118,11 @@ fn enroll(dir: tempfile::TempDir, key: &SecureBootKey) -> Enrolled {
         console.contains("Enrolling secure boot keys"),
         "systemd-boot did not enroll:\n{console}"
     );
-    Enrolled { _dir: dir, vars }
+    Enrolled {
+        _dir: dir,
+        vars,
+        sdboot,
+    }
 }
 
 /// A fixture machine written by the writer as CAPH runs it (with `--kernel-arg`s, which the
@@ -172,8 +183,9 @@ impl Written {
         out.status.success().then_some(out.stdout)
     }
 
-    /// A copy of the disk whose UKI is `change`d (mtools, as an attacker with the ESP would).
-    fn with_uki(&self, dir: &Path, what: &str, change: impl FnOnce(&Path)) -> PathBuf {
+    /// A copy of the disk whose ESP `change` edits through mtools (as an attacker with the ESP
+    /// would), given the copy's `image@@offset`.
+    fn with_esp(&self, dir: &Path, what: &str, change: impl FnOnce(&str)) -> PathBuf {
         let image = dir.join(format!("{what}.img"));
         run_ok(
             Command::new("cp")
@@ -181,28 +193,87 @@ impl Written {
                 .arg(&self.image)
                 .arg(&image),
         );
-        let uki = dir.join(format!("{what}.efi"));
-        let at = format!("{}@@{}", image.display(), self.esp);
-        run_ok(
-            Command::new("mcopy")
-                .args(["-i", &at, "::/EFI/BOOT/BOOTX64.EFI"])
-                .arg(&uki),
-        );
-        change(&uki);
-        run_ok(
-            Command::new("mcopy")
-                .args(["-o", "-i", &at])
-                .arg(&uki)
-                .arg("::/EFI/BOOT/BOOTX64.EFI"),
-        );
+        change(&format!("{}@@{}", image.display(), self.esp));
         image
+    }
+
+    /// A copy of the disk whose UKI is `change`d.
+    fn with_uki(&self, dir: &Path, what: &str, change: impl FnOnce(&Path)) -> PathBuf {
+        let uki = dir.join(format!("{what}.efi"));
+        self.with_esp(dir, what, |at| {
+            run_ok(
+                Command::new("mcopy")
+                    .args(["-i", at, "::/EFI/BOOT/BOOTX64.EFI"])
+                    .arg(&uki),
+            );
+            change(&uki);
+            run_ok(
+                Command::new("mcopy")
+                    .args(["-o", "-i", at])
+                    .arg(&uki)
+                    .arg("::/EFI/BOOT/BOOTX64.EFI"),
+            );
+        })
+    }
+
+    /// A copy of the disk that boots the release's UKI through a db-signed systemd-boot whose
+    /// loader entry passes its own command line (`options`, the UKI's load options): the
+    /// signed line with the base's root hash zeroed, and a marker. The UKI and its credentials
+    /// move to `EFI/Linux/`, where the stub looks beside the image it was loaded from.
+    fn with_loader_entry(&self, dir: &Path, what: &str, sdboot: &Path, options: &str) -> PathBuf {
+        let files = dir.join(what);
+        fs::create_dir_all(&files).unwrap();
+        let local = |name: &str, bytes: &[u8]| {
+            let path = files.join(name);
+            fs::write(&path, bytes).unwrap();
+            path
+        };
+        let uki = local("ingot.efi", &self.esp_file("EFI/BOOT/BOOTX64.EFI").unwrap());
+        let creds: Vec<(String, PathBuf)> = ["ingot-node.cred", "ingot-var.cred"]
+            .iter()
+            .map(|c| {
+                let at = format!("EFI/BOOT/BOOTX64.EFI.extra.d/{c}");
+                (c.to_string(), local(c, &self.esp_file(&at).unwrap()))
+            })
+            .collect();
+        let conf = local("loader.conf", b"timeout 0\ndefault override.conf\n");
+        let entry = local(
+            "override.conf",
+            format!("title override\nefi /EFI/Linux/ingot.efi\noptions {options}\n").as_bytes(),
+        );
+        self.with_esp(dir, what, |at| {
+            let mmd = |d: &str| run_ok(Command::new("mmd").args(["-i", at, d]));
+            let put = |from: &Path, to: &str| {
+                run_ok(
+                    Command::new("mcopy")
+                        .args(["-o", "-i", at])
+                        .arg(from)
+                        .arg(to),
+                );
+            };
+            for d in [
+                "::/EFI/Linux",
+                "::/EFI/Linux/ingot.efi.extra.d",
+                "::/loader",
+            ] {
+                mmd(d);
+            }
+            mmd("::/loader/entries");
+            put(&uki, "::/EFI/Linux/ingot.efi");
+            for (name, path) in &creds {
+                put(path, &format!("::/EFI/Linux/ingot.efi.extra.d/{name}"));
+            }
+            put(sdboot, "::/EFI/BOOT/BOOTX64.EFI");
+            put(&conf, "::/loader/loader.conf");
+            put(&entry, "::/loader/entries/override.conf");
+        })
     }
 }
 
 /// A good Secure Boot boot of machine `name`: Secure Boot on, the signed command line, the base
 /// verified with its signed root hash and the other layers left out (a worker), the node layer
-/// with the credential's root hash, the end marker; returns its PCR 11 and PCR 12 (lower-case).
-fn assert_secure_boot(console: &str, signed: &str, node: &str, name: &str) -> (String, String) {
+/// with the credential's root hash, the end marker.
+fn assert_secure_boot(console: &str, signed: &str, node: &str, name: &str) {
     for l in console.lines().filter(|l| {
         l.starts_with("ingot") || l.contains("ecure boot") || l.contains("Kernel command line")
     }) {
@@ -237,6 +308,10 @@ fn assert_secure_boot(console: &str, signed: &str, node: &str, name: &str) -> (S
         "{console}"
     );
     assert!(console.contains(&format!("{END}\n")), "{console}");
+}
+
+/// The PCR 11 and PCR 12 a boot with a TPM printed (lower-case hex).
+fn pcrs(console: &str) -> (String, String) {
     let pcr = |i: u32| {
         let prefix = format!("ingot: pcr {i} ");
         console
@@ -259,30 +334,11 @@ fn assert_refused(console: &str, what: &str) {
     assert!(!console.contains(END), "{what}:\n{console}");
 }
 
-#[test]
-fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
-    if !usable(ingot_testkit::test_name!()) {
-        return;
-    }
-    // The key set first; then the stack is built while the enrollment VM runs.
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let keys = dir.path().join("keys");
-    let owner = uuid::Uuid::new_v4().to_string();
-    ingot::sb_keys::generate(&keys, "ingot boot test", &owner, false).unwrap();
-    let key = SecureBootKey {
-        key: keys.join("db.key"),
-        cert: keys.join("db.crt"),
-    };
-    let (enrolled, p) = std::thread::scope(|s| {
-        let enrolled = s.spawn(|| enroll(dir, &key));
-        let p = publish_secure(TOKEN, &key);
-        (enrolled.join().unwrap(), p)
-    });
+/// The ESP of a written Secure Boot machine: the release's UKI byte for byte, the credentials,
+/// nothing that could choose another line; the summary and the `--kernel-arg` warning. Returns
+/// the node credential (the node layer's root hash).
+fn assert_secure_esp(p: &Published, w: &Written) -> String {
     let descriptor = &ingot_testkit::layout::read(&p.stack.layout).descriptor;
-    let signed = descriptor["uki"]["cmdline"].as_str().unwrap().to_string();
-    let w = write(&p, "cpu-worker", "worker-7");
-
-    // The ESP: the UKI byte for byte, the credentials, nothing that could choose another line.
     let uki_blob = fs::read(ingot_testkit::layout::blob_path(
         &p.stack.layout,
         descriptor["uki"]["digest"].as_str().unwrap(),
@@ -333,6 +389,33 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
         "no warning for --kernel-arg:\n{}",
         w.events
     );
+    node
+}
+
+#[test]
+fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    // The key set first; then the stack is built while the enrollment VM runs.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let keys = dir.path().join("keys");
+    let owner = uuid::Uuid::new_v4().to_string();
+    ingot::sb_keys::generate(&keys, "ingot boot test", &owner, false).unwrap();
+    let key = SecureBootKey {
+        key: keys.join("db.key"),
+        cert: keys.join("db.crt"),
+    };
+    let (enrolled, p) = std::thread::scope(|s| {
+        let enrolled = s.spawn(|| enroll(dir, &key));
+        let p = publish_secure(TOKEN, &key);
+        (enrolled.join().unwrap(), p)
+    });
+    let descriptor = &ingot_testkit::layout::read(&p.stack.layout).descriptor;
+    let signed = descriptor["uki"]["cmdline"].as_str().unwrap().to_string();
+    let w = write(&p, "cpu-worker", "worker-7");
+
+    let node = assert_secure_esp(&p, &w);
 
     let scratch = tempfile::tempdir_in("/var/tmp").unwrap();
     let changed = w.with_uki(scratch.path(), "cmdline-byte", |uki| {
@@ -346,6 +429,18 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
     let unsigned = w.with_uki(scratch.path(), "unsigned", |uki| {
         run_ok(Command::new("sbattach").arg("--remove").arg(uki));
     });
+    // A loader entry's own command line: the base's root hash zeroed, and a marker.
+    let base_root = signed
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("ingot.layers=base:"))
+        .and_then(|l| l.split(',').next())
+        .unwrap();
+    let options = format!(
+        "{} {OVERRIDE}",
+        signed.replace(base_root, &"0".repeat(base_root.len()))
+    );
+    let entry = |what| w.with_loader_entry(scratch.path(), what, &enrolled.sdboot, &options);
+    let (on_disk, off_disk) = (entry("loader-entry"), entry("loader-entry-off"));
 
     // A second machine of the same release: another node layer, so another credential.
     let w2 = write(&p, "cpu-worker", "worker-8");
@@ -357,22 +452,38 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
     assert_ne!(node, node2);
 
     let vars = &enrolled.vars;
-    let (one, two, changed, unsigned) = std::thread::scope(|s| {
+    let (one, two, changed, unsigned, entry_sb, entry_off) = std::thread::scope(|s| {
         let one = s.spawn(|| boot_secure(&[&w.image], vars, true, &[], "secure-boot"));
         let two = s.spawn(|| boot_secure(&[&w2.image], vars, true, &[], "secure-boot-2"));
         let changed =
             s.spawn(|| boot_secure(&[&changed], vars, false, &[REFUSED, END], "changed-cmdline"));
         let unsigned =
             s.spawn(|| boot_secure(&[&unsigned], vars, false, &[REFUSED, END], "unsigned-uki"));
+        let entry_sb = s.spawn(|| boot_secure(&[&on_disk], vars, false, &[], "loader-entry"));
+        // The same disk with Secure Boot off (the variable store without keys): the entry's
+        // line is the one the kernel gets, so the entry is really what systemd-boot ran.
+        let entry_off = s.spawn(|| {
+            let no_keys = Path::new(OVMF_VARS);
+            boot_secure(
+                &[&off_disk],
+                no_keys,
+                false,
+                &[FAILED, END],
+                "loader-entry-off",
+            )
+        });
         (
             one.join().unwrap(),
             two.join().unwrap(),
             changed.join().unwrap(),
             unsigned.join().unwrap(),
+            entry_sb.join().unwrap(),
+            entry_off.join().unwrap(),
         )
     });
-    let pcr_one = assert_secure_boot(&one, &signed, &node, "worker-7");
-    let pcr_two = assert_secure_boot(&two, &signed, &node2, "worker-8");
+    assert_secure_boot(&one, &signed, &node, "worker-7");
+    assert_secure_boot(&two, &signed, &node2, "worker-8");
+    let (pcr_one, pcr_two) = (pcrs(&one), pcrs(&two));
     // One release: the same UKI, the same PCR 11, the one `ingot inspect` predicts. Two nodes:
     // two credentials, two PCR 12 values.
     assert_eq!(
@@ -391,4 +502,12 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
     assert_eq!(pcr_one.0, predicted, "PCR 11 is not the predicted value");
     assert_refused(&changed, "one byte of .cmdline changed");
     assert_refused(&unsigned, "signature removed");
+    // Under Secure Boot the stub ignores the entry's line: the signed one, every hash verified.
+    assert_secure_boot(&entry_sb, &signed, &node, "worker-7");
+    assert!(!entry_sb.contains(OVERRIDE), "{entry_sb}");
+    assert!(
+        entry_off.contains(&format!("Kernel command line: {options}")),
+        "Secure Boot off: the entry's line was not used, so the test proves nothing:\n{entry_off}"
+    );
+    assert!(entry_off.contains(FAILED), "{entry_off}");
 }

@@ -13,10 +13,11 @@
 //! /etc/kubernetes; the second boot must show the first two gone (and the unit not run), the
 //! CNI directory empty of the drop, /etc/kubernetes and kubeadm's state kept, /var's writes kept
 //! and the first boot's work not repeated. Then one byte of /usr/bin/containerd in the worker's
-//! base partition is flipped and the node must not come up. Beside them: a BIOS cloud VM, and a
+//! base partition is flipped and the node must not come up. Beside them: a BIOS cloud VM, a
 //! GPU worker that gets the nvidia layer (no kata) and shows its module built for the base's
-//! kernel, refused by the kernel only for want of a GPU; the control plane (KVM and UEFI) also
-//! gets the kata layer, whose QEMU boots a guest under KVM inside the node.
+//! kernel, refused by the kernel only for want of a GPU, and a two-disk server whose `var` is
+//! mirrored and which boots from either disk alone, degraded; the control plane (KVM and UEFI)
+//! also gets the kata layer, whose QEMU boots a guest under KVM inside the node.
 //!
 //! The check unit itself is the harness: sealed in the node layer like any data file, and pulled
 //! into every boot by `systemd.wants=ingot-check.service` on the kernel command line (the
@@ -1319,24 +1320,7 @@ fn debian_node_boots_read_only_and_runs_its_first_boot_once() {
         s.spawn(move || machine(p, &worker));
         s.spawn(move || bios_machine(p));
         s.spawn(move || gpu_machine(p));
+        s.spawn(move || raid_machine(p));
     });
-    eprintln!("the four machines: {:.1?}", started.elapsed());
-}
-
-/// The Debian stack on a two-disk server ([`raid_machine`]): each disk alone boots with var
-/// degraded. Session 7 saw it stall (the initrd's wait for the missing member took ~600 s under
-/// TCG, 50 rescans each probing every partition, and PID 1 then sat in soft lockups); with the
-/// wait bounded by the kernel's clock it passed, both disks, in 1384 s (run alone beside a full
-/// `ci/test`). Ignored by default because it builds a second Debian stack; the next step is to
-/// run [`raid_machine`] as a thread of the main test on its published stack. Run it with
-/// `-- --ignored`.
-#[test]
-#[ignore = "builds a second Debian stack; passes alone (see its docs), not yet in the main test"]
-fn debian_two_disk_node_boots_from_either_disk_alone() {
-    if !usable(ingot_testkit::test_name!()) {
-        return;
-    }
-    let work = tempfile::tempdir_in("/var/tmp").unwrap();
-    let p = publish(work.path());
-    raid_machine(&p);
+    eprintln!("the five machines: {:.1?}", started.elapsed());
 }

@@ -24,13 +24,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::boot::{machine, publish_secure, run_ok, Published, END, FAILED};
+use common::secure_boot::{self, enroll, key_set};
 use common::{caph_command, caph_write_for_boot, partitions, repo_root};
-use ingot::uki::SecureBootKey;
-use ingot_testkit::qemu::{boot_secure, run_qemu, vm_secure_boot, OVMF_CODE_SECBOOT, OVMF_VARS};
-use ingot_testkit::skip::{have_file, have_root, have_tools};
+use ingot_testkit::qemu::{boot_secure, OVMF_VARS};
+use ingot_testkit::skip::{have_root, have_tools};
 
 const TOKEN: &str = "ghp_ingotSecureBootToken0123456789abcd";
-const SDBOOT: &str = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi";
 /// What OVMF's boot manager prints for an image Secure Boot refuses.
 const REFUSED: &str = "Access Denied";
 /// The marker a loader entry adds to its own command line.
@@ -40,89 +39,9 @@ fn usable(test: &str) -> bool {
     have_root(test)
         && have_tools(
             test,
-            &[
-                "qemu-system-x86_64",
-                "docker-registry",
-                "sbsign",
-                "sbattach",
-                "faketime",
-                "objcopy",
-                "openssl",
-                "cert-to-efi-sig-list",
-                "sign-efi-sig-list",
-                "mcopy",
-            ],
+            &["qemu-system-x86_64", "docker-registry", "sbattach", "mmd"],
         )
-        && have_file(test, Path::new(OVMF_CODE_SECBOOT))
-        && have_file(test, Path::new(SDBOOT))
-}
-
-/// An OVMF variable store with the test's key set enrolled (Secure Boot on).
-struct Enrolled {
-    _dir: tempfile::TempDir,
-    vars: PathBuf,
-    /// systemd-boot, signed with the db key.
-    sdboot: PathBuf,
-}
-
-/// Makes a key set and enrolls it the documented way: OVMF's variable store without keys
-/// (Setup Mode), an ESP with a db-signed systemd-boot, `loader.conf` saying
-/// `secure-boot-enroll force` and the `.auth` files in `loader/keys/auto/`; systemd-boot enrolls
-/// them and resets the machine (`-no-reboot`: qemu exits).
-fn enroll(dir: tempfile::TempDir, key: &SecureBootKey) -> Enrolled {
-    let keys = dir.path().join("keys");
-    let sdboot = dir.path().join("systemd-bootx64.efi");
-    run_ok(
-        Command::new("sbsign")
-            .arg("--key")
-            .arg(&key.key)
-            .arg("--cert")
-            .arg(&key.cert)
-            .arg("--output")
-            .arg(&sdboot)
-            .arg(SDBOOT),
-    );
-    let read = |p: PathBuf| fs::read(p).unwrap();
-    let (sd, pk, kek, db) = (
-        read(sdboot.clone()),
-        read(keys.join("PK.auth")),
-        read(keys.join("KEK.auth")),
-        read(keys.join("db.auth")),
-    );
-    let files: Vec<(&str, &[u8])> = vec![
-        ("EFI/BOOT/BOOTX64.EFI", &sd),
-        (
-            "loader/loader.conf",
-            b"secure-boot-enroll force\ntimeout 0\n",
-        ),
-        ("loader/keys/auto/PK.auth", &pk),
-        ("loader/keys/auto/KEK.auth", &kek),
-        ("loader/keys/auto/db.auth", &db),
-    ];
-    let esp = dir.path().join("enroll-esp.img");
-    fs::write(
-        &esp,
-        ingot_writer::steps::esp::build(64 << 20, &files, 7).unwrap(),
-    )
-    .unwrap();
-    let vars = dir.path().join("vars.fd");
-    fs::copy(OVMF_VARS, &vars).unwrap();
-    let log = dir.path().join("enroll.serial");
-    let mut cmd = vm_secure_boot(1, 512, &vars);
-    cmd.arg("-drive")
-        .arg(format!("file={},format=raw,if=virtio", esp.display()))
-        .arg("-serial")
-        .arg(format!("file:{}", log.display()));
-    let console = run_qemu(cmd, &log, &dir.path().join("enroll.err"), "enroll");
-    assert!(
-        console.contains("Enrolling secure boot keys"),
-        "systemd-boot did not enroll:\n{console}"
-    );
-    Enrolled {
-        _dir: dir,
-        vars,
-        sdboot,
-    }
+        && secure_boot::usable(test)
 }
 
 /// A fixture machine written by the writer as CAPH runs it (with `--kernel-arg`s, which the
@@ -399,13 +318,7 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
     }
     // The key set first; then the stack is built while the enrollment VM runs.
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let keys = dir.path().join("keys");
-    let owner = uuid::Uuid::new_v4().to_string();
-    ingot::sb_keys::generate(&keys, "ingot boot test", &owner, false).unwrap();
-    let key = SecureBootKey {
-        key: keys.join("db.key"),
-        cert: keys.join("db.crt"),
-    };
+    let key = key_set(dir.path(), "ingot boot test");
     let (enrolled, p) = std::thread::scope(|s| {
         let enrolled = s.spawn(|| enroll(dir, &key));
         let p = publish_secure(TOKEN, &key);

@@ -17,16 +17,20 @@
 //! GPU worker that gets the nvidia layer (no kata) and shows its module built for the base's
 //! kernel, refused by the kernel only for want of a GPU, and a two-disk server whose `var` is
 //! mirrored and which boots from either disk alone, degraded; the control plane (KVM and UEFI)
-//! also gets the kata layer, whose QEMU boots a guest under KVM inside the node.
+//! also gets the kata layer, whose QEMU boots a guest under KVM inside the node. The same trees
+//! are also built as a Secure Boot release (`ingot build --secure-boot-key`, a signed UKI), and
+//! a worker of it boots under OVMF's Secure Boot build with the test's own keys enrolled: the
+//! kernel locked down, every layer verified against the signed command line, the node up.
 //!
 //! The check unit itself is the harness: sealed in the node layer like any data file, and pulled
 //! into every boot by `systemd.wants=ingot-check.service` on the kernel command line (the
-//! writer's `--kernel-arg`), since an enable link written at run time does not survive a reboot
+//! writer's `--kernel-arg`; the Secure Boot release's own `[boot] kernel_args`), since an enable link written at run time does not survive a reboot
 //! any more (that is the point) and cloud-config cannot seal a symlink.
 //!
-//! Needs root, mmdebstrap (and Debian's archive), qemu-system-x86_64, OVMF, docker-registry,
-//! busybox-static, debugfs and ssh-keygen; skipped with a message without root, qemu or
-//! mmdebstrap, except in CI, where a missing piece fails the test.
+//! Needs root, mmdebstrap (and Debian's archive), qemu-system-x86_64, OVMF (and its Secure Boot
+//! build), docker-registry, busybox-static, debugfs, ssh-keygen, sbsigntool, efitools, faketime,
+//! mtools and systemd-boot-efi; skipped with a message without them, except in CI, where a
+//! missing piece fails the test.
 
 mod common;
 
@@ -44,13 +48,17 @@ use ingot_testkit::skip::{have_file, have_root, have_tools};
 use sha2::{Digest, Sha256};
 
 use common::boot::{assert_var_mirror, esp_cmdline, run_ok, var_members};
+use common::secure_boot::{self, enroll, Enrolled};
 use common::{partitions, repo_root};
+use ingot::uki::SecureBootKey;
 
 const TOKEN: &str = "ghp_ingotDebianNodeToken0123456789abcdef";
 /// TCG on a shared two-core machine: generous, and never asserted on.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(1500);
 const IMAGE_REF: &str = "example.invalid/ingot/busybox:1.0";
 const CHECK: &str = "INGOT-CHECK ";
+/// What pulls the check unit into every boot (module docs).
+const CHECK_ARG: &str = "systemd.wants=ingot-check.service";
 /// The disk the enlarged fixture machines get (sparse): the Debian base is about 1 GiB.
 const DISK_MIB: u64 = 4096;
 
@@ -68,6 +76,7 @@ fn usable(test: &str) -> bool {
             ],
         )
         && have_file(test, Path::new(OVMF_CODE))
+        && common::secure_boot::usable(test)
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -312,9 +321,17 @@ struct Published {
     kver: String,
     /// The handlers of the base's RuntimeClass objects.
     runtime_classes: Vec<String>,
+    /// The db key the release's UKI is signed with (the Secure Boot release only).
+    secure_boot: Option<SecureBootKey>,
 }
 
-fn publish(work: &Path) -> Published {
+/// The two releases of one set of trees: as most fleets build it, and with a signed UKI.
+struct Releases {
+    plain: Published,
+    secure: Published,
+}
+
+fn publish(work: &Path) -> Releases {
     // INGOT_TEST_DEBIAN_TREES=DIR keeps the trees (and DIR.inputs, the image and kubeadm they
     // were made with) and reuses them on the next run: a developer's shortcut past mmdebstrap.
     // CI builds them every run.
@@ -325,12 +342,8 @@ fn publish(work: &Path) -> Published {
         .map_or(work.to_path_buf(), |t| t.with_extension("inputs"));
     if kept.is_some() && trees.join("preload-digest").exists() {
         eprintln!("reusing the trees in {}", trees.display());
-        let kver = assert_security_kernel(&trees, work);
-        let classes = runtime_classes(&trees);
-        let stack = common::build_stack(&trees.join("stack.toml"));
-        assert_inspect(&stack);
         let digest = fs::read_to_string(trees.join("preload-digest")).unwrap();
-        return published(stack, digest, kver, classes);
+        return releases(&trees, work, digest);
     }
     let _ = fs::remove_dir_all(inputs.join("images"));
     let _ = fs::remove_dir_all(inputs.join("image-root"));
@@ -355,18 +368,36 @@ fn publish(work: &Path) -> Published {
         started.elapsed(),
         String::from_utf8_lossy(&out.stderr)
     );
-    let kver = assert_security_kernel(&trees, work);
-    let classes = runtime_classes(&trees);
-    let started = Instant::now();
-    let stack = common::build_stack(&trees.join("stack.toml"));
-    eprintln!("ingot build: {:.1?}", started.elapsed());
-    assert_inspect(&stack);
+    let r = releases(&trees, work, digest.clone());
     if kept.is_some() {
         fs::write(trees.join("preload-digest"), &digest).unwrap();
     } else {
         fs::remove_dir_all(&trees).unwrap();
     }
-    published(stack, digest, kver, classes)
+    r
+}
+
+/// Checks the trees' kernel and RuntimeClasses, builds both releases of them and publishes
+/// each behind its own token-checking registry. The Secure Boot release's manifest carries the
+/// harness's kernel arguments itself (the signed line cannot take the writer's `--kernel-arg`).
+fn releases(trees: &Path, work: &Path, digest: String) -> Releases {
+    let kver = assert_security_kernel(trees, work);
+    let classes = runtime_classes(trees);
+    let started = Instant::now();
+    let stack = common::build_stack(&trees.join("stack.toml"));
+    eprintln!("ingot build: {:.1?}", started.elapsed());
+    assert_inspect(&stack);
+    let key = secure_boot::key_set(work, "ingot Debian node test");
+    let mut args = qemu::KERNEL_ARGS.to_vec();
+    args.push(CHECK_ARG);
+    let manifest = secure_boot::with_kernel_args(&trees.join("stack.toml"), "secure.toml", &args);
+    let started = Instant::now();
+    let secure = common::build_stack_with(&manifest, 4 << 20, Some(key.clone()));
+    eprintln!("ingot build --secure-boot-key: {:.1?}", started.elapsed());
+    Releases {
+        plain: published(stack, digest.clone(), kver.clone(), classes.clone(), None),
+        secure: published(secure, digest, kver, classes, Some(key)),
+    }
 }
 
 /// `ingot inspect` lists the four layers, each with its kind and rule, and says what the nvidia
@@ -522,6 +553,7 @@ fn published(
     digest: String,
     kver: String,
     runtime_classes: Vec<String>,
+    secure_boot: Option<SecureBootKey>,
 ) -> Published {
     let registry = common::publish_behind_token(
         &stack.layout,
@@ -535,6 +567,7 @@ fn published(
         digest,
         kver,
         runtime_classes,
+        secure_boot,
     }
 }
 
@@ -546,13 +579,16 @@ struct Written {
     images: BTreeMap<String, PathBuf>,
     image: PathBuf,
     parts: Vec<(String, u64, u64)>,
-    /// The selected disk's loader entry's command line.
+    /// The selected disk's loader entry's command line (the Secure Boot release: the signed one).
     cmdline: String,
     hostname: String,
     /// The layers the writer selected, in stacking order (its `--output-json`).
     layers: Vec<String>,
     /// Units that may fail on this machine (they need hardware the VM lacks).
     may_fail: &'static [&'static str],
+    /// The variable store with the test's Secure Boot keys (it boots under OVMF's Secure Boot
+    /// build), for a machine of the Secure Boot release.
+    enrolled: Option<Enrolled>,
 }
 
 impl Written {
@@ -672,11 +708,17 @@ fn write_machine(p: &Published, node: &Node) -> Written {
         &p.stack.public,
     );
     // The harness's check unit runs at every boot (module docs).
-    cmd.args(["--kernel-arg", "systemd.wants=ingot-check.service"]);
+    cmd.args(["--kernel-arg", CHECK_ARG]);
     common::caph_write_for_boot(cmd, fixture);
     let image = m.images[node.disks[0]].clone();
     let parts = partitions(&image);
-    let cmdline = esp_cmdline(&image, &parts);
+    let cmdline = match p.secure_boot {
+        None => esp_cmdline(&image, &parts),
+        Some(_) => {
+            let descriptor = &ingot_testkit::layout::read(&p.stack.layout).descriptor;
+            descriptor["uki"]["cmdline"].as_str().unwrap().to_string()
+        }
+    };
     let output: serde_json::Value =
         serde_json::from_slice(&fs::read(dir.path().join("output.json")).unwrap()).unwrap();
     let layers: Vec<String> = output["layers"]
@@ -695,6 +737,7 @@ fn write_machine(p: &Published, node: &Node) -> Written {
         hostname: name.to_string(),
         layers,
         may_fail: node.may_fail,
+        enrolled: None,
     }
 }
 
@@ -710,7 +753,14 @@ fn boot_with(w: &Written, firmware: qemu::Firmware, what: &str) -> String {
     let work = w.dir.path().join(format!("vm-{what}"));
     fs::create_dir_all(&work).unwrap();
     let log = work.join("serial.log");
-    let mut cmd = qemu::vm(firmware, 1, 2048, &work);
+    let mut cmd = match &w.enrolled {
+        None => qemu::vm(firmware, 1, 2048, &work),
+        Some(e) => {
+            let vars = work.join("vars.fd");
+            fs::copy(&e.vars, &vars).unwrap();
+            qemu::vm_secure_boot(1, 2048, &vars)
+        }
+    };
     cmd.args(["-nic", "none"])
         .arg("-drive")
         .arg(format!("file={},format=raw,if=virtio", w.image.display()))
@@ -1234,6 +1284,43 @@ fn raid_machine(p: &Published) {
     }
 }
 
+/// A worker of the Secure Boot release, on a machine whose firmware has the test's PK, KEK and
+/// db enrolled (systemd-boot's `secure-boot-enroll`, run while the writer writes): the writer
+/// puts the signed UKI and the stub's credentials on the ESP, the firmware checks the UKI, the
+/// kernel runs locked down with the signed command line, every layer is opened against a root
+/// hash inside the signed image (the node layer against the credential's), and the node comes
+/// up as every worker does, as a first boot.
+fn secure_machine(p: &Published) {
+    let key = p.secure_boot.as_ref().expect("the Secure Boot release");
+    let node = Node::uefi("cpu-worker", "sda", "sb-worker-1", false, &["base"]);
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (enrolled, mut w) = std::thread::scope(|s| {
+        let enrolled = s.spawn(|| enroll(dir, key));
+        let w = write_machine(p, &node);
+        (enrolled.join().unwrap(), w)
+    });
+    w.enrolled = Some(enrolled);
+    let console = boot(&w, "sb-worker-1");
+    for want in [
+        "secureboot: Secure boot enabled".to_string(),
+        "Kernel is locked down from EFI Secure Boot".to_string(),
+        format!("Kernel command line: {}", w.cmdline),
+        "ingot: signed UKI: node layer and var from the stub's credentials".to_string(),
+    ] {
+        assert!(console.contains(&want), "no {want:?}:\n{console}");
+    }
+    let base = w
+        .cmdline
+        .split_whitespace()
+        .find_map(|a| a.strip_prefix("ingot.layers=base:"))
+        .and_then(|l| l.split(',').next())
+        .unwrap();
+    let verified = format!("ingot: layer base verified root hash {base}\n");
+    assert!(console.contains(&verified), "no {verified:?}:\n{console}");
+    assert!(console.contains("formatting it (first boot)"), "{console}");
+    assert_first_boot(p, &w, &console, false);
+}
+
 /// containerd, as the booted node's binary reads its config (`containerd config dump`), has
 /// every runtime the stack's layers may provide, and the running daemon's CRI plugin started
 /// with them (its log line); each RuntimeClass the base ships names one of them.
@@ -1296,11 +1383,11 @@ fn debian_node_boots_read_only_and_runs_its_first_boot_once() {
         return;
     }
     let work = tempfile::tempdir_in("/var/tmp").unwrap();
-    let p = publish(work.path());
+    let Releases { plain, secure } = publish(work.path());
     // Each TCG guest uses about one core: the machines boot side by side.
     let started = Instant::now();
     std::thread::scope(|s| {
-        let p = &p;
+        let (p, secure) = (&plain, &secure);
         // kvm-control-plane has KVM and UEFI: the kata layer too.
         let cp = Node::uefi(
             "kvm-control-plane",
@@ -1321,6 +1408,7 @@ fn debian_node_boots_read_only_and_runs_its_first_boot_once() {
         s.spawn(move || bios_machine(p));
         s.spawn(move || gpu_machine(p));
         s.spawn(move || raid_machine(p));
+        s.spawn(move || secure_machine(secure));
     });
-    eprintln!("the five machines: {:.1?}", started.elapsed());
+    eprintln!("the six machines: {:.1?}", started.elapsed());
 }

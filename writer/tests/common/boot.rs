@@ -46,15 +46,11 @@ pub fn publish_secure(token: &str, key: &ingot::uki::SecureBootKey) -> Published
     let out = trees.path().join("stack");
     run_ok(Command::new(repo_root().join("tests/boot/build-stack.sh")).arg(&out));
     eprintln!("build-stack.sh: {:.1?}", started.elapsed());
-    let manifest = out.join("stack.toml");
-    let args = ingot_testkit::qemu::KERNEL_ARGS
-        .map(|a| format!("\"{a}\""))
-        .join(", ");
-    let text = fs::read_to_string(&manifest).unwrap().replace(
-        "bios = \"/boot/grub/i386-pc\"\n",
-        &format!("bios = \"/boot/grub/i386-pc\"\nkernel_args = [{args}]\n"),
+    let manifest = super::secure_boot::with_kernel_args(
+        &out.join("stack.toml"),
+        "stack.toml",
+        &ingot_testkit::qemu::KERNEL_ARGS,
     );
-    fs::write(&manifest, text).unwrap();
     let started = Instant::now();
     let stack = super::build_stack_with(&manifest, 4 << 20, Some(key.clone()));
     eprintln!("ingot build --secure-boot-key: {:.1?}", started.elapsed());

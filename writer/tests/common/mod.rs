@@ -200,6 +200,7 @@ pub fn assert_caph_done(out: &std::process::Output, what: &str) {
 }
 
 pub mod boot;
+pub mod secure_boot;
 
 /// Waits (up to 120 s) until the writer `child` has written an event to `events` (its
 /// `--events` file) with this `event` and `stage` (`None`: any stage), then sends it `signal`

@@ -9,7 +9,8 @@
 //! the UKI's signature removed, must be refused by the firmware (`Access Denied`). A loader
 //! entry of a db-signed systemd-boot that passes its own command line to the UKI (the base's
 //! root hash zeroed) does not override the signed one under Secure Boot; with Secure Boot off
-//! the same disk's kernel gets the entry's line (so the entry is really the one run). With swtpm,
+//! the same disk's kernel gets the entry's line (so the entry is really the one run). A BIOS
+//! machine of the release gets GRUB and the loader entry and boots under SeaBIOS. With swtpm,
 //! two machines of the release agree in PCR 11 (the value `ingot inspect` predicts) and differ
 //! in PCR 12 (their node credentials).
 //!
@@ -19,14 +20,17 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::boot::{machine, publish_secure, run_ok, Published, END, FAILED};
+use common::boot::{
+    bios_machine, machine, publish_secure, run_ok, Machine, Published, END, FAILED,
+};
 use common::secure_boot::{self, enroll, key_set};
 use common::{caph_command, caph_write_for_boot, partitions, repo_root};
-use ingot_testkit::qemu::{boot_secure, OVMF_VARS};
+use ingot_testkit::qemu::{boot_disk, boot_secure, Firmware, OVMF_VARS};
 use ingot_testkit::skip::{have_root, have_tools};
 
 const TOKEN: &str = "ghp_ingotSecureBootToken0123456789abcd";
@@ -54,8 +58,7 @@ struct Written {
     stdout_summary: String,
 }
 
-fn write(p: &Published, fixture: &str, name: &str) -> Written {
-    let m = machine(fixture);
+fn write(p: &Published, m: Machine, name: &str) -> Written {
     let output = m.dir.path().join("output.json");
     let events = m.dir.path().join("events.jsonl");
     let cmd = caph_command(
@@ -326,7 +329,7 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
     });
     let descriptor = &ingot_testkit::layout::read(&p.stack.layout).descriptor;
     let signed = descriptor["uki"]["cmdline"].as_str().unwrap().to_string();
-    let w = write(&p, "cpu-worker", "worker-7");
+    let w = write(&p, machine("cpu-worker"), "worker-7");
 
     let node = assert_secure_esp(&p, &w);
 
@@ -343,11 +346,7 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
         run_ok(Command::new("sbattach").arg("--remove").arg(uki));
     });
     // A loader entry's own command line: the base's root hash zeroed, and a marker.
-    let base_root = signed
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("ingot.layers=base:"))
-        .and_then(|l| l.split(',').next())
-        .unwrap();
+    let base_root = base_root(&signed);
     let options = format!(
         "{} {OVERRIDE}",
         signed.replace(base_root, &"0".repeat(base_root.len()))
@@ -356,7 +355,7 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
     let (on_disk, off_disk) = (entry("loader-entry"), entry("loader-entry-off"));
 
     // A second machine of the same release: another node layer, so another credential.
-    let w2 = write(&p, "cpu-worker", "worker-8");
+    let w2 = write(&p, machine("cpu-worker"), "worker-8");
     let node2 = String::from_utf8(
         w2.esp_file("EFI/BOOT/BOOTX64.EFI.extra.d/ingot-node.cred")
             .unwrap(),
@@ -364,39 +363,51 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
     .unwrap();
     assert_ne!(node, node2);
 
-    let vars = &enrolled.vars;
-    let (one, two, changed, unsigned, entry_sb, entry_off) = std::thread::scope(|s| {
-        let one = s.spawn(|| boot_secure(&[&w.image], vars, true, &[], "secure-boot"));
-        let two = s.spawn(|| boot_secure(&[&w2.image], vars, true, &[], "secure-boot-2"));
-        let changed =
-            s.spawn(|| boot_secure(&[&changed], vars, false, &[REFUSED, END], "changed-cmdline"));
-        let unsigned =
-            s.spawn(|| boot_secure(&[&unsigned], vars, false, &[REFUSED, END], "unsigned-uki"));
-        let entry_sb = s.spawn(|| boot_secure(&[&on_disk], vars, false, &[], "loader-entry"));
-        // The same disk with Secure Boot off (the variable store without keys): the entry's
-        // line is the one the kernel gets, so the entry is really what systemd-boot ran.
-        let entry_off = s.spawn(|| {
-            let no_keys = Path::new(OVMF_VARS);
-            boot_secure(
-                &[&off_disk],
-                no_keys,
-                false,
-                &[FAILED, END],
-                "loader-entry-off",
-            )
-        });
+    // A BIOS machine (Hetzner's cloud VMs) of the same release: no Secure Boot there, so the
+    // writer gives it the loader entry and GRUB, as for a stack without a UKI.
+    let bios = write(&p, bios_machine("cpu-worker"), "hcloud-worker-1");
+
+    let (vars, no_keys) = (enrolled.vars.as_path(), Path::new(OVMF_VARS));
+    // Every boot side by side: name, disk, variable store, TPM, the texts that end it early.
+    let boots: [(&str, &Path, &Path, bool, &[&str]); 6] = [
+        ("secure-boot", &w.image, vars, true, &[]),
+        ("secure-boot-2", &w2.image, vars, true, &[]),
+        ("changed-cmdline", &changed, vars, false, &[REFUSED, END]),
+        ("unsigned-uki", &unsigned, vars, false, &[REFUSED, END]),
+        ("loader-entry", &on_disk, vars, false, &[]),
+        // Secure Boot off (the store without keys): the kernel gets the entry's line, so the
+        // entry is really what systemd-boot ran.
         (
-            one.join().unwrap(),
-            two.join().unwrap(),
-            changed.join().unwrap(),
-            unsigned.join().unwrap(),
-            entry_sb.join().unwrap(),
-            entry_off.join().unwrap(),
-        )
+            "loader-entry-off",
+            &off_disk,
+            no_keys,
+            false,
+            &[FAILED, END],
+        ),
+    ];
+    let consoles: BTreeMap<&str, String> = std::thread::scope(|s| {
+        let running: Vec<_> = boots
+            .iter()
+            .map(|&(what, disk, vars, tpm, until)| {
+                (
+                    what,
+                    s.spawn(move || boot_secure(&[disk], vars, tpm, until, what)),
+                )
+            })
+            .chain([(
+                "bios",
+                s.spawn(|| boot_disk(&bios.image, Firmware::Bios, "bios")),
+            )])
+            .collect();
+        running
+            .into_iter()
+            .map(|(what, t)| (what, t.join().unwrap()))
+            .collect()
     });
-    assert_secure_boot(&one, &signed, &node, "worker-7");
-    assert_secure_boot(&two, &signed, &node2, "worker-8");
-    let (pcr_one, pcr_two) = (pcrs(&one), pcrs(&two));
+    let c = |what: &str| consoles[what].as_str();
+    assert_secure_boot(c("secure-boot"), &signed, &node, "worker-7");
+    assert_secure_boot(c("secure-boot-2"), &signed, &node2, "worker-8");
+    let (pcr_one, pcr_two) = (pcrs(c("secure-boot")), pcrs(c("secure-boot-2")));
     // One release: the same UKI, the same PCR 11, the one `ingot inspect` predicts. Two nodes:
     // two credentials, two PCR 12 values.
     assert_eq!(
@@ -413,14 +424,61 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
         .pcr11
         .expect("inspect predicts PCR 11");
     assert_eq!(pcr_one.0, predicted, "PCR 11 is not the predicted value");
-    assert_refused(&changed, "one byte of .cmdline changed");
-    assert_refused(&unsigned, "signature removed");
+    assert_refused(c("changed-cmdline"), "one byte of .cmdline changed");
+    assert_refused(c("unsigned-uki"), "signature removed");
     // Under Secure Boot the stub ignores the entry's line: the signed one, every hash verified.
-    assert_secure_boot(&entry_sb, &signed, &node, "worker-7");
-    assert!(!entry_sb.contains(OVERRIDE), "{entry_sb}");
+    assert_secure_boot(c("loader-entry"), &signed, &node, "worker-7");
     assert!(
-        entry_off.contains(&format!("Kernel command line: {options}")),
-        "Secure Boot off: the entry's line was not used, so the test proves nothing:\n{entry_off}"
+        !c("loader-entry").contains(OVERRIDE),
+        "{}",
+        c("loader-entry")
     );
-    assert!(entry_off.contains(FAILED), "{entry_off}");
+    let off = c("loader-entry-off");
+    assert!(
+        off.contains(&format!("Kernel command line: {options}")),
+        "Secure Boot off: the entry's line was not used, so the test proves nothing:\n{off}"
+    );
+    assert!(off.contains(FAILED), "{off}");
+    assert_bios(&bios, c("bios"), &signed);
+}
+
+/// The base's root hash on a command line (`ingot.layers=base:ROOT,...`).
+fn base_root(line: &str) -> &str {
+    line.split_whitespace()
+        .find_map(|a| a.strip_prefix("ingot.layers=base:"))
+        .and_then(|l| l.split(',').next())
+        .unwrap_or_else(|| panic!("no base layer in {line:?}"))
+}
+
+/// The BIOS machine of a Secure Boot release: written and booted as from a stack without a UKI
+/// (the loader entry and GRUB, the UKI and credentials not on its ESP), its base verified with
+/// the release's root hash, the writer's `--kernel-arg`s on its line.
+fn assert_bios(w: &Written, console: &str, signed: &str) {
+    assert!(
+        w.stdout_summary
+            .ends_with("boots from boot loader entry (UEFI) and GRUB (BIOS)"),
+        "{}",
+        w.stdout_summary
+    );
+    assert!(w.esp_file("grub/grub.cfg").is_some(), "no grub.cfg");
+    assert!(w
+        .esp_file("EFI/BOOT/BOOTX64.EFI.extra.d/ingot-node.cred")
+        .is_none());
+    let base = base_root(signed);
+    for want in [
+        format!("ingot: layer base verified root hash {base}\n"),
+        "ingot-node: hostname hcloud-worker-1\n".to_string(),
+        format!("{END}\n"),
+    ] {
+        assert!(console.contains(&want), "bios: no {want:?}:\n{console}");
+    }
+    let line = console
+        .lines()
+        .find(|l| l.contains("Kernel command line: "))
+        .unwrap_or_else(|| panic!("bios: no command line:\n{console}"));
+    assert!(!line.contains("ingot.boot=uki"), "{line}");
+    assert!(
+        line.contains("no_timer_check"),
+        "the writer's --kernel-arg: {line}"
+    );
 }

@@ -262,6 +262,26 @@ pub fn machine(fixture: &str) -> Machine {
     }
 }
 
+/// [`machine`] without UEFI (its `/sys/firmware/efi` removed), as Hetzner's cloud VMs boot.
+pub fn bios_machine(fixture: &str) -> Machine {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let copy = dir.path().join("fixture");
+    run_ok(
+        Command::new("cp")
+            .arg("-a")
+            .arg(repo_root().join("tests/fixtures/machines").join(fixture))
+            .arg(&copy),
+    );
+    fs::remove_dir_all(copy.join("sys/firmware/efi")).unwrap();
+    let m = materialize(&copy, &dir.path().join("machine"))
+        .unwrap_or_else(|e| panic!("materializing {fixture} without UEFI: {e}"));
+    Machine {
+        dir,
+        root: m.root,
+        images: m.images,
+    }
+}
+
 /// Runs the writer as CAPH does (four positional arguments, the token in the environment,
 /// `--sysroot` a fixture machine) and reads back what it put on disk `disk`'s ESP.
 pub fn write_machine(

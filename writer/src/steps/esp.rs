@@ -53,7 +53,8 @@ pub fn run(
         None => vec![plan.part(&Content::Var).part_guid],
     };
     if let Some(uki) = opened.uki() {
-        return run_uki(target, opened, uki, node, &var, plan, settings, reporter);
+        let creds = credentials(node, &var);
+        return run_uki(target, opened, uki, &creds, plan, settings, reporter);
     }
     reporter.stage(
         Stage::Esp,
@@ -159,13 +160,11 @@ fn write_esp(
 /// layer's root hash; `var`'s members). No loader entry, no kernel or initrd of their own, no
 /// GRUB: nothing on the ESP could choose another command line. `--kernel-arg` cannot reach the
 /// signed command line: it is ignored, with a warning.
-#[allow(clippy::too_many_arguments)]
 fn run_uki(
     target: &Target,
     opened: &OpenedStack,
     uki: &[u8],
-    node: Option<&NodeLayer>,
-    var: &[uuid::Uuid],
+    credentials: &[(String, String)],
     plan: &DiskPlan,
     settings: &WriteSettings,
     reporter: &Reporter,
@@ -190,16 +189,8 @@ fn run_uki(
         .as_ref()
         .map(|u| u.cmdline.clone())
         .unwrap_or_default();
-    let node_cred = node.map(|n| n.root_hash.to_string());
-    let var_cred: Vec<String> = var.iter().map(|u| format!("PARTUUID={u}")).collect();
-    let var_cred = var_cred.join(",");
-    let node_path = format!("{CREDENTIALS_DIR}/{NODE_CREDENTIAL}");
-    let var_path = format!("{CREDENTIALS_DIR}/{VAR_CREDENTIAL}");
-    let mut files: Vec<(&str, &[u8])> =
-        vec![(BOOT_EFI_PATH, uki), (&var_path, var_cred.as_bytes())];
-    if let Some(n) = &node_cred {
-        files.push((&node_path, n.as_bytes()));
-    }
+    let mut files: Vec<(&str, &[u8])> = vec![(BOOT_EFI_PATH, uki)];
+    files.extend(credentials.iter().map(|(p, c)| (p.as_str(), c.as_bytes())));
     let stats = write_esp(target, plan, &files, settings, reporter)?;
     Ok(EspWritten {
         cmdline: signed,
@@ -207,6 +198,23 @@ fn run_uki(
         mbr_code: None,
         chain: BootChain::SignedUki,
     })
+}
+
+/// The systemd-stub credentials beside the UKI, as (ESP path, content): `var`'s members and the
+/// node layer's root hash (when there is a node layer).
+fn credentials(node: Option<&NodeLayer>, var: &[uuid::Uuid]) -> Vec<(String, String)> {
+    let members: Vec<String> = var.iter().map(|u| format!("PARTUUID={u}")).collect();
+    let mut creds = vec![(
+        format!("{CREDENTIALS_DIR}/{VAR_CREDENTIAL}"),
+        members.join(","),
+    )];
+    if let Some(n) = node {
+        creds.push((
+            format!("{CREDENTIALS_DIR}/{NODE_CREDENTIAL}"),
+            n.root_hash.to_string(),
+        ));
+    }
+    creds
 }
 
 /// The kernel command line for this stack, node layer and `var` (every member of its mirror),

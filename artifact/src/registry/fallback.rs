@@ -424,16 +424,17 @@ impl Registry {
     }
 
     /// Bytes `range` of a blob, read into memory (one zstd frame of a layer, say), from the
-    /// first source that serves them. Not checked against the digest, which covers the whole
-    /// blob: the caller checks what it reads (the writer checks every block against the
-    /// layer's signed verity tree).
+    /// first source not refused for the blob that serves them, and that source. Not checked
+    /// against the digest, which covers the whole blob: the caller checks what it reads (a
+    /// layer's frames, every block against the signed verity tree: `BlobFrames`) and
+    /// refuses the source whose bytes fail ([`Registry::refuse`]).
     pub fn fetch_range(
         &self,
         reference: &RegistryRef,
         digest: &str,
         size: u64,
         range: std::ops::Range<u64>,
-    ) -> Result<Vec<u8>, RegistryError> {
+    ) -> Result<(Vec<u8>, SourceName), RegistryError> {
         let sources = self.blob_sources(reference, digest)?;
         let what = format!("blob {digest} (bytes {range:?})");
         let mut failures = Failures::default();
@@ -446,8 +447,9 @@ impl Registry {
             ));
             match got {
                 Ok(bytes) => {
+                    // Counted now: bytes the caller then refuses were served all the same.
                     self.count(src, bytes.len() as u64, false);
-                    return Ok(bytes);
+                    return Ok((bytes, SourceName::of(src)));
                 }
                 Err(e @ RegistryError::Protocol(_)) => return Err(e),
                 Err(e) => failures.add(self, &what, src, sources.get(i + 1), e),

@@ -80,17 +80,26 @@ impl<W: Write + ?Sized> SourcedWrite for Unsourced<'_, W> {
     fn source(&mut self, _: &SourceName, _: u64) {}
 }
 
-/// A `Write` that counts what passes.
+/// A `Write` that counts what passes, and what the sink refused with an error (the writer's
+/// pipeline, stopped by a block that failed its check): a source sent those bytes all the same.
 struct Counting<'a, W: Write + ?Sized> {
     inner: &'a mut W,
     n: u64,
+    refused: u64,
 }
 
 impl<W: Write + ?Sized> Write for Counting<'_, W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.n += n as u64;
-        Ok(n)
+        match self.inner.write(buf) {
+            Ok(n) => {
+                self.n += n as u64;
+                Ok(n)
+            }
+            Err(e) => {
+                self.refused += buf.len() as u64;
+                Err(e)
+            }
+        }
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -375,7 +384,11 @@ impl Registry {
         let sources = self.blob_sources(reference, digest)?;
         let what = format!("blob {digest}");
         let mut hasher = Sha256::new();
-        let mut sink = Counting { inner: sink, n: 0 };
+        let mut sink = Counting {
+            inner: sink,
+            n: 0,
+            refused: 0,
+        };
         let mut ranged = Vec::new();
         let mut senders = Vec::new();
         let mut failures = Failures::default();
@@ -411,7 +424,7 @@ impl Registry {
                 }
                 // The sink refused the bytes: no other source changes that.
                 Err(e @ RegistryError::Io { .. }) => {
-                    self.count(src, sink.n - before, false);
+                    self.count(src, sink.n - before + sink.refused, false);
                     return Err(e);
                 }
                 Err(e) => {

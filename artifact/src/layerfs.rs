@@ -96,6 +96,20 @@ pub enum BlockError {
     },
 }
 
+impl BlockError {
+    /// Whether the blob's bytes themselves failed (a frame that does not decode or is short, a
+    /// block against the signed tree; from every source, when several), not reading them.
+    pub fn is_bad_bytes(&self) -> bool {
+        matches!(
+            self,
+            BlockError::Decode { .. }
+                | BlockError::Short { .. }
+                | BlockError::Verify { .. }
+                | BlockError::AllSources { .. }
+        )
+    }
+}
+
 fn tried_text(tried: &[(String, BlockError)]) -> String {
     tried
         .iter()
@@ -328,6 +342,24 @@ pub enum LayerFsError {
         #[source]
         source: ReadError,
     },
+}
+
+impl LayerFsError {
+    /// The block a read could not have, when that is what failed (not the file system's shape:
+    /// a path not found, not a regular file).
+    pub fn block(&self) -> Option<&BlockError> {
+        match self {
+            LayerFsError::Load {
+                source: ReadError::Block(b),
+                ..
+            }
+            | LayerFsError::Missing {
+                source: ReadError::Block(b),
+                ..
+            } => Some(b),
+            _ => None,
+        }
+    }
 }
 
 /// What failed below a [`LayerFsError`].

@@ -844,3 +844,60 @@ fn when_every_source_flips_a_byte_the_write_fails_naming_each() {
         "the disk has a partition table"
     );
 }
+
+/// Every source flips a byte of the frame with the kernel's inode (the mirror and the origin
+/// both): the plan refuses each in turn and fails, naming both and why, before anything is
+/// written: the disk is still all zeros.
+#[test]
+fn when_every_source_flips_a_boot_file_frame_the_plan_fails_naming_each() {
+    if !have_tools(ingot_testkit::test_name!(), &["docker-registry", "debugfs"]) {
+        return;
+    }
+    let stack = common::demo();
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (digest, _, _) = base_blob(&stack);
+    let (frame, offset, _) = inode_flip(&stack, "/boot/vmlinuz", work.path());
+    let reg = Registry::start(&work.path().join("origin"), None);
+    publish(&stack.layout, &reg);
+    let flipping = || {
+        Proxy::start(
+            addr(0),
+            addr(reg.port),
+            Faults {
+                flip: Some(Rule {
+                    path_contains: digest.clone(),
+                    offset,
+                }),
+                ..Faults::default()
+            },
+        )
+        .unwrap()
+    };
+    let (origin, bad) = (flipping(), flipping());
+    let conf = registries_conf(work.path(), &origin.host(), &[bad.host()]);
+    let img = work.path().join("disk.img");
+    let report = work.path().join("report.json");
+    let out = target_writer(
+        &format!("oci://{}/stacks/demo:1.0.0", origin.host()),
+        &stack,
+        &img,
+        &report,
+        Some(&conf),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "zstd frame {frame}: every source sent bytes that fail the layer's check: "
+        )) && stderr.contains(&format!("mirror {}/stacks/demo (", bad.host()))
+            && stderr.contains(&format!("origin {}/stacks/demo (", origin.host())),
+        "{}",
+        show(&out)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    assert_eq!(status["stage"], "plan", "{status}");
+    assert!(
+        fs::read(&img).unwrap().iter().all(|b| *b == 0),
+        "the disk was written"
+    );
+}

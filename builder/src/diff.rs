@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ingot_layers::descriptor::{LayerEntry, StackDescriptor};
@@ -19,7 +19,7 @@ use ingot_verity::input::{self, Symlinks};
 use ingot_verity::{RootHash, Verifier};
 use serde::Serialize;
 
-use ingot_artifact::layerfs::{LayerFs, Node};
+use ingot_artifact::layerfs::{BlockError, FetchError, FrameSource, LayerFs, Node, Refused};
 use ingot_artifact::sbom::DebPackage;
 use ingot_artifact::verify::{
     layer_packages, verify_metadata, verity_params, ArtifactSource, Trust, VerifyError,
@@ -273,20 +273,50 @@ fn layer_fs(source: &dyn ArtifactSource, entry: &LayerEntry) -> Result<LayerFs, 
     })?;
     let frame_size = entry.data.compression.frame_size;
     let starts = frame_starts(&file, &path, entry)?;
-    let count = starts.len() - 1;
-    let fetch = Box::new(move |n: usize| {
-        let mut frame = vec![0u8; (starts[n + 1] - starts[n]) as usize];
-        read_full_at(&file, &mut frame, starts[n])
-            .map_err(|e| format!("reading {}: {e}", path.display()))?;
-        Ok(frame)
-    });
+    let frames = FileFrames { file, path, starts };
     Ok(LayerFs::fetched(
         &entry.name,
-        count,
-        fetch,
+        Box::new(frames),
         frame_size,
         Arc::new(verifier),
     )?)
+}
+
+/// A data blob's frames read from its file, one at a time: a single source, so bytes that
+/// fail the check are not fetched again (there is nothing to refuse).
+struct FileFrames {
+    file: File,
+    path: PathBuf,
+    /// Where each frame starts, then the blob's end.
+    starts: Vec<u64>,
+}
+
+/// A frame that could not be read from the blob's file.
+#[derive(Debug, thiserror::Error)]
+#[error("reading {}", path.display())]
+struct ReadFrame {
+    path: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
+impl FrameSource for FileFrames {
+    fn count(&self) -> usize {
+        self.starts.len() - 1
+    }
+
+    fn fetch(&mut self, n: usize) -> Result<Vec<u8>, FetchError> {
+        let mut frame = vec![0u8; (self.starts[n + 1] - self.starts[n]) as usize];
+        read_full_at(&self.file, &mut frame, self.starts[n]).map_err(|source| ReadFrame {
+            path: self.path.clone(),
+            source,
+        })?;
+        Ok(frame)
+    }
+
+    fn refuse(&mut self, _: usize, _: &BlockError) -> Result<Option<Refused>, FetchError> {
+        Ok(None)
+    }
 }
 
 /// Fills `buf` from `offset` of the blob, or says where it ended.

@@ -2,6 +2,7 @@
 //! verify and write a stack, [`ProvisionError`] from a whole provisioning run, whose short
 //! failure reason ([`ProvisionError::reason`]) is computed from the types.
 
+use ingot_artifact::layerfs::BlockError;
 use ingot_artifact::verify::VerifyError;
 use ingot_machine::GateFailure;
 
@@ -85,6 +86,15 @@ impl ProvisionError {
     }
 }
 
+/// The base layer's block the plan could not read, when that is why it failed.
+fn plan_block(p: &PlanError) -> Option<&BlockError> {
+    match p {
+        PlanError::BootFile { source, .. } => source.block(),
+        PlanError::Stack(StackError::LayerFs(e)) => e.block(),
+        _ => None,
+    }
+}
+
 impl WriteError {
     /// The failure reason of a write: a stop, a bad image, a download, or the disk.
     pub fn reason(&self) -> &'static str {
@@ -102,6 +112,16 @@ impl WriteError {
             ))
             | WriteError::Write(WriteStepError::AllSources { .. }) => "image-invalid",
             WriteError::Write(WriteStepError::Engine(EngineError::Download { .. })) => {
+                "download-failed"
+            }
+            // The base layer's frames the plan reads (before any disk changed): bytes that are
+            // not the signed image from every source, or not fetched at all.
+            WriteError::Plan(p) if plan_block(p).is_some_and(BlockError::is_bad_bytes) => {
+                "image-invalid"
+            }
+            WriteError::Plan(p)
+                if plan_block(p).is_some_and(|b| matches!(b, BlockError::Fetch { .. })) =>
+            {
                 "download-failed"
             }
             // Found before any disk changed: the stack (or a --kernel-arg) cannot boot here.
@@ -196,5 +216,45 @@ mod tests {
             during: "checking the machine and the stack".into(),
         };
         assert_eq!(ProvisionError::from(signal).reason(), "interrupted");
+    }
+
+    /// The plan reads the base layer's boot files from its blob: bytes that fail the signed tree
+    /// (from every source) are a bad image, a frame that could not be fetched a download, and
+    /// only a boot file that is not there (or not a file) a stack that cannot boot.
+    #[test]
+    fn a_boot_file_read_fails_by_its_cause() {
+        use ingot_artifact::layerfs::{LayerFsError, ReadError};
+        let plan = |source: ReadError| {
+            ProvisionError::Write(WriteError::from(PlanError::BootFile {
+                stack: "demo 1".into(),
+                what: "kernel",
+                path: "/boot/vmlinuz".into(),
+                source: Box::new(LayerFsError::Missing {
+                    layer: "base".into(),
+                    path: "/boot/vmlinuz".into(),
+                    source,
+                }),
+            }))
+            .reason()
+        };
+        let verify = || BlockError::Verify {
+            block: 4,
+            source: ingot_verity::VerifyError::DataBlock {
+                block: 4,
+                offset: 16384,
+            },
+        };
+        assert_eq!(plan(ReadError::Block(verify())), "image-invalid");
+        let every = BlockError::AllSources {
+            frame: 1,
+            tried: vec![("mirror a".into(), verify()), ("origin b".into(), verify())],
+        };
+        assert_eq!(plan(ReadError::Block(every)), "image-invalid");
+        let fetch = BlockError::Fetch {
+            frame: 1,
+            source: "the response ended".into(),
+        };
+        assert_eq!(plan(ReadError::Block(fetch)), "download-failed");
+        assert_eq!(plan(ReadError::NotRegular), "cannot-boot");
     }
 }

@@ -5,10 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use ingot_artifact::layerfs::{FetchFrame, LayerFs, LayerFsError};
+use ingot_artifact::layerfs::{LayerFs, LayerFsError};
+use ingot_artifact::registry::frames::BlobFrames;
 use ingot_artifact::registry::source::RegistrySource;
 use ingot_artifact::verify::{ArtifactSource, VerifyError, VerifyReport};
-use ingot_layers::descriptor::{DataBlob, LayerEntry, StackDescriptor};
+use ingot_layers::descriptor::{LayerEntry, StackDescriptor};
 use ingot_verity::Verifier;
 
 use crate::boot::NODE_LAYER;
@@ -122,9 +123,11 @@ impl OpenedStack {
     }
 
     /// The base layer's file system, read from its blob with every block checked against the
-    /// signed tree (for staging, before anything is written). From a registry, only the zstd
-    /// frames holding the blocks read are fetched, each with a `Range` request found through the
-    /// descriptor's frame index; the `write` step streams the whole blob later. A stack built
+    /// signed tree (for the plan's boot files and staging, before anything is written). From a
+    /// registry, only the zstd frames holding the blocks read are fetched, each with a `Range`
+    /// request found through the descriptor's frame index ([`BlobFrames`]: a source whose bytes
+    /// fail is refused for the blob, and the frame fetched from the next); the `write` step
+    /// streams the whole blob later, from the sources not refused. A stack built
     /// before the frame index existed has its base blob fetched whole for this (and then
     /// written from that copy).
     pub fn base_fs(&self) -> Result<LayerFs, StackError> {
@@ -132,10 +135,16 @@ impl OpenedStack {
         let data = &base.entry.data;
         if let (Source::Registry(r), None) = (&self.source, base.data_path.get()) {
             if !data.compression.frames.is_empty() {
+                let frames = BlobFrames::new(
+                    r.shared_registry(),
+                    r.reference().clone(),
+                    &data.digest,
+                    data.size,
+                    &data.compression.frames,
+                );
                 return Ok(LayerFs::fetched(
                     &base.entry.name,
-                    data.compression.frames.len(),
-                    frame_fetcher(r, data),
+                    Box::new(frames),
                     data.compression.frame_size,
                     base.verifier.clone(),
                 )?);
@@ -194,27 +203,6 @@ impl OpenedStack {
         }
         out
     }
-}
-
-/// Fetches frame `n` of a data blob from the registry: its byte range is the sum of the
-/// frame index's sizes before it. What comes back is checked block by block by the reader.
-fn frame_fetcher(r: &RegistrySource, data: &DataBlob) -> FetchFrame {
-    let (registry, reference) = (r.shared_registry(), r.reference().clone());
-    let (digest, size) = (data.digest.clone(), data.size);
-    let mut starts = Vec::with_capacity(data.compression.frames.len() + 1);
-    let mut at = 0u64;
-    starts.push(0);
-    for f in &data.compression.frames {
-        at += f; // the descriptor's check: the sizes add up to the blob's
-        starts.push(at);
-    }
-    Box::new(move |n| {
-        let range = starts[n]..starts[n + 1];
-        tracing::debug!("fetching zstd frame {n} (bytes {range:?}) of blob {digest}");
-        registry
-            .fetch_range(&reference, &digest, size, range)
-            .map_err(|e| e.full_text())
-    })
 }
 
 /// Maps a layer's data blob from the source store.

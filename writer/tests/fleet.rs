@@ -618,6 +618,171 @@ fn a_writer_through_a_mirror_flipping_a_byte_writes_the_layer_again_from_the_ori
     }
 }
 
+/// The blob byte to flip so that the base layer's block holding `path`'s inode is bad: in the
+/// frame that holds the block (found by `debugfs imap` in the layer's image), a byte whose flip
+/// leaves the frame decodable but changes that block (so the block fails the signed tree), else
+/// one that makes the frame undecodable. Returns (frame, blob offset, whether it decodes).
+fn inode_flip(stack: &common::Stack, path: &str, work: &Path) -> (usize, u64, bool) {
+    let (digest, _, starts) = base_blob(stack);
+    let data = ingot_testkit::layout::read(&stack.layout).layer("base")["data"].clone();
+    let frame_size = data["compression"]["frameSize"].as_u64().unwrap() as usize;
+    let blob = fs::read(
+        stack
+            .layout
+            .join("blobs/sha256")
+            .join(digest.trim_start_matches("sha256:")),
+    )
+    .unwrap();
+    let image = zstd::stream::decode_all(&blob[..]).unwrap();
+    let img = work.join("base.img");
+    fs::write(&img, &image).unwrap();
+    let out = Command::new(find_tool("debugfs").expect("debugfs"))
+        .arg("-R")
+        .arg(format!("imap {path}"))
+        .arg(&img)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "debugfs: {}", show(&out));
+    fs::remove_file(&img).unwrap();
+    // `located at block 35, offset 0x0b00`
+    let text = String::from_utf8_lossy(&out.stdout);
+    let block: usize = text
+        .split("located at block ")
+        .nth(1)
+        .and_then(|t| t.split(',').next())
+        .and_then(|b| b.trim().parse().ok())
+        .unwrap_or_else(|| panic!("debugfs imap {path}: {}", show(&out)));
+    let frame = block * 4096 / frame_size;
+    let within = block * 4096 - frame * frame_size;
+    let good = &image[block * 4096..(block + 1) * 4096];
+    let start = starts[frame] as usize;
+    let end = starts.get(frame + 1).map_or(blob.len(), |e| *e as usize);
+    // Some(true): the frame decodes and the block differs; Some(false): it does not decode.
+    let spoils = |at: usize| -> Option<bool> {
+        let mut compressed = blob[start..end].to_vec();
+        compressed[at - start] ^= 0x01;
+        let mut out = vec![0u8; frame_size];
+        match zstd::bulk::Decompressor::new()
+            .unwrap()
+            .decompress_to_buffer(&compressed[..], &mut out)
+        {
+            Err(_) => Some(false),
+            Ok(n) if n < within + 4096 || out[within..within + 4096] != *good => Some(true),
+            Ok(_) => None,
+        }
+    };
+    let at = (start..end)
+        .find(|at| spoils(*at) == Some(true))
+        .or_else(|| (start..end).find(|at| spoils(*at).is_some()))
+        .unwrap_or_else(|| panic!("no byte of frame {frame} spoils block {block}"));
+    let decodes = spoils(at) == Some(true);
+    println!(
+        "{path}: inode in block {block}, zstd frame {frame} (bytes {start}..{end}), flip at {at} \
+         (the frame then decodes: {decodes})"
+    );
+    (frame, at as u64, decodes)
+}
+
+/// A writer through a mirror that flips a byte of the base's data blob in the zstd frame that
+/// holds the kernel's inode, which the `plan` step reads (ranged, before anything is written)
+/// for the boot files' sizes: the plan refuses the mirror for the blob, warning naming it and
+/// the frame, fetches the frame again from the origin, and `write` streams the blob from the
+/// origin alone (the mirror is not asked for it again). The disk is the signed image
+/// (veritysetup verifies it); the report counts the refused frame's bytes for the mirror.
+#[test]
+fn a_mirror_flipping_a_byte_of_a_boot_file_frame_is_refused_in_the_plan() {
+    if !have_tools(
+        ingot_testkit::test_name!(),
+        &["docker-registry", "veritysetup", "debugfs"],
+    ) {
+        return;
+    }
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let stack = many_frames(work.path());
+    let (digest, size, starts) = base_blob(&stack);
+    let (frame, offset, decodes) = inode_flip(&stack, "/boot/vmlinuz", work.path());
+    let frame_len = starts.get(frame + 1).map_or(size, |e| *e) - starts[frame];
+    let reg = Registry::start(&work.path().join("origin"), None);
+    publish(&stack.layout, &reg);
+    let bad = Proxy::start(
+        addr(0),
+        addr(reg.port),
+        Faults {
+            flip: Some(Rule {
+                path_contains: digest.clone(),
+                offset,
+            }),
+            ..Faults::default()
+        },
+    )
+    .unwrap();
+    let conf = registries_conf(work.path(), &reg.host(), &[bad.host()]);
+    let url = reg.url("stacks/demo:1.0.0");
+
+    let alone = work.path().join("alone.img");
+    let out = target_writer(&url, &stack, &alone, &work.path().join("alone.json"), None);
+    assert!(out.status.success(), "{}", show(&out));
+
+    let img = work.path().join("disk.img");
+    let report = work.path().join("report.json");
+    let out = target_writer(&url, &stack, &img, &report, Some(&conf));
+    assert!(out.status.success(), "{}", show(&out));
+    assert!(bad.stats.flips.load(Ordering::Relaxed) > 0, "no flip");
+    assert!(
+        bad.stats.ranged.load(Ordering::Relaxed) > 0,
+        "the mirror served no frame"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mirror = format!("{}/stacks/demo", bad.host());
+    let warning = stderr
+        .lines()
+        .find(|l| {
+            l.contains(&format!("mirror {mirror} sent zstd frame {frame} "))
+                && l.contains(&digest)
+                && l.contains("refused for this blob, fetching the frame again from origin")
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no warning naming the mirror and the frame:\n{}",
+                show(&out)
+            )
+        });
+    println!("{warning}");
+    // The block the plan reads fails the signed tree (or the frame does not decode at all).
+    let check = if decodes {
+        "against the layer's signed hash tree: data block"
+    } else {
+        "does not decode"
+    };
+    assert!(warning.contains(check), "not `{check}`: {warning}");
+    assert!(
+        !stderr.contains("writing the layer again"),
+        "write went back to the mirror: {}",
+        show(&out)
+    );
+    let parts = stack_partitions(&img);
+    assert!(parts.len() >= 2, "{parts:?}");
+    assert_eq!(parts, stack_partitions(&alone), "not the signed image");
+    veritysetup_verify(&img, &stack, work.path());
+    // The origin: the frames the plan read after the refusal (the refused one among them) and
+    // the whole blob, once; the mirror: the frames it sent before, the refused one included.
+    let s = report_sources(&report);
+    println!("sources {s:?}");
+    let origin = s.iter().find(|s| !s.1).unwrap_or_else(|| panic!("{s:?}"));
+    assert!(
+        origin.3 == 1 && origin.2 >= size + frame_len,
+        "{s:?} (blob {size} bytes, frame {frame_len})"
+    );
+    let by_mirror = s
+        .iter()
+        .find(|s| s.0 == mirror)
+        .unwrap_or_else(|| panic!("{s:?}"));
+    assert!(
+        by_mirror.1 && by_mirror.2 >= frame_len && by_mirror.3 >= 1,
+        "{s:?}"
+    );
+}
+
 /// Every source serves the blob with a flipped byte (the mirror and the origin both): the run
 /// fails in `write`, naming each source and why, and the disk has no partition table.
 #[test]
@@ -677,5 +842,62 @@ fn when_every_source_flips_a_byte_the_write_fails_naming_each() {
     assert!(
         head[510..512] != [0x55, 0xAA] && &head[512..520] != b"EFI PART" && &last != b"EFI PART",
         "the disk has a partition table"
+    );
+}
+
+/// Every source flips a byte of the frame with the kernel's inode (the mirror and the origin
+/// both): the plan refuses each in turn and fails, naming both and why, before anything is
+/// written: the disk is still all zeros.
+#[test]
+fn when_every_source_flips_a_boot_file_frame_the_plan_fails_naming_each() {
+    if !have_tools(ingot_testkit::test_name!(), &["docker-registry", "debugfs"]) {
+        return;
+    }
+    let stack = common::demo();
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let (digest, _, _) = base_blob(&stack);
+    let (frame, offset, _) = inode_flip(&stack, "/boot/vmlinuz", work.path());
+    let reg = Registry::start(&work.path().join("origin"), None);
+    publish(&stack.layout, &reg);
+    let flipping = || {
+        Proxy::start(
+            addr(0),
+            addr(reg.port),
+            Faults {
+                flip: Some(Rule {
+                    path_contains: digest.clone(),
+                    offset,
+                }),
+                ..Faults::default()
+            },
+        )
+        .unwrap()
+    };
+    let (origin, bad) = (flipping(), flipping());
+    let conf = registries_conf(work.path(), &origin.host(), &[bad.host()]);
+    let img = work.path().join("disk.img");
+    let report = work.path().join("report.json");
+    let out = target_writer(
+        &format!("oci://{}/stacks/demo:1.0.0", origin.host()),
+        &stack,
+        &img,
+        &report,
+        Some(&conf),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "zstd frame {frame}: every source sent bytes that fail the layer's check: "
+        )) && stderr.contains(&format!("mirror {}/stacks/demo (", bad.host()))
+            && stderr.contains(&format!("origin {}/stacks/demo (", origin.host())),
+        "{}",
+        show(&out)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    assert_eq!(status["stage"], "plan", "{status}");
+    assert!(
+        fs::read(&img).unwrap().iter().all(|b| *b == 0),
+        "the disk was written"
     );
 }

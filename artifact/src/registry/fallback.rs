@@ -80,17 +80,26 @@ impl<W: Write + ?Sized> SourcedWrite for Unsourced<'_, W> {
     fn source(&mut self, _: &SourceName, _: u64) {}
 }
 
-/// A `Write` that counts what passes.
+/// A `Write` that counts what passes, and what the sink refused with an error (the writer's
+/// pipeline, stopped by a block that failed its check): a source sent those bytes all the same.
 struct Counting<'a, W: Write + ?Sized> {
     inner: &'a mut W,
     n: u64,
+    refused: u64,
 }
 
 impl<W: Write + ?Sized> Write for Counting<'_, W> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.n += n as u64;
-        Ok(n)
+        match self.inner.write(buf) {
+            Ok(n) => {
+                self.n += n as u64;
+                Ok(n)
+            }
+            Err(e) => {
+                self.refused += buf.len() as u64;
+                Err(e)
+            }
+        }
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -375,7 +384,11 @@ impl Registry {
         let sources = self.blob_sources(reference, digest)?;
         let what = format!("blob {digest}");
         let mut hasher = Sha256::new();
-        let mut sink = Counting { inner: sink, n: 0 };
+        let mut sink = Counting {
+            inner: sink,
+            n: 0,
+            refused: 0,
+        };
         let mut ranged = Vec::new();
         let mut senders = Vec::new();
         let mut failures = Failures::default();
@@ -411,7 +424,7 @@ impl Registry {
                 }
                 // The sink refused the bytes: no other source changes that.
                 Err(e @ RegistryError::Io { .. }) => {
-                    self.count(src, sink.n - before, false);
+                    self.count(src, sink.n - before + sink.refused, false);
                     return Err(e);
                 }
                 Err(e) => {
@@ -424,16 +437,17 @@ impl Registry {
     }
 
     /// Bytes `range` of a blob, read into memory (one zstd frame of a layer, say), from the
-    /// first source that serves them. Not checked against the digest, which covers the whole
-    /// blob: the caller checks what it reads (the writer checks every block against the
-    /// layer's signed verity tree).
+    /// first source not refused for the blob that serves them, and that source. Not checked
+    /// against the digest, which covers the whole blob: the caller checks what it reads (a
+    /// layer's frames, every block against the signed verity tree: `BlobFrames`) and
+    /// refuses the source whose bytes fail ([`Registry::refuse`]).
     pub fn fetch_range(
         &self,
         reference: &RegistryRef,
         digest: &str,
         size: u64,
         range: std::ops::Range<u64>,
-    ) -> Result<Vec<u8>, RegistryError> {
+    ) -> Result<(Vec<u8>, SourceName), RegistryError> {
         let sources = self.blob_sources(reference, digest)?;
         let what = format!("blob {digest} (bytes {range:?})");
         let mut failures = Failures::default();
@@ -446,8 +460,9 @@ impl Registry {
             ));
             match got {
                 Ok(bytes) => {
+                    // Counted now: bytes the caller then refuses were served all the same.
                     self.count(src, bytes.len() as u64, false);
-                    return Ok(bytes);
+                    return Ok((bytes, SourceName::of(src)));
                 }
                 Err(e @ RegistryError::Protocol(_)) => return Err(e),
                 Err(e) => failures.add(self, &what, src, sources.get(i + 1), e),

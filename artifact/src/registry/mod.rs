@@ -23,6 +23,8 @@
 //!   - `partial`: a blob into a file through its `.partial-<hex>` file, resuming from one an
 //!     interrupted run left;
 //!   - `upload`: blobs and manifests up, through `oci-client`.
+//! - [`frames`]: [`frames::BlobFrames`], a layer's data blob one zstd frame at a time for
+//!   `layerfs`, a source whose bytes fail the layer's check refused for the blob.
 //! - [`error`]: [`RegistryError`] and the typed [`Cause`] of a last failed attempt.
 //! - [`options`]: [`RegistryOptions`], what the command line's registry flags set.
 //! - `scrub`: every form of the credentials, kept out of any message.
@@ -39,6 +41,7 @@ mod blob;
 pub mod client;
 pub mod error;
 mod fallback;
+pub mod frames;
 mod http;
 pub mod limits;
 mod manifest;

@@ -1,0 +1,105 @@
+//! A layer's data blob from a registry one zstd frame at a time, as a
+//! [`FrameSource`](crate::layerfs::FrameSource) for [`LayerFs`](crate::layerfs::LayerFs): each
+//! frame a `Range` request at the offsets of the descriptor's frame index, from the first of
+//! the blob's sources (the mirrors, then the origin) not refused for it
+//! ([`Registry::fetch_range`]). A source whose bytes fail the layer's check is refused for the
+//! whole blob ([`Registry::refuse`]: the same refusal the writer's stream of the blob honours),
+//! with a warning naming it and the frame, and the frame comes from the next source left.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tracing::warn;
+
+use super::client::Registry;
+use super::fallback::SourceName;
+use super::reference::RegistryRef;
+use crate::error_chain::text as chain;
+use crate::layerfs::{BlockError, FetchError, FrameSource, Refused};
+
+/// One data blob's frames, fetched from a registry's sources (see the module docs).
+pub struct BlobFrames {
+    registry: Arc<Registry>,
+    reference: RegistryRef,
+    digest: String,
+    size: u64,
+    /// Where each frame starts in the blob, then the blob's end.
+    starts: Vec<u64>,
+    /// The source of the latest fetch of each frame.
+    served: HashMap<usize, SourceName>,
+}
+
+impl BlobFrames {
+    /// Blob `digest` (`size` bytes) of `reference`, cut into frames of the compressed sizes
+    /// `frames` (the descriptor's frame index, whose sizes add up to `size`: `verify` checked).
+    pub fn new(
+        registry: Arc<Registry>,
+        reference: RegistryRef,
+        digest: &str,
+        size: u64,
+        frames: &[u64],
+    ) -> Self {
+        let mut starts = Vec::with_capacity(frames.len() + 1);
+        let mut at = 0u64;
+        starts.push(0);
+        for f in frames {
+            at += f;
+            starts.push(at);
+        }
+        BlobFrames {
+            registry,
+            reference,
+            digest: digest.to_owned(),
+            size,
+            starts,
+            served: HashMap::new(),
+        }
+    }
+}
+
+impl FrameSource for BlobFrames {
+    fn count(&self) -> usize {
+        self.starts.len() - 1
+    }
+
+    fn fetch(&mut self, n: usize) -> Result<Vec<u8>, FetchError> {
+        let range = self.starts[n]..self.starts[n + 1];
+        tracing::debug!(
+            "fetching zstd frame {n} (bytes {range:?}) of blob {}",
+            self.digest
+        );
+        let (bytes, source) =
+            self.registry
+                .fetch_range(&self.reference, &self.digest, self.size, range)?;
+        self.served.insert(n, source);
+        Ok(bytes)
+    }
+
+    fn refuse(&mut self, n: usize, why: &BlockError) -> Result<Option<Refused>, FetchError> {
+        let source = self
+            .served
+            .remove(&n)
+            .expect("a frame is refused only after it was fetched");
+        self.registry.refuse(&self.digest, &source);
+        let next = self
+            .registry
+            .blob_sources_left(&self.reference, &self.digest)?
+            .first()
+            .map(ToString::to_string);
+        let then = match &next {
+            Some(s) => format!("fetching the frame again from {s}"),
+            None => "no source is left".to_owned(),
+        };
+        warn!(
+            "blob {}: {source} sent zstd frame {n} (bytes {:?}) that fails the layer's check \
+             ({}); refused for this blob, {then}",
+            self.digest,
+            self.starts[n]..self.starts[n + 1],
+            chain(why)
+        );
+        Ok(Some(Refused {
+            source: source.to_string(),
+            next,
+        }))
+    }
+}

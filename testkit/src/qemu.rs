@@ -172,13 +172,25 @@ impl Drop for Swtpm {
 /// Boots `images` (virtio-blk, the firmware boots the first) under OVMF's Secure Boot build with
 /// a copy of the variable store `vars` (and, with `tpm`, a fresh software TPM), until the guest
 /// powers off, or, with `until`, until the console shows one of those texts (a refused image:
-/// the firmware then waits for a boot option for ever); returns the serial console.
-pub fn boot_secure(images: &[&Path], vars: &Path, tpm: bool, until: &[&str], what: &str) -> String {
+/// the firmware then waits for a boot option for ever); returns the serial console. `smbios`:
+/// OEM strings (SMBIOS type 11) the firmware hands the guest, as a machine's firmware or BMC
+/// may.
+pub fn boot_secure(
+    images: &[&Path],
+    vars: &Path,
+    tpm: bool,
+    until: &[&str],
+    smbios: &[&str],
+    what: &str,
+) -> String {
     let work = tempfile::tempdir_in("/var/tmp").unwrap();
     let log = work.path().join("serial.log");
     let copy = work.path().join("vars.fd");
     fs::copy(vars, &copy).unwrap();
     let mut cmd = vm_secure_boot(1, 1024, &copy);
+    for s in smbios {
+        cmd.arg("-smbios").arg(format!("type=11,value={s}"));
+    }
     for image in images {
         cmd.arg("-drive")
             .arg(format!("file={},format=raw,if=virtio", image.display()));

@@ -9,7 +9,9 @@
 //! the UKI's signature removed, must be refused by the firmware (`Access Denied`). A loader
 //! entry of a db-signed systemd-boot that passes its own command line to the UKI (the base's
 //! root hash zeroed) does not override the signed one under Secure Boot; with Secure Boot off
-//! the same disk's kernel gets the entry's line (so the entry is really the one run). A BIOS
+//! the same disk's kernel gets the entry's line (so the entry is really the one run). Every
+//! boot's firmware also offers a command line as an SMBIOS OEM string (systemd-stub's
+//! `io.systemd.stub.kernel-cmdline-extra`), and no kernel gets it. A BIOS
 //! machine of the release gets GRUB and the loader entry and boots under SeaBIOS. With swtpm,
 //! two machines of the release agree in PCR 11 (the value `ingot inspect` predicts) and differ
 //! in PCR 12 (their node credentials).
@@ -38,6 +40,10 @@ const TOKEN: &str = "ghp_ingotSecureBootToken0123456789abcd";
 const REFUSED: &str = "Access Denied";
 /// The marker a loader entry adds to its own command line.
 const OVERRIDE: &str = "ingot.override=loader";
+/// A command line the firmware offers every Secure Boot boot (an SMBIOS OEM string, which
+/// systemd-stub from 254 on appends, unsigned, even under Secure Boot; Debian 12's 252 has no
+/// such feature): no kernel may get it.
+const SMBIOS: &str = "io.systemd.stub.kernel-cmdline-extra=ingot.smbios=firmware";
 
 fn usable(test: &str) -> bool {
     have_root(test)
@@ -391,7 +397,7 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
             .map(|&(what, disk, vars, tpm, until)| {
                 (
                     what,
-                    s.spawn(move || boot_secure(&[disk], vars, tpm, until, what)),
+                    s.spawn(move || boot_secure(&[disk], vars, tpm, until, &[SMBIOS], what)),
                 )
             })
             .chain([(
@@ -439,6 +445,12 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
         "Secure Boot off: the entry's line was not used, so the test proves nothing:\n{off}"
     );
     assert!(off.contains(FAILED), "{off}");
+    for (what, console) in &consoles {
+        assert!(
+            !console.contains("ingot.smbios=firmware"),
+            "{what}: the firmware's SMBIOS line reached the kernel:\n{console}"
+        );
+    }
     assert_bios(&bios, c("bios"), &signed);
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use ingot_artifact::layerfs::{LayerFs, LayerFsError};
-use ingot_artifact::registry::frames::BlobFrames;
+use ingot_artifact::registry::frames::{BlobFrames, Warnings};
 use ingot_artifact::registry::source::RegistrySource;
 use ingot_artifact::verify::{ArtifactSource, VerifyError, VerifyReport};
 use ingot_layers::descriptor::{LayerEntry, StackDescriptor};
@@ -69,6 +69,8 @@ pub struct OpenedStack {
     /// The release's signed UKI (digest and signed command line checked), when the stack has
     /// one and the machine boots with UEFI: the disk then boots it ([`OpenedStack::uki`]).
     uki: Option<Vec<u8>>,
+    /// Sources refused while [`OpenedStack::base_fs`] read frames, not yet reported.
+    frame_warnings: Warnings,
 }
 
 impl OpenedStack {
@@ -79,7 +81,14 @@ impl OpenedStack {
             layers,
             source,
             uki: None,
+            frame_warnings: Warnings::default(),
         }
+    }
+
+    /// The warnings of sources refused while the base's frames were read (see
+    /// [`OpenedStack::base_fs`]) since the last call: the step that read them reports them.
+    pub fn take_frame_warnings(&self) -> Vec<String> {
+        std::mem::take(&mut *self.frame_warnings.lock().expect("not poisoned"))
     }
 
     /// With the release's UKI, checked: the disks boot it (a UEFI machine).
@@ -126,7 +135,8 @@ impl OpenedStack {
     /// signed tree (for the plan's boot files and staging, before anything is written). From a
     /// registry, only the zstd frames holding the blocks read are fetched, each with a `Range`
     /// request found through the descriptor's frame index ([`BlobFrames`]: a source whose bytes
-    /// fail is refused for the blob, and the frame fetched from the next); the `write` step
+    /// fail is refused for the blob, and the frame fetched from the next, the warning kept for the
+    /// step to report: [`OpenedStack::take_frame_warnings`]); the `write` step
     /// streams the whole blob later, from the sources not refused. A stack built
     /// before the frame index existed has its base blob fetched whole for this (and then
     /// written from that copy).
@@ -141,7 +151,8 @@ impl OpenedStack {
                     &data.digest,
                     data.size,
                     &data.compression.frames,
-                );
+                )
+                .warnings_to(self.frame_warnings.clone());
                 return Ok(LayerFs::fetched(
                     &base.entry.name,
                     Box::new(frames),

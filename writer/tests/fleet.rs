@@ -748,6 +748,16 @@ fn a_mirror_flipping_a_byte_of_a_boot_file_frame_is_refused_in_the_plan() {
             )
         });
     println!("{warning}");
+    // The same warning in the status file, as the write step's refusals are.
+    let status: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(&report).unwrap()).unwrap();
+    let in_status = status["warnings"].as_array().is_some_and(|ws| {
+        ws.iter().any(|w| {
+            w.as_str()
+                .is_some_and(|w| w.contains(&format!("mirror {mirror} sent zstd frame {frame} ")))
+        })
+    });
+    assert!(in_status, "not in the status file's warnings: {status}");
     // The block the plan reads fails the signed tree (or the frame does not decode at all).
     let check = if decodes {
         "against the layer's signed hash tree: data block"

@@ -7,7 +7,7 @@
 //! with a warning naming it and the frame, and the frame comes from the next source left.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tracing::warn;
 
@@ -27,7 +27,12 @@ pub struct BlobFrames {
     starts: Vec<u64>,
     /// The source of the latest fetch of each frame.
     served: HashMap<usize, SourceName>,
+    /// Where refusal warnings go instead of the log ([`BlobFrames::warnings_to`]).
+    warnings: Option<Warnings>,
 }
+
+/// Warnings collected for a caller to report its own way (a writer's status file and events).
+pub type Warnings = Arc<Mutex<Vec<String>>>;
 
 impl BlobFrames {
     /// Blob `digest` (`size` bytes) of `reference`, cut into frames of the compressed sizes
@@ -53,7 +58,14 @@ impl BlobFrames {
             size,
             starts,
             served: HashMap::new(),
+            warnings: None,
         }
+    }
+
+    /// Refusal warnings go to `warnings` rather than to the log.
+    pub fn warnings_to(mut self, warnings: Warnings) -> Self {
+        self.warnings = Some(warnings);
+        self
     }
 }
 
@@ -90,13 +102,17 @@ impl FrameSource for BlobFrames {
             Some(s) => format!("fetching the frame again from {s}"),
             None => "no source is left".to_owned(),
         };
-        warn!(
+        let warning = format!(
             "blob {}: {source} sent zstd frame {n} (bytes {:?}) that fails the layer's check \
              ({}); refused for this blob, {then}",
             self.digest,
             self.starts[n]..self.starts[n + 1],
             chain(why)
         );
+        match &self.warnings {
+            Some(w) => w.lock().expect("not poisoned").push(warning),
+            None => warn!("{warning}"),
+        }
         Ok(Some(Refused {
             source: source.to_string(),
             next,

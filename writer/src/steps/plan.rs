@@ -57,8 +57,12 @@ pub fn run(
 ) -> Result<(Target, DiskPlan), PlanError> {
     reporter.stage(Stage::Plan, format!("planning {}", target.display()));
     let target = Target::open(target)?;
-    let plan = lay_out(&target, opened, node, settings)?;
-    Ok((target, plan))
+    let plan = lay_out(&target, opened, node, settings);
+    // Sources refused while the boot files were read: reported whether or not a next served.
+    for w in opened.take_frame_warnings() {
+        reporter.warning(Stage::Plan, w);
+    }
+    Ok((target, plan?))
 }
 
 /// The `plan` step of a dry run: `target` opened read-only, with every check a write makes

@@ -55,7 +55,11 @@ pub fn run(
             .map_err(|source| StageStepError::BaseFile { path, source })?;
         String::from_utf8(bytes).map_err(|_| StageStepError::NotUtf8 { path })
     };
-    let (base_passwd, base_group) = (text("/etc/passwd")?, text("/etc/group")?);
+    let (passwd, group) = (text("/etc/passwd"), text("/etc/group"));
+    for w in opened.take_frame_warnings() {
+        reporter.warning(Stage::Staging, w);
+    }
+    let (base_passwd, base_group) = (passwd?, group?);
     let network = read_network(sysroot, req.host.as_ref(), reporter);
     let Checked {
         facts,

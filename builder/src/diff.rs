@@ -344,13 +344,10 @@ fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<()>
 /// Where each zstd frame of the data blob starts, and its end: from the descriptor's frame
 /// index, or (stacks built before it) by reading each frame's header in turn.
 fn frame_starts(file: &File, path: &Path, entry: &LayerEntry) -> Result<Vec<u64>, VerifyError> {
-    let mut starts = vec![0u64];
     if !entry.data.compression.frames.is_empty() {
-        for f in &entry.data.compression.frames {
-            starts.push(starts.last().expect("one") + f);
-        }
-        return Ok(starts);
+        return Ok(entry.data.compression.frame_starts());
     }
+    let mut starts = vec![0u64];
     let size = entry.data.size;
     // A zstd frame of `frame_size` input bytes is never larger than ZSTD_compressBound of it.
     let fs = entry.data.compression.frame_size;

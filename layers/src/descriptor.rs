@@ -155,6 +155,19 @@ pub struct Compression {
     pub frames: Vec<u64>,
 }
 
+impl Compression {
+    /// Where each frame of the frame index starts in the blob, then the blob's end (the sum of
+    /// the sizes; the descriptor's check makes it the blob's size). `[0]` without an index.
+    pub fn frame_starts(&self) -> Vec<u64> {
+        std::iter::once(0)
+            .chain(self.frames.iter().scan(0u64, |at, f| {
+                *at += f;
+                Some(*at)
+            }))
+            .collect()
+    }
+}
+
 /// dm-verity parameters of a layer (format 1, veritysetup's meaning for every field).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -150,7 +150,7 @@ impl OpenedStack {
                     r.reference().clone(),
                     &data.digest,
                     data.size,
-                    &data.compression.frames,
+                    data.compression.frame_starts(),
                 )
                 .warnings_to(self.frame_warnings.clone());
                 return Ok(LayerFs::fetched(

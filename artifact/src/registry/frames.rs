@@ -35,22 +35,18 @@ pub struct BlobFrames {
 pub type Warnings = Arc<Mutex<Vec<String>>>;
 
 impl BlobFrames {
-    /// Blob `digest` (`size` bytes) of `reference`, cut into frames of the compressed sizes
-    /// `frames` (the descriptor's frame index, whose sizes add up to `size`: `verify` checked).
+    /// Blob `digest` (`size` bytes) of `reference`, cut into frames at `starts` (the
+    /// descriptor's frame index: [`Compression::frame_starts`], whose end is `size`: `verify`
+    /// checked).
+    ///
+    /// [`Compression::frame_starts`]: ingot_layers::descriptor::Compression::frame_starts
     pub fn new(
         registry: Arc<Registry>,
         reference: RegistryRef,
         digest: &str,
         size: u64,
-        frames: &[u64],
+        starts: Vec<u64>,
     ) -> Self {
-        let mut starts = Vec::with_capacity(frames.len() + 1);
-        let mut at = 0u64;
-        starts.push(0);
-        for f in frames {
-            at += f;
-            starts.push(at);
-        }
         BlobFrames {
             registry,
             reference,

@@ -3,6 +3,7 @@
 
 pub mod command;
 pub mod console;
+pub mod cores;
 pub mod digest;
 pub mod error_rule;
 /// The one HTTP test server ([`http::Server`]), of which the registry front ([`registry::Front`]),

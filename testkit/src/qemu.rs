@@ -229,6 +229,8 @@ pub fn run_qemu_within(
 }
 
 /// [`run_qemu_within`] that also ends (killing qemu) once the console shows one of `until`.
+/// The guest first waits for a free host core per vCPU ([`crate::cores`]); `timeout` counts from
+/// its start.
 pub fn run_qemu_until(
     mut cmd: Command,
     log: &Path,
@@ -237,6 +239,10 @@ pub fn run_qemu_until(
     until: &[&str],
     timeout: Duration,
 ) -> String {
+    let cores = crate::cores::hold(vcpus(&cmd));
+    if cores.waited > Duration::from_secs(1) {
+        eprintln!("{what}: waited {:.1?} for a free core", cores.waited);
+    }
     let started = Instant::now();
     let child = cmd
         .stdin(Stdio::null())
@@ -271,10 +277,93 @@ pub fn run_qemu_until(
         return console;
     }
     let Some(status) = status else {
-        panic!("{what}: no poweroff within {timeout:?}; console:\n{console}");
+        let kept = keep_console(what, &console);
+        panic!(
+            "{what}: no poweroff within {timeout:?}; whole console in {kept}; its end:\n{}",
+            tail(&console, TAIL_LINES)
+        );
     };
     let err = fs::read_to_string(err).unwrap_or_default();
-    assert!(status.success(), "{what}: qemu {status}: {err}\n{console}");
+    if !status.success() {
+        let kept = keep_console(what, &console);
+        panic!(
+            "{what}: qemu {status}: {err}\nwhole console in {kept}; its end:\n{}",
+            tail(&console, TAIL_LINES)
+        );
+    }
     eprintln!("{what}: qemu ran {:.1?}", started.elapsed());
     console
+}
+
+/// The guest's vCPUs: `-smp N` (or `-smp cpus=N,...`), else QEMU's default of one.
+fn vcpus(cmd: &Command) -> usize {
+    let args: Vec<_> = cmd.get_args().filter_map(|a| a.to_str()).collect();
+    args.windows(2)
+        .find(|w| w[0] == "-smp")
+        .and_then(|w| {
+            let first = w[1].split(',').next()?;
+            first.strip_prefix("cpus=").unwrap_or(first).parse().ok()
+        })
+        .unwrap_or(1)
+}
+
+/// How much of a failed guest's console a panic message shows: its end says why it stopped, and
+/// CI's report keeps only so much of a message.
+const TAIL_LINES: usize = 150;
+
+/// The last `n` lines of `console`, after a line saying how many were left out.
+pub fn tail(console: &str, n: usize) -> String {
+    let lines: Vec<&str> = console.lines().collect();
+    let skip = lines.len().saturating_sub(n);
+    let mut out = if skip > 0 {
+        format!("[… {skip} lines before …]\n")
+    } else {
+        String::new()
+    };
+    out.push_str(&lines[skip..].join("\n"));
+    out
+}
+
+/// Copies a failed guest's console out of its work directory (removed as the test unwinds) to
+/// `/var/tmp/ingot-consoles/`; returns where, or why not.
+fn keep_console(what: &str, console: &str) -> String {
+    let dir = Path::new("/var/tmp/ingot-consoles");
+    let name: String = what
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let path = dir.join(format!("{name}-{}.log", std::process::id()));
+    match fs::create_dir_all(dir).and_then(|()| fs::write(&path, console)) {
+        Ok(()) => path.display().to_string(),
+        Err(e) => format!("(not kept: {e})"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vcpus_come_from_smp() {
+        let mut c = Command::new("qemu-system-x86_64");
+        assert_eq!(vcpus(&c), 1);
+        c.args(["-m", "2048", "-smp", "2"]);
+        assert_eq!(vcpus(&c), 2);
+        let mut c = Command::new("qemu-system-x86_64");
+        c.args(["-smp", "cpus=4,sockets=1"]);
+        assert_eq!(vcpus(&c), 4);
+    }
+
+    #[test]
+    fn tail_keeps_the_end_and_says_what_it_left_out() {
+        let console: String = (1..=5).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(tail(&console, 2), "[… 3 lines before …]\nline 4\nline 5");
+        assert_eq!(tail(&console, 9), console.trim_end());
+    }
 }

@@ -52,8 +52,8 @@ use common::{partitions, repo_root};
 use ingot::uki::SecureBootKey;
 
 const TOKEN: &str = "ghp_ingotDebianNodeToken0123456789abcdef";
-/// TCG on a shared two-core machine beside the rest of `ci/test` (seven guests at once; a boot
-/// took up to 16 min in a loaded run): generous, and never asserted on.
+/// TCG beside the rest of `ci/test`, at most one guest per host core at once (testkit's `cores`;
+/// counted from the guest's start): generous, and never asserted on.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(2400);
 const IMAGE_REF: &str = "example.invalid/ingot/busybox:1.0";
 const CHECK: &str = "INGOT-CHECK ";

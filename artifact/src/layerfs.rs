@@ -633,15 +633,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let tree = dir.path().join("tree");
         std::fs::create_dir_all(tree.join("boot")).unwrap();
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let kernel: Vec<u8> = (0..(96 << 10) / 8)
-            .flat_map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x.to_le_bytes()
-            })
-            .collect();
+        let kernel = ingot_testkit::noise::noise(1, 96 << 10);
         std::fs::write(tree.join("boot/vmlinuz"), &kernel).unwrap();
         let (img, hash) = (dir.path().join("layer.img"), dir.path().join("layer.hash"));
         let opts = ingot_layers::Ext4Options {

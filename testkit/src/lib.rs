@@ -14,6 +14,7 @@ pub mod loopdev;
 pub mod machine;
 pub mod measure;
 pub mod modules;
+pub mod noise;
 pub mod partitions;
 pub mod qemu;
 pub mod registry;

@@ -312,20 +312,10 @@ pub fn bulk_manifest(repo: &Path, dir: &Path, bulk_bytes: usize) -> PathBuf {
     let bulk = dir.join("bulk-tree");
     fs::create_dir_all(bulk.join("opt")).unwrap();
     let mut f = fs::File::create(bulk.join("opt/bulk.bin")).unwrap();
-    // xorshift: fast, incompressible enough for zstd, deterministic.
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut chunk = vec![0u8; 1 << 20];
-    let mut left = bulk_bytes;
-    while left > 0 {
-        for w in chunk.chunks_exact_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            w.copy_from_slice(&x.to_le_bytes());
-        }
-        let n = left.min(chunk.len());
-        f.write_all(&chunk[..n]).unwrap();
-        left -= n;
+    // A MiB at a time: the bulk may be larger than a test wants to hold in memory.
+    for (i, at) in (0..bulk_bytes).step_by(1 << 20).enumerate() {
+        let n = (bulk_bytes - at).min(1 << 20);
+        f.write_all(&crate::noise::noise(i as u64, n)).unwrap();
     }
     text.push_str(&format!(
         "\n[[layer]]\nname = \"bulk\"\nkind = \"bulk\"\nwhen = \"virt\"\nsource = {{ dir = \"{}\" }}\n",

@@ -463,15 +463,7 @@ fn many_frames(dir: &Path) -> common::Stack {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", show(&out));
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let data: Vec<u8> = (0..(4 << 20) / 8)
-        .flat_map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()
-        })
-        .collect();
+    let data = ingot_testkit::noise::noise(1, 4 << 20);
     fs::write(tree.join("usr/random.bin"), data).unwrap();
     let manifest = dir.join("frames.toml");
     fs::write(

@@ -1119,14 +1119,7 @@ fn the_base_layer_crosses_the_network_once() {
         .status()
         .unwrap();
     assert!(cp.success());
-    let mut noise = vec![0u8; 6 << 20];
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for b in noise.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
-    }
+    let noise = ingot_testkit::noise::noise(1, 6 << 20);
     fs::create_dir_all(base.join("usr/share/noise")).unwrap();
     fs::write(base.join("usr/share/noise/data"), &noise).unwrap();
     let manifest = dir.path().join("stack.toml");
@@ -1189,14 +1182,7 @@ fn the_base_layer_crosses_the_network_once() {
 fn bulky_stack(work: &Path, bytes: usize) -> common::Stack {
     let tree = work.join("bulky-tree");
     fs::create_dir_all(tree.join("opt")).unwrap();
-    let mut data = vec![0u8; bytes];
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for chunk in data.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
-    }
+    let data = ingot_testkit::noise::noise(2, bytes);
     fs::write(tree.join("opt/random.bin"), data).unwrap();
     let manifest = work.join("bulky.toml");
     fs::write(

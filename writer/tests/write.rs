@@ -390,14 +390,7 @@ fn big_stack(work: &Path) -> Stack {
         .arg(root.join("tests/fixtures/demo/base"))
         .arg(&tree));
     assert!(out.status.success());
-    let mut data = vec![0u8; 192 * MIB as usize];
-    let mut x = 0x9E3779B97F4A7C15u64;
-    for chunk in data.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        chunk.copy_from_slice(&x.to_le_bytes());
-    }
+    let data = ingot_testkit::noise::noise(1, 192 * MIB as usize);
     fs::write(tree.join("usr/random.bin"), data).unwrap();
     let manifest = work.join("big.toml");
     fs::write(
@@ -935,14 +928,7 @@ fn missing_or_oversized_boot_files_are_refused_before_the_wipe() {
         .arg(&tree))
     .status
     .success());
-    let mut data = vec![0u8; 60 * MIB as usize];
-    let mut x = 0x2545F4914F6CDD1Du64;
-    for chunk in data.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        chunk.copy_from_slice(&x.to_le_bytes());
-    }
+    let data = ingot_testkit::noise::noise(2, 60 * MIB as usize);
     fs::write(tree.join("boot/vmlinuz"), data).unwrap();
     let manifest = work.join("fat.toml");
     fs::write(

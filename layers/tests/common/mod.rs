@@ -126,17 +126,7 @@ fn chmod(p: &Path, mode: u32) {
 }
 
 /// Deterministic pseudo-random bytes.
-pub fn bytes(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+pub use ingot_testkit::noise::noise as bytes;
 
 pub const SPARSE_SIZE: u64 = 5 << 30;
 

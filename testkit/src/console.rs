@@ -23,3 +23,28 @@ pub fn clean(raw: &[u8]) -> String {
     }
     out
 }
+
+/// The last `n` lines of `console`, after a line saying how many were left out.
+pub fn tail(console: &str, n: usize) -> String {
+    let lines: Vec<&str> = console.lines().collect();
+    let skip = lines.len().saturating_sub(n);
+    let mut out = if skip > 0 {
+        format!("[… {skip} lines before …]\n")
+    } else {
+        String::new()
+    };
+    out.push_str(&lines[skip..].join("\n"));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tail_keeps_the_end_and_says_what_it_left_out() {
+        let console: String = (1..=5).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(tail(&console, 2), "[… 3 lines before …]\nline 4\nline 5");
+        assert_eq!(tail(&console, 9), console.trim_end());
+    }
+}

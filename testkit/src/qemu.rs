@@ -280,7 +280,7 @@ pub fn run_qemu_until(
         let kept = keep_console(what, &console);
         panic!(
             "{what}: no poweroff within {timeout:?}; whole console in {kept}; its end:\n{}",
-            tail(&console, TAIL_LINES)
+            crate::console::tail(&console, TAIL_LINES)
         );
     };
     let err = fs::read_to_string(err).unwrap_or_default();
@@ -288,7 +288,7 @@ pub fn run_qemu_until(
         let kept = keep_console(what, &console);
         panic!(
             "{what}: qemu {status}: {err}\nwhole console in {kept}; its end:\n{}",
-            tail(&console, TAIL_LINES)
+            crate::console::tail(&console, TAIL_LINES)
         );
     }
     eprintln!("{what}: qemu ran {:.1?}", started.elapsed());
@@ -310,19 +310,6 @@ fn vcpus(cmd: &Command) -> usize {
 /// How much of a failed guest's console a panic message shows: its end says why it stopped, and
 /// CI's report keeps only so much of a message.
 const TAIL_LINES: usize = 150;
-
-/// The last `n` lines of `console`, after a line saying how many were left out.
-pub fn tail(console: &str, n: usize) -> String {
-    let lines: Vec<&str> = console.lines().collect();
-    let skip = lines.len().saturating_sub(n);
-    let mut out = if skip > 0 {
-        format!("[… {skip} lines before …]\n")
-    } else {
-        String::new()
-    };
-    out.push_str(&lines[skip..].join("\n"));
-    out
-}
 
 /// Copies a failed guest's console out of its work directory (removed as the test unwinds) to
 /// `/var/tmp/ingot-consoles/`; returns where, or why not.
@@ -358,12 +345,5 @@ mod tests {
         let mut c = Command::new("qemu-system-x86_64");
         c.args(["-smp", "cpus=4,sockets=1"]);
         assert_eq!(vcpus(&c), 4);
-    }
-
-    #[test]
-    fn tail_keeps_the_end_and_says_what_it_left_out() {
-        let console: String = (1..=5).map(|i| format!("line {i}\n")).collect();
-        assert_eq!(tail(&console, 2), "[… 3 lines before …]\nline 4\nline 5");
-        assert_eq!(tail(&console, 9), console.trim_end());
     }
 }

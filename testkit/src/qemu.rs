@@ -232,12 +232,28 @@ pub fn run_qemu_within(
 /// The guest first waits for a free host core per vCPU ([`crate::cores`]); `timeout` counts from
 /// its start.
 pub fn run_qemu_until(
+    cmd: Command,
+    log: &Path,
+    err: &Path,
+    what: &str,
+    until: &[&str],
+    timeout: Duration,
+) -> String {
+    run_qemu_watched(cmd, log, err, what, until, timeout, None)
+}
+
+/// [`run_qemu_until`] that also fails once the console has printed nothing for `silence`: a
+/// guest frozen whole (a nested guest that never gives its vCPU back stops every timer of the
+/// guest's own, so no bound inside it can fire) fails then, naming its last line, and not only
+/// at `timeout`.
+pub fn run_qemu_watched(
     mut cmd: Command,
     log: &Path,
     err: &Path,
     what: &str,
     until: &[&str],
     timeout: Duration,
+    silence: Option<Duration>,
 ) -> String {
     let cores = crate::cores::hold(vcpus(&cmd));
     if cores.waited > Duration::from_secs(1) {
@@ -252,12 +268,23 @@ pub fn run_qemu_until(
         .expect("qemu-system-x86_64");
     let mut q = Qemu(child);
     let mut seen = false;
+    let (mut printed, mut last_output) = (0, Instant::now());
+    let mut silent = false;
     let status = loop {
         if let Some(s) = q.0.try_wait().unwrap() {
             break Some(s);
         }
         if started.elapsed() > timeout {
             break None;
+        }
+        if let Some(limit) = silence {
+            let len = fs::metadata(log).map_or(0, |m| m.len());
+            if len != printed {
+                (printed, last_output) = (len, Instant::now());
+            } else if last_output.elapsed() > limit {
+                silent = true;
+                break None;
+            }
         }
         if !until.is_empty() {
             let text = crate::console::clean(&fs::read(log).unwrap_or_default());
@@ -278,6 +305,15 @@ pub fn run_qemu_until(
     }
     let Some(status) = status else {
         let kept = keep_console(what, &console);
+        if silent {
+            panic!(
+                "{what}: the console printed nothing for {:?} (the guest hung) after {:.1?}; \
+                 whole console in {kept}; its end:\n{}",
+                silence.unwrap_or_default(),
+                started.elapsed(),
+                crate::console::tail(&console, TAIL_LINES)
+            );
+        }
         panic!(
             "{what}: no poweroff within {timeout:?}; whole console in {kept}; its end:\n{}",
             crate::console::tail(&console, TAIL_LINES)

@@ -301,6 +301,7 @@ pub fn run_qemu_watched(
             "{what}: console showed {until:?} after {:.1?}",
             started.elapsed()
         );
+        record(what, cores.waited, started.elapsed());
         return console;
     }
     let Some(status) = status else {
@@ -328,7 +329,54 @@ pub fn run_qemu_watched(
         );
     }
     eprintln!("{what}: qemu ran {:.1?}", started.elapsed());
+    record(what, cores.waited, started.elapsed());
     console
+}
+
+/// One finished guest of this test process: where a VM test's time went.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub what: String,
+    /// Waiting for free cores ([`crate::cores`]).
+    pub waited: Duration,
+    /// From its start to its end.
+    pub ran: Duration,
+}
+
+fn runs_log() -> &'static std::sync::Mutex<Vec<Run>> {
+    static RUNS: std::sync::OnceLock<std::sync::Mutex<Vec<Run>>> = std::sync::OnceLock::new();
+    RUNS.get_or_init(Default::default)
+}
+
+fn record(what: &str, waited: Duration, ran: Duration) {
+    let run = Run {
+        what: what.to_string(),
+        waited,
+        ran,
+    };
+    runs_log()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(run);
+}
+
+/// Every guest this process ran to its end so far, in the order they ended.
+pub fn runs() -> Vec<Run> {
+    runs_log().lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// [`runs`] as a table (guest, waited for cores, ran), with the sums, for a test's log.
+pub fn runs_table() -> String {
+    let runs = runs();
+    let mut out = format!("{:<24} {:>10} {:>10}\n", "guest", "waited", "ran");
+    for r in &runs {
+        let (w, t) = (r.waited.as_secs_f64(), r.ran.as_secs_f64());
+        out += &format!("{:<24} {w:>9.0}s {t:>9.0}s\n", r.what);
+    }
+    let waited: f64 = runs.iter().map(|r| r.waited.as_secs_f64()).sum();
+    let ran: f64 = runs.iter().map(|r| r.ran.as_secs_f64()).sum();
+    out += &format!("{:<24} {waited:>9.0}s {ran:>9.0}s\n", "sum");
+    out
 }
 
 /// The guest's vCPUs: `-smp N` (or `-smp cpus=N,...`), else QEMU's default of one.
@@ -371,6 +419,31 @@ fn keep_console(what: &str, console: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runs_table_lists_each_run_and_the_sums() {
+        record("a-guest", Duration::from_secs(3), Duration::from_secs(100));
+        record("b-guest", Duration::from_secs(0), Duration::from_secs(50));
+        let table = runs_table();
+        let row = |name: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(name))
+                .unwrap_or_else(|| panic!("no {name} in\n{table}"))
+                .split_whitespace()
+                .skip(1)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(row("a-guest"), "3s 100s");
+        assert_eq!(row("b-guest"), "0s 50s");
+        // Other tests of this process may have run guests too: the sums cover at least these.
+        let sum: Vec<f64> = row("sum")
+            .split(' ')
+            .map(|v| v.trim_end_matches('s').parse().unwrap())
+            .collect();
+        assert!(sum[0] >= 3.0 && sum[1] >= 150.0, "{table}");
+    }
 
     #[test]
     fn vcpus_come_from_smp() {

@@ -34,7 +34,7 @@ for t in qemu-system-x86_64 busybox modprobe ldd gzip; do
 done
 
 W=$(mktemp -d "${TMPDIR:-/var/tmp}/ingot-nested.XXXXXX")
-trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$W"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$W"' EXIT
 KVER=$("$HERE/../boot/fetch-kernel.sh" "$W/kpkg")
 I=$W/initrd
 mkdir -p "$I"/{usr/bin,bin,dev,proc,sys,tmp,usr/share/qemu}

@@ -27,7 +27,7 @@ use ingot_layers::stack_rules::{self, LayerSummary, RuleError};
 use ingot_layers::tree::{split_path, DataSource, FileData, Meta, Node, NodeKind, Tree};
 use ingot_layers::{LayerError, Source};
 use rayon::prelude::*;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::manifest::{LayerSource, LayerSpec, Manifest, BASE_KIND};
 use crate::preload::{self, PreloadError};
@@ -128,6 +128,9 @@ pub enum BuildError {
     /// The layers break a stack rule (`ingot_layers::stack_rules`).
     #[error(transparent)]
     Rules(#[from] RuleError),
+    /// The Secure Boot db key cannot sign a UKI firmware is required to accept.
+    #[error(transparent)]
+    SecureBootKey(#[from] crate::db_key::DbKeyError),
     /// The signed UKI could not be made.
     #[error("stack `{stack}`: the Secure Boot UKI")]
     Uki {
@@ -214,6 +217,13 @@ fn bar_style() -> ProgressStyle {
 /// Build every layer of `manifest` and write the signed layout at `opts.out`.
 pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, BuildError> {
     let started = Instant::now();
+    // Before anything is written: a key firmware may refuse is found now, not at first boot.
+    if let Some(sb) = &opts.secure_boot {
+        let key = crate::db_key::check(&sb.key, &sb.cert)?;
+        if let Some(w) = key.warning(&sb.key) {
+            warn!("{w}");
+        }
+    }
     let out = &opts.out;
     if out.symlink_metadata().is_ok() {
         if !opts.force {

@@ -5,6 +5,7 @@
 
 pub mod build;
 pub mod cli;
+pub mod db_key;
 pub mod diff;
 pub mod inspect;
 pub mod manifest;

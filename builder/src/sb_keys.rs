@@ -27,8 +27,46 @@ pub enum KeySetError {
         #[source]
         source: std::io::Error,
     },
+    #[error("--name {name:?}: {reason}")]
+    Name { name: String, reason: String },
     #[error(transparent)]
     Tool(#[from] ToolError),
+}
+
+/// X.520's upper bound for a common name; the longest suffix (` KEK`) must fit too.
+pub const MAX_NAME: usize = 64 - " KEK".len();
+
+/// Checks a common-name prefix before it reaches `openssl req -subj`, where `/` starts another
+/// attribute, `=` and `+` split one, `\` escapes and a control character ends up in every
+/// certificate the firmware shows; non-ASCII would be taken as Latin-1 (no `-utf8`).
+pub fn check_name(name: &str) -> Result<(), KeySetError> {
+    let refuse = |reason: String| {
+        Err(KeySetError::Name {
+            name: name.to_owned(),
+            reason,
+        })
+    };
+    if name.trim().is_empty() {
+        return refuse("the name is empty".into());
+    }
+    if name.trim() != name {
+        return refuse("the name starts or ends with white space".into());
+    }
+    if name.len() > MAX_NAME {
+        return refuse(format!(
+            "{} bytes, more than the {MAX_NAME} a common name holds beside ` KEK`",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(' '..='~').contains(c) || matches!(c, '/' | '=' | '+' | '\\'))
+    {
+        return refuse(format!(
+            "{c:?} is not allowed (printable ASCII other than / = + \\)"
+        ));
+    }
+    Ok(())
 }
 
 /// Makes the key set in `dir` (created), certificates named `NAME PK` ...; `owner` is the
@@ -39,6 +77,7 @@ pub fn generate(
     owner: &str,
     force: bool,
 ) -> Result<Vec<PathBuf>, KeySetError> {
+    check_name(name)?;
     fs::create_dir_all(dir).map_err(|source| KeySetError::Io {
         what: "creating",
         path: dir.to_owned(),

@@ -114,6 +114,13 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
             );
         }
     }
+    // The certificates' subjects are the name as given, read back by openssl.
+    let subject = common::run_ok(
+        Command::new("openssl")
+            .args(["x509", "-noout", "-subject", "-nameopt", "RFC2253", "-in"])
+            .arg(keys.join("db.crt")),
+    );
+    assert_eq!(subject.trim(), "subject=CN=ingot test db");
     // The set exists: a second run refuses to overwrite it.
     let again = ingot([
         "key".as_ref(),
@@ -308,4 +315,129 @@ fn assert_a_foreign_cmdline_is_refused(
     d.uki.as_mut().unwrap().cmdline = changed;
     let e = read_uki(&layout, &d).unwrap_err();
     assert!(e.to_string().contains("the descriptor records"), "{e}");
+}
+
+/// `--name` goes into `openssl req -subj`: a name that would add or split attributes, or put a
+/// control character or Latin-1 into every certificate, is refused before anything is written.
+#[test]
+fn a_key_set_name_that_is_not_one_common_name_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = "n".repeat(61);
+    for (name, says) in [
+        ("lab/CN=evil", "'/'"),
+        ("lab/O=Example", "'/'"),
+        ("a=b", "'='"),
+        ("a+CN=b", "'+'"),
+        ("a\\b", "'\\\\'"),
+        ("lab\nforged", "'\\n'"),
+        ("lab\u{1b}]0;title\u{7}", "'\\u{1b}'"),
+        ("café", "'é'"),
+        ("", "empty"),
+        (" lab", "white space"),
+        (long.as_str(), "61 bytes, more than the 60"),
+    ] {
+        let out = dir.path().join("keys");
+        let r = ingot([
+            "key".as_ref(),
+            "secure-boot".as_ref(),
+            "--out".as_ref(),
+            out.as_os_str(),
+            "--name".as_ref(),
+            name.as_ref(),
+        ]);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(1), "{name:?}: {err}");
+        assert!(
+            err.contains("--name") && err.contains(says),
+            "{name:?}: {err}"
+        );
+        assert!(!out.exists(), "{name:?}: {} was created", out.display());
+    }
+}
+
+/// Makes a self-signed certificate for a new key `openssl req -newkey SPEC` makes, in `dir`.
+fn openssl_key(dir: &Path, name: &str, spec: &[&str]) -> (PathBuf, PathBuf) {
+    let (key, cert) = (
+        dir.join(format!("{name}.key")),
+        dir.join(format!("{name}.crt")),
+    );
+    common::run_ok(
+        Command::new("openssl")
+            .args(["req", "-new", "-x509", "-nodes", "-days", "1", "-subj"])
+            .arg(format!("/CN={name}/"))
+            .args(spec)
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert),
+    );
+    (key, cert)
+}
+
+/// UEFI only requires firmware to accept RSA-2048 Authenticode: an EC or Ed25519 db key, a
+/// short RSA key and a certificate of another key are refused before the build writes
+/// anything (sbsign itself signs with the first two without a word); a larger RSA key is
+/// accepted, with a warning.
+#[test]
+fn a_db_key_firmware_need_not_accept_is_refused_before_anything_is_written() {
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (rsa, rsa_crt) = openssl_key(dir.path(), "rsa2048", &["-newkey", "rsa:2048"]);
+    let (ec, ec_crt) = openssl_key(
+        dir.path(),
+        "ec",
+        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+    );
+    let (ed, ed_crt) = openssl_key(dir.path(), "ed", &["-newkey", "ed25519"]);
+    let (small, small_crt) = openssl_key(dir.path(), "rsa1024", &["-newkey", "rsa:1024"]);
+    let (big, big_crt) = openssl_key(dir.path(), "rsa3072", &["-newkey", "rsa:3072"]);
+
+    assert_eq!(ingot::db_key::check(&rsa, &rsa_crt).unwrap().bits, 2048);
+    let k = ingot::db_key::check(&big, &big_crt).unwrap();
+    assert_eq!(k.bits, 3072);
+    assert!(ingot::db_key::check(&rsa, &rsa_crt)
+        .unwrap()
+        .warning(&rsa)
+        .is_none());
+    assert!(k.warning(&big).unwrap().contains("RSA-3072"));
+
+    let (sign, _) = keypair(dir.path(), "release");
+    let manifest = stack(dir.path());
+    let out = dir.path().join("out");
+    for (key, cert, says) in [
+        (&ec, &ec_crt, "is an EC key"),
+        (&ed, &ed_crt, "is an Ed25519 key"),
+        (&small, &small_crt, "is RSA-1024"),
+        (&rsa, &ec_crt, "does not hold the public half"),
+        (
+            &rsa,
+            &dir.path().join("missing.crt"),
+            "reading the Secure Boot certificate",
+        ),
+    ] {
+        let r = ingot([
+            "build".as_ref(),
+            manifest.as_os_str(),
+            "--out".as_ref(),
+            out.as_os_str(),
+            "--quiet".as_ref(),
+            "--sign-key".as_ref(),
+            sign.as_os_str(),
+            "--secure-boot-key".as_ref(),
+            key.as_os_str(),
+            "--secure-boot-cert".as_ref(),
+            cert.as_os_str(),
+        ]);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert!(!r.status.success(), "{}: built", key.display());
+        assert!(err.contains(says), "{}: {err}", key.display());
+        let left: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("out") || n.starts_with(".out"))
+            .collect();
+        assert!(left.is_empty(), "{}: left {left:?}", key.display());
+    }
 }

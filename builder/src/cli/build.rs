@@ -32,7 +32,10 @@ pub struct BuildArgs {
     /// initrd and os-release, a command line naming every layer's root hash and the stack's
     /// `[boot] kernel_args`) and Authenticode-sign it with this Secure Boot db key (PEM, with
     /// --secure-boot-cert). The signed descriptor pins it; the writer boots UEFI machines from it
-    /// (docs/boot-contract.md, "Secure Boot"). Needs objcopy, sbsign and faketime.
+    /// (docs/boot-contract.md, "Secure Boot"). The key must be RSA of at least 2048 bits (UEFI
+    /// requires firmware to verify RSA-2048 only; a larger key gets a warning) and the
+    /// certificate its own, checked before anything is written. Needs openssl, objcopy, sbsign
+    /// and faketime.
     #[arg(long, value_name = "KEY", requires = "secure_boot_cert")]
     pub secure_boot_key: Option<PathBuf>,
     /// The db certificate (PEM) that goes with --secure-boot-key.

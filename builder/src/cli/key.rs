@@ -38,7 +38,8 @@ pub enum KeyCommand {
         /// The directory to write.
         #[arg(long, short = 'o', value_name = "DIR")]
         out: PathBuf,
-        /// The certificates' common name prefix (`NAME PK`, `NAME KEK`, `NAME db`).
+        /// The certificates' common name prefix (`NAME PK`, `NAME KEK`, `NAME db`): printable
+        /// ASCII without `/`, `=`, `+` or `\`, at most 60 bytes.
         #[arg(long, default_value = "ingot")]
         name: String,
         /// Overwrite existing files.

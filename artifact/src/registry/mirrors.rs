@@ -25,11 +25,21 @@
 //! ignored: an `oci://` reference is always fully qualified, and credentials come from docker's
 //! files (`auth`). Any other key is an error naming the file and the key, so a misspelt
 //! `pull-from-mirror` cannot silently disable a mirror.
+//!
+//! Stricter than containers/image, which keeps them silently: a `prefix` that could never match
+//! a reference (`*.`, upper case, a control character, an empty label; `names`) is refused, and
+//! so is a `[[registry]]` with more than [`MAX_MIRRORS`] mirrors. Whatever the file holds is
+//! quoted escaped and cut (`mirrors_error::shown`), TOML errors included.
 
-use std::io::Read;
+mod names;
+
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-pub use super::mirrors_error::{MirrorsError, MAX_FILE};
+use ingot_verity::input::{self, InputError, Symlinks};
+
+use super::mirrors_error::{escaped, shown};
+pub use super::mirrors_error::{MirrorsError, MAX_FILE, MAX_MIRRORS};
 use super::reference::{RegistryRef, SCHEME};
 
 /// The file skopeo and podman read, used when it exists and nothing else is asked for.
@@ -136,7 +146,7 @@ impl Reader<'_> {
     fn invalid(&self, key: &str, problem: impl Into<String>) -> MirrorsError {
         MirrorsError::Invalid {
             path: self.path.to_owned(),
-            key: key.to_owned(),
+            key: shown(key),
             problem: problem.into(),
         }
     }
@@ -171,18 +181,35 @@ impl Reader<'_> {
             .collect()
     }
 
-    /// A `location` or `prefix`: `host[:port][/path][:tag|@digest]`, no scheme, no trailing `/`.
+    /// A `location`: `host[:port][/path][:tag|@digest]`, no scheme, no trailing `/`.
     fn location(&self, key: &str, v: &toml::Value) -> Result<String, MirrorsError> {
+        self.name(key, v, false)
+    }
+
+    /// A `prefix`: a location, or `*.domain`.
+    fn prefix(&self, key: &str, v: &toml::Value) -> Result<String, MirrorsError> {
+        self.name(key, v, true)
+    }
+
+    fn name(&self, key: &str, v: &toml::Value, wildcard: bool) -> Result<String, MirrorsError> {
         let s = self.string(key, v)?;
         let s = s.trim_end_matches('/').to_owned();
         if s.contains("://") {
             return Err(self.invalid(
                 key,
-                format!("`{s}` has a scheme; a location is host[:port][/path]"),
+                format!(
+                    "`{}` has a scheme; a location is host[:port][/path]",
+                    shown(&s)
+                ),
             ));
         }
-        if s.chars().any(char::is_whitespace) {
-            return Err(self.invalid(key, format!("`{s}` contains white space")));
+        if let Some(why) = names::problem(&s, wildcard) {
+            let what = if wildcard {
+                "can never match a reference"
+            } else {
+                "is not a registry location"
+            };
+            return Err(self.invalid(key, format!("`{}` {what}: {why}", shown(&s))));
         }
         Ok(s)
     }
@@ -207,8 +234,9 @@ impl Reader<'_> {
                             return Err(self.invalid(
                                 &kp,
                                 format!(
-                                    "`{other}` is not one of \"all\", \"digest-only\", \
-                                     \"tag-only\""
+                                    "`{}` is not one of \"all\", \"digest-only\", \
+                                     \"tag-only\"",
+                                    shown(other)
                                 ),
                             ))
                         }
@@ -233,16 +261,23 @@ impl Reader<'_> {
         };
         let mut by_digest_only = false;
         let mut pull_from_mirror_set = None;
+        let mut too_many = None;
         for (k, v) in t {
             let kp = key_path(key, k);
             match k.as_str() {
-                "prefix" => entry.prefix = self.location(&kp, v)?,
+                "prefix" => entry.prefix = self.prefix(&kp, v)?,
                 "location" => entry.location = self.location(&kp, v)?,
                 "insecure" => entry.insecure = self.boolean(&kp, v)?,
                 "blocked" => entry.blocked = self.boolean(&kp, v)?,
                 "mirror-by-digest-only" => by_digest_only = self.boolean(&kp, v)?,
                 "mirror" => {
-                    for (i, m) in self.tables(&kp, v)?.into_iter().enumerate() {
+                    let mirrors = self.tables(&kp, v)?;
+                    if mirrors.len() > MAX_MIRRORS {
+                        // Refused below, once the prefix (which names the registry) is known.
+                        too_many = Some(mirrors.len());
+                        continue;
+                    }
+                    for (i, m) in mirrors.into_iter().enumerate() {
                         let mkey = format!("{kp}[{i}]");
                         if m.contains_key("pull-from-mirror") {
                             pull_from_mirror_set = Some(format!("{mkey}.pull-from-mirror"));
@@ -259,23 +294,18 @@ impl Reader<'_> {
         if entry.prefix.is_empty() {
             return Err(self.invalid(key, "a [[registry]] needs a `prefix` or a `location`"));
         }
-        if entry.prefix.starts_with("*.") {
-            if entry.prefix[2..].contains(['/', ':', '@', '*']) {
-                return Err(self.invalid(
-                    &key_path(key, "prefix"),
-                    "a wildcard prefix is `*.host` only, with no port or path",
-                ));
-            }
-            if !entry.location.is_empty() {
-                return Err(self.invalid(
-                    &key_path(key, "location"),
-                    "must not be set with a wildcard prefix",
-                ));
-            }
-        } else if entry.prefix.contains('*') {
+        if let Some(count) = too_many {
+            return Err(MirrorsError::TooManyMirrors {
+                path: self.path.to_owned(),
+                key: key.to_owned(),
+                prefix: entry.prefix,
+                count,
+            });
+        }
+        if entry.prefix.starts_with("*.") && !entry.location.is_empty() {
             return Err(self.invalid(
-                &key_path(key, "prefix"),
-                "`*` is only allowed as a leading `*.`",
+                &key_path(key, "location"),
+                "must not be set with a wildcard prefix",
             ));
         }
         if by_digest_only {
@@ -339,41 +369,93 @@ impl Reader<'_> {
     }
 }
 
+/// Characters of the offending line quoted on each side of a TOML error's column.
+const EXCERPT_HALF: usize = 100;
+
+/// A TOML error as a [`MirrorsError::Toml`]: the line and column, the parser's message, and
+/// the line around the column, escaped and cut (toml's own message quotes the line whole).
+fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> MirrorsError {
+    let message = shown(&e.message().trim().replace('\n', "; "));
+    let Some(span) = e.span() else {
+        return MirrorsError::Toml {
+            path: path.to_owned(),
+            at: String::new(),
+            message,
+            excerpt: String::new(),
+        };
+    };
+    let mut at = span.start.min(text.len());
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    let before: Vec<char> = text[start..at].chars().collect();
+    let from = before.len().saturating_sub(EXCERPT_HALF);
+    let head: String = before[from..].iter().collect();
+    let rest = &text[at..end];
+    let tail: String = rest.chars().take(EXCERPT_HALF).collect();
+    let cut_after = tail.len() < rest.len();
+    let excerpt = if from > 0 || cut_after {
+        let chars = before.len() + rest.chars().count();
+        format!(
+            "; the line ({chars} characters, cut to {} around the column) reads `{}{}{}{}`",
+            2 * EXCERPT_HALF,
+            if from > 0 { "…" } else { "" },
+            escaped(&head),
+            escaped(&tail),
+            if cut_after { "…" } else { "" },
+        )
+    } else {
+        format!("; the line reads `{}{}`", escaped(&head), escaped(&tail))
+    };
+    MirrorsError::Toml {
+        path: path.to_owned(),
+        at: format!(
+            "line {}, column {}: ",
+            text[..start].matches('\n').count() + 1,
+            before.len() + 1
+        ),
+        message,
+        excerpt,
+    }
+}
+
 impl MirrorConfig {
-    /// Reads and parses `path` (at most [`MAX_FILE`] bytes).
+    /// Reads and parses `path` (at most [`MAX_FILE`] bytes). Only a regular file is read, opened
+    /// without blocking: a FIFO or a device in its place is refused, naming it, instead of
+    /// hanging the run or reading forever.
     pub fn load(path: &Path) -> Result<MirrorConfig, MirrorsError> {
         let read = |source| MirrorsError::Read {
             path: path.to_owned(),
             source,
         };
-        let file = std::fs::File::open(path).map_err(read)?;
-        if !file.metadata().map_err(read)?.is_file() {
-            return Err(read(std::io::Error::other("not a regular file")));
-        }
-        let mut text = String::new();
-        file.take(MAX_FILE + 1)
-            .read_to_string(&mut text)
-            .map_err(read)?;
-        if text.len() as u64 > MAX_FILE {
-            return Err(MirrorsError::TooLarge {
-                path: path.to_owned(),
-            });
-        }
+        let bytes = input::read_bounded(path, MAX_FILE, Symlinks::Follow).map_err(|e| {
+            match input::input_error(&e) {
+                Some(InputError::TooLarge { .. }) => MirrorsError::TooLarge {
+                    path: path.to_owned(),
+                },
+                _ => read(e),
+            }
+        })?;
+        let text = String::from_utf8(bytes).map_err(|e| {
+            read(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
+            ))
+        })?;
         MirrorConfig::parse(&text, path)
     }
 
     /// Parses registries.conf text; `path` names it in errors.
     pub fn parse(text: &str, path: &Path) -> Result<MirrorConfig, MirrorsError> {
-        let table: toml::Table = toml::from_str(text).map_err(|source| MirrorsError::Toml {
-            path: path.to_owned(),
-            source,
-        })?;
+        let table: toml::Table = toml::from_str(text).map_err(|e| toml_error(path, text, &e))?;
         let r = Reader { path };
         if table.contains_key("registries") {
             if let Some(k) = table.keys().find(|k| *k != "registries") {
                 return Err(MirrorsError::Mixed {
                     path: path.to_owned(),
-                    v2_key: k.clone(),
+                    v2_key: shown(k),
                 });
             }
             let v1 = table["registries"]
@@ -385,16 +467,17 @@ impl MirrorConfig {
             });
         }
         let mut entries: Vec<Entry> = Vec::new();
+        let mut prefixes = HashSet::new();
         for (k, v) in &table {
             match k.as_str() {
                 "registry" => {
                     for (i, t) in r.tables(k, v)?.into_iter().enumerate() {
                         let key = format!("registry[{i}]");
                         let entry = r.entry(&key, t)?;
-                        if entries.iter().any(|e| e.prefix == entry.prefix) {
+                        if !prefixes.insert(entry.prefix.clone()) {
                             return Err(r.invalid(
                                 &key,
-                                format!("prefix `{}` is configured twice", entry.prefix),
+                                format!("prefix `{}` is configured twice", shown(&entry.prefix)),
                             ));
                         }
                         entries.push(entry);
@@ -850,6 +933,136 @@ registries = ['registry.untrusted.com']
         conf("short-name-mode = \"enforcing\"\n[aliases]\nfoo = \"example.com/foo\"\n");
     }
 
+    /// Issue 32, item 8: a FIFO hung `load` in its open (waiting for a writer). The load runs
+    /// in a thread with a deadline, so a regression fails here instead of hanging; opening the
+    /// writer end afterwards lets a hung open go.
+    #[test]
+    fn a_fifo_is_refused_without_waiting_for_a_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("registries.conf");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.unwrap().success());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let path = fifo.clone();
+        std::thread::spawn(move || tx.send(MirrorsFrom::File(path).load().map(|_| ())));
+        let got = rx.recv_timeout(std::time::Duration::from_secs(20));
+        if got.is_err() {
+            drop(std::fs::OpenOptions::new().write(true).open(&fifo));
+            panic!("loading a FIFO as registries.conf still blocks after 20 s");
+        }
+        let e = got.unwrap().unwrap_err();
+        let s = crate::error_chain::text(&e);
+        assert!(
+            s.contains(&fifo.display().to_string()) && s.contains("a FIFO"),
+            "{s}"
+        );
+    }
+
+    /// Issue 32, item 9: 2,000 mirrors cost 37 s of setup, 20,000 never finished. One registry
+    /// lists at most [`MAX_MIRRORS`]; more is refused naming the registry, the count, the cap.
+    #[test]
+    fn mirrors_per_registry_are_capped() {
+        let file = |n: usize| {
+            let mut t = String::from("[[registry]]\nprefix = \"reg.example/stacks\"\n");
+            for i in 0..n {
+                t.push_str(&format!("[[registry.mirror]]\nlocation = \"m{i}.local\"\n"));
+            }
+            t
+        };
+        assert_eq!(
+            conf(&file(MAX_MIRRORS)).entries[0].mirrors.len(),
+            MAX_MIRRORS
+        );
+        for n in [MAX_MIRRORS + 1, 20_000] {
+            let e = err(&file(n));
+            assert!(
+                e.contains(&format!(
+                    "`registry[0]` (prefix `reg.example/stacks`) lists {n} mirrors, more than \
+                     the {MAX_MIRRORS} accepted"
+                )),
+                "{e}"
+            );
+        }
+    }
+
+    /// Issue 32, item 11: prefixes that can never match were kept silently. Each is refused,
+    /// naming the key, the prefix (escaped) and why; a location is held to the same grammar.
+    #[test]
+    fn prefixes_that_can_never_match_are_refused() {
+        for (prefix, why) in [
+            (
+                "*.",
+                "`*.` can never match a reference: `*.` needs a domain",
+            ),
+            ("REG.example", "upper-case `R`"),
+            ("reg.example/Stacks", "upper-case `S`"),
+            ("reg.example\\u0000", "`reg.example\\u{0}` can never match"),
+            (
+                "reg\\u001b[2J.example",
+                "`reg\\u{1b}[2J.example` can never match",
+            ),
+            ("reg..example", "empty label"),
+            ("reg.ex*ample", "leading `*.`"),
+            ("*.*.example", "after `*.`"),
+        ] {
+            let e = err(&format!(
+                "[[registry]]\nprefix = \"{prefix}\"\nlocation = \"x\"\n"
+            ));
+            assert!(
+                e.contains("`registry[0].prefix`") && e.contains(why),
+                "{prefix}: {e}"
+            );
+            assert!(!e.contains('\u{1b}') && !e.contains('\0'), "{e:?}");
+        }
+        let e =
+            err("[[registry]]\nlocation = \"r\"\n[[registry.mirror]]\nlocation = \"M.local\"\n");
+        assert!(
+            e.contains("registry[0].mirror[0].location") && e.contains("not a registry location"),
+            "{e}"
+        );
+        let e = err("[[registry]]\nprefix = \"r\"\nlocation = \"*.x\"\n");
+        assert!(e.contains("cannot have a wildcard"), "{e}");
+    }
+
+    /// Issue 32, item 11: a TOML error quoted its whole line (a megabyte, escape sequences and
+    /// all). Now 200 characters around the column, escaped, the cut said; an unknown key or a
+    /// bad value from the file is cut and escaped the same way.
+    #[test]
+    fn a_toml_error_quotes_a_short_escaped_excerpt() {
+        let mut text = String::from("[[registry]]\nlocation = \"x\"\nk = \"");
+        text.push_str(&"A".repeat(1 << 19));
+        text.push_str("\u{1b}]0;pwned\u{7}");
+        text.push_str(&"B".repeat(1 << 19));
+        text.push_str("\"\n");
+        let e = err(&text);
+        assert!(
+            e.len() < 1000,
+            "{} bytes: {}",
+            e.len(),
+            e.chars().take(1000).collect::<String>()
+        );
+        assert!(
+            e.contains(&format!("line 3, column {}", 6 + (1 << 19))),
+            "{e}"
+        );
+        assert!(e.contains("cut to 200 around the column"), "{e}");
+        assert!(e.contains("AAAA\\u{1b}]0;pwned\\u{7}BBBB"), "{e}");
+        assert!(!e.chars().any(|c| c.is_control() && c != '\n'), "{e:?}");
+        // A short line is quoted whole.
+        let e = err("[[registry]\nlocation = \"x\"");
+        assert!(
+            e.contains("line 1, column") && e.contains("reads `[[registry]`"),
+            "{e}"
+        );
+        // A megabyte-long key, or value, named in a refusal.
+        let key = format!("\"{}\\u001b\"", "k".repeat(1 << 19));
+        let e = err(&format!("[[registry]]\nlocation = \"x\"\n{key} = 1\n"));
+        assert!(e.len() < 1000 && e.contains("characters, cut"), "{e}");
+        let value = "p".repeat(1 << 19);
+        let e = err(&format!("[[registry]]\nlocation = \"x\"\n[[registry.mirror]]\nlocation = \"m\"\npull-from-mirror = \"{value}\"\n"));
+        assert!(e.len() < 1000 && e.contains("characters, cut"), "{e}");
+    }
+
     #[test]
     fn a_huge_file_is_refused_after_a_bounded_read() {
         let dir = tempfile::tempdir().unwrap();
@@ -860,7 +1073,7 @@ registries = ['registry.untrusted.com']
         let e = MirrorConfig::load(&path).unwrap_err();
         assert!(matches!(e, MirrorsError::TooLarge { .. }), "{e}");
         assert!(e.to_string().contains(&path.display().to_string()));
-        // A FIFO or a device in its place is not read.
+        // A device in its place is not read.
         let e = MirrorConfig::load(Path::new("/dev/zero")).unwrap_err();
         assert!(e.to_string().contains("/dev/zero"), "{e}");
         let e = MirrorsFrom::File(dir.path().join("none.conf"))

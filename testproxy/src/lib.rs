@@ -5,7 +5,9 @@
 //!   response whose request path contains a pattern (a registry transfer dropped mid-blob; the
 //!   ranged reads of a few frames that come before it, and the resumed request after it, pass);
 //! - a byte flipped at a given offset of the blob a matching response carries, whether the
-//!   response is whole or a `Range` part of it (a registry or cache serving a corrupt copy).
+//!   response is whole or a `Range` part of it (a registry or cache serving a corrupt copy);
+//! - every request whose path contains a pattern answered by closing the connection (a registry
+//!   that died, or a link that drops, from that request on).
 //!
 //! Every request gets its own upstream connection (`Connection: close` is forced), so the proxy
 //! knows which request each response answers without parsing message bodies.
@@ -75,6 +77,8 @@ pub struct Faults {
     pub flip: Option<Rule>,
     /// Answer every matching request with this error status and a body that never ends.
     pub endless_error: Option<EndlessError>,
+    /// Close the connection, no answer sent, of every request whose path contains this.
+    pub dead: Option<String>,
 }
 
 /// An error answer whose body never ends (until the client hangs up).
@@ -109,6 +113,8 @@ pub struct Stats {
     pub ranged: AtomicU64,
     pub cuts: AtomicU64,
     pub flips: AtomicU64,
+    /// Requests answered by closing the connection (`Faults::dead`).
+    pub dropped: AtomicU64,
     /// Response bytes forwarded.
     pub bytes: AtomicU64,
     /// Every `Authorization` header value a request carried (to show which credentials reach
@@ -178,6 +184,15 @@ fn serve(conn: &mut Conn, shared: &Shared) -> std::io::Result<()> {
         .filter(|e| path.contains(&e.path_contains))
     {
         return endless_error(&conn.out, e.status);
+    }
+    if shared
+        .faults
+        .dead
+        .as_ref()
+        .is_some_and(|d| path.contains(d.as_str()))
+    {
+        shared.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        return conn.out.shutdown(Shutdown::Both);
     }
     // `Range: bytes=START-`: the body starts at this blob offset.
     let range_start = conn.request.range_start();

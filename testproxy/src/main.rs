@@ -9,7 +9,7 @@ use clap::Parser;
 use ingot_testproxy::{parse_size, Faults, Proxy, Rule};
 
 /// An HTTP proxy in front of a registry: a bandwidth limit, a connection cut mid-blob, a flipped
-/// byte.
+/// byte, a dead path.
 #[derive(Parser)]
 struct Args {
     /// The registry to forward to (HOST:PORT).
@@ -27,6 +27,9 @@ struct Args {
     /// Flip the byte at blob offset OFFSET in every response for a path containing PATTERN.
     #[arg(long, value_name = "PATTERN:OFFSET")]
     flip: Option<Rule>,
+    /// Close the connection, no answer sent, of every request for a path containing PATTERN.
+    #[arg(long, value_name = "PATTERN")]
+    dead: Option<String>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -38,6 +41,7 @@ fn main() -> anyhow::Result<()> {
             rate: args.rate,
             cut: args.cut,
             flip: args.flip,
+            dead: args.dead,
             ..Default::default()
         },
     )

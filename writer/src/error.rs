@@ -1,8 +1,10 @@
 //! What can stop a run: each step's own error, wrapped. [`WriteError`] from the steps that open,
 //! verify and write a stack, [`ProvisionError`] from a whole provisioning run, whose short
-//! failure reason ([`ProvisionError::reason`]) is computed from the types.
+//! failure reason ([`ProvisionError::reason`]) is computed from the types. A registry or network
+//! that failed to deliver (unreachable, dropped, too slow: retries used up) is
+//! `download-failed` whichever step was reading: `resolve`, `verify`, `stage`, `plan`, `write`.
 
-use ingot_artifact::layerfs::BlockError;
+use ingot_artifact::layerfs::{BlockError, LayerFsError};
 use ingot_artifact::verify::VerifyError;
 use ingot_machine::GateFailure;
 
@@ -75,6 +77,14 @@ impl ProvisionError {
             ProvisionError::Check(CheckError::Read { .. }) => "io".into(),
             ProvisionError::Check(CheckError::Bootstrap { .. }) => "bootstrap-invalid".into(),
             ProvisionError::Gate(g) => g.reason.as_str().to_string(),
+            ProvisionError::Stage(StageStepError::Base(s)) if stack_download(s) => {
+                "download-failed".into()
+            }
+            ProvisionError::Stage(StageStepError::BaseFile { source, .. })
+                if layerfs_download(source) =>
+            {
+                "download-failed".into()
+            }
             // The data asks for a path the per-node layer may not carry: the data is wrong.
             ProvisionError::Stage(StageStepError::Stage(
                 ingot_bootstrap::StageError::NotAllowed { .. },
@@ -83,6 +93,27 @@ impl ProvisionError {
             ProvisionError::Seal(_) => "seal-failed".into(),
             ProvisionError::Write(w) => w.reason().into(),
         }
+    }
+}
+
+/// Whether reading from the registry failed in transport (unreachable, dropped, too slow, with
+/// every source), not for what it delivered.
+fn verify_download(e: &VerifyError) -> bool {
+    matches!(e, VerifyError::Registry(r) if r.is_transport())
+}
+
+/// Whether a zstd frame of a layer could not be fetched.
+fn layerfs_download(e: &LayerFsError) -> bool {
+    e.block()
+        .is_some_and(|b| matches!(b, BlockError::Fetch { .. }))
+}
+
+/// Whether a blob of the verified stack could not be fetched.
+fn stack_download(e: &StackError) -> bool {
+    match e {
+        StackError::Blob(v) => verify_download(v),
+        StackError::LayerFs(l) => layerfs_download(l),
+        StackError::Map { .. } => false,
     }
 }
 
@@ -105,6 +136,16 @@ impl WriteError {
             };
         }
         match self {
+            WriteError::Resolve(v) | WriteError::Verify(VerifyStepError::Source(v))
+                if verify_download(v) =>
+            {
+                "download-failed"
+            }
+            WriteError::Write(WriteStepError::Stack(s)) if stack_download(s) => "download-failed",
+            WriteError::Plan(p) if matches!(&**p, PlanError::Stack(s) if stack_download(s)) => {
+                "download-failed"
+            }
+            WriteError::Esp(EspError::BootFiles(l)) if layerfs_download(l) => "download-failed",
             WriteError::Resolve(_)
             | WriteError::Verify(VerifyStepError::Source(_))
             | WriteError::Write(WriteStepError::Engine(
@@ -256,5 +297,92 @@ mod tests {
         };
         assert_eq!(plan(ReadError::Block(fetch)), "download-failed");
         assert_eq!(plan(ReadError::NotRegular), "cannot-boot");
+    }
+
+    /// A registry that stops delivering (unreachable, dropped connections, too slow: retries
+    /// used up) is `download-failed` in whichever step reads from it, and what it delivered
+    /// being wrong stays `image-invalid`.
+    #[test]
+    fn a_registry_that_stops_delivering_is_a_download_failure_in_every_step() {
+        use ingot_artifact::layerfs::ReadError;
+        use ingot_artifact::registry::{Cause, RegistryError};
+        let transient = || {
+            VerifyError::Registry(RegistryError::Transient {
+                op: "blob sha256:00".into(),
+                attempts: 2,
+                last: Cause::TooSlow("1 byte in 2 s".into()),
+            })
+        };
+        let every = || {
+            VerifyError::Registry(RegistryError::AllSources {
+                what: "blob sha256:00".into(),
+                tried: "mirror a (bad bytes)".into(),
+                last_source: "origin b".into(),
+                last: Box::new(RegistryError::Transient {
+                    op: "blob sha256:00".into(),
+                    attempts: 2,
+                    last: Cause::Answer("dropped".into()),
+                }),
+            })
+        };
+        let integrity = || {
+            VerifyError::Registry(RegistryError::Integrity {
+                blob: "sha256:00".into(),
+                detail: "digest mismatch".into(),
+            })
+        };
+        let fetch = || LayerFsError::Missing {
+            layer: "base".into(),
+            path: "/etc/passwd".into(),
+            source: ReadError::Block(BlockError::Fetch {
+                frame: 0,
+                source: "the response ended".into(),
+            }),
+        };
+        let write = |e: WriteError| ProvisionError::Write(e).reason();
+        for e in [transient(), every()] {
+            assert_eq!(write(WriteError::Resolve(Box::new(e))), "download-failed");
+        }
+        for e in [transient(), every()] {
+            assert_eq!(write(WriteError::Verify(e.into())), "download-failed");
+        }
+        assert_eq!(
+            write(WriteError::Verify(integrity().into())),
+            "image-invalid"
+        );
+        assert_eq!(
+            write(WriteError::Resolve(Box::new(integrity()))),
+            "image-invalid"
+        );
+        let stage = |e: StageStepError| ProvisionError::Stage(e).reason();
+        assert_eq!(
+            stage(StageStepError::Base(StackError::Blob(transient()))),
+            "download-failed"
+        );
+        assert_eq!(
+            stage(StageStepError::Base(StackError::LayerFs(fetch()))),
+            "download-failed"
+        );
+        assert_eq!(
+            stage(StageStepError::BaseFile {
+                path: "/etc/passwd",
+                source: fetch(),
+            }),
+            "download-failed"
+        );
+        assert_eq!(
+            stage(StageStepError::Base(StackError::Blob(integrity()))),
+            "stage-failed"
+        );
+        assert_eq!(
+            write(WriteError::from(PlanError::Stack(
+                StackError::Blob(every())
+            ))),
+            "download-failed"
+        );
+        assert_eq!(
+            write(WriteError::Esp(EspError::BootFiles(fetch()))),
+            "download-failed"
+        );
     }
 }

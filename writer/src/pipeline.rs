@@ -389,9 +389,6 @@ fn write_planned(
     let esp = steps::esp::run(target, opened, node, plan, settings, reporter)?;
     stats += esp.stats;
     let (kernel_cmdline, mbr_code) = (esp.cmdline, esp.mbr_code);
-    if let crate::stack::Source::Registry(r) = opened.source() {
-        reporter.sources(&r.registry().served());
-    }
     target.check_still_named()?;
     steps::partition_table::run(target, plan, mbr_code.as_deref(), reporter)
         .map_err(WriteError::Table)?;

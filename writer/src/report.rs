@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use indicatif::{ProgressBar, ProgressStyle};
+use ingot_artifact::registry::{Served, SourceLog};
 use serde::Serialize;
 
 /// The writer's named stages, in order.
@@ -127,6 +128,9 @@ pub struct Reporter {
     last_progress_save: Mutex<f64>,
     /// Print each stage's message as a line on stdout (a provisioner keeps stdout as its log).
     stdout_log: bool,
+    /// What each registry source served and why one failed, filled by the registry client:
+    /// recorded at the end of every run, whatever its outcome.
+    sources: SourceLog,
 }
 
 /// What a failed run left on the disks, carried by the pipeline from the first step that
@@ -194,6 +198,7 @@ impl Reporter {
             show_bar: std::io::stderr().is_terminal(),
             last_progress_save: Mutex::new(0.0),
             stdout_log: false,
+            sources: SourceLog::default(),
         })
     }
 
@@ -383,27 +388,32 @@ impl Reporter {
         }
     }
 
-    /// What each registry source (mirrors, the origin) served so far: recorded as the status
-    /// file's `sources` (location, mirror, bytes, blobs) and said on one line.
-    pub fn sources(&self, served: &[ingot_artifact::registry::Served]) {
+    /// The record the registry client fills for this run (`resolve` opens the source with it).
+    pub fn source_log(&self) -> SourceLog {
+        self.sources.clone()
+    }
+
+    /// What each registry source (mirrors, the origin) served and how each failed, recorded as
+    /// the status file's `sources` (location, mirror, bytes, blobs, failures, errors, down) and
+    /// said on a line, with a line per source that failed. Called at the end of every run.
+    fn record_sources(&self) {
+        let served = self.sources.served();
         if served.is_empty() {
             return;
         }
+        let stage = self.status.lock().expect("status lock").stage;
         let line = served
             .iter()
-            .map(|s| {
-                format!(
-                    "{} {}: {} bytes, {} blobs",
-                    if s.mirror { "mirror" } else { "origin" },
-                    s.location,
-                    s.bytes,
-                    s.blobs
-                )
-            })
+            .map(served_text)
             .collect::<Vec<_>>()
             .join("; ");
-        tracing::info!("[write] served by {line}");
-        self.log_line(Stage::Write, &format!("served by {line}"));
+        tracing::info!("[{}] served by {line}", stage.name());
+        self.log_line(stage, &format!("served by {line}"));
+        for s in served.iter().filter(|s| !s.errors.is_empty()) {
+            let line = format!("{} failed: {}", source_name(s), s.errors.join("; "));
+            tracing::info!("[{}] {line}", stage.name());
+            self.log_line(stage, &line);
+        }
         self.detail("sources", served);
     }
 
@@ -423,6 +433,7 @@ impl Reporter {
 
     pub fn done(&self, message: impl Into<String>) {
         self.finish_bar();
+        self.record_sources();
         let message = message.into();
         {
             let mut s = self.status.lock().expect("status lock");
@@ -438,6 +449,7 @@ impl Reporter {
     /// A dry run passed every step up to the plan; nothing was written.
     pub fn dry_run_done(&self, message: impl Into<String>) {
         self.finish_bar();
+        self.record_sources();
         let message = message.into();
         {
             let mut s = self.status.lock().expect("status lock");
@@ -452,6 +464,7 @@ impl Reporter {
     /// The run failed with `error`, leaving the disks as `disks` says.
     pub fn failed(&self, error: &str, disks: DiskState) {
         self.finish_bar();
+        self.record_sources();
         let stage = {
             let mut s = self.status.lock().expect("status lock");
             s.state = "failed";
@@ -468,4 +481,22 @@ impl Reporter {
     pub fn status(&self) -> Status {
         self.status.lock().expect("status lock").clone()
     }
+}
+
+/// `mirror HOST/REPO` or `origin HOST/REPO`.
+fn source_name(s: &Served) -> String {
+    let kind = if s.mirror { "mirror" } else { "origin" };
+    format!("{kind} {}", s.location)
+}
+
+/// One source's line: what it served, and how often it failed.
+fn served_text(s: &Served) -> String {
+    let mut text = format!("{}: {} bytes, {} blobs", source_name(s), s.bytes, s.blobs);
+    if s.failures > 0 {
+        text.push_str(&format!(", {} failed", s.failures));
+    }
+    if s.down {
+        text.push_str(", skipped as unreachable");
+    }
+    text
 }

@@ -370,6 +370,18 @@ fn target_writer(
     report: &Path,
     conf: Option<&Path>,
 ) -> Output {
+    target_writer_with(url, stack, img, report, conf, &[])
+}
+
+/// [`target_writer`] with more arguments.
+fn target_writer_with(
+    url: &str,
+    stack: &common::Stack,
+    img: &Path,
+    report: &Path,
+    conf: Option<&Path>,
+    args: &[&str],
+) -> Output {
     fs::File::create(img).unwrap().set_len(1024 << 20).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_ingot-writer"));
     cmd.arg(url)
@@ -382,7 +394,7 @@ fn target_writer(
     if let Some(conf) = conf {
         cmd.arg("--registries-conf").arg(conf);
     }
-    cmd.output().unwrap()
+    cmd.args(args).output().unwrap()
 }
 
 /// Each stack partition of `img` (`ingot-…`), with the SHA-256 of its bytes.
@@ -902,4 +914,294 @@ fn when_every_source_flips_a_boot_file_frame_the_plan_fails_naming_each() {
         fs::read(&img).unwrap().iter().all(|b| *b == 0),
         "the disk was written"
     );
+}
+
+/// A writer report's `details.sources` as JSON, one object per source.
+fn report_sources_json(report: &Path) -> Vec<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(report).unwrap()).unwrap();
+    v["details"]["sources"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no details.sources in the report: {v}"))
+        .clone()
+}
+
+/// The source at `location` in `sources`.
+fn source_at<'a>(sources: &'a [serde_json::Value], location: &str) -> &'a serde_json::Value {
+    sources
+        .iter()
+        .find(|s| s["location"] == location)
+        .unwrap_or_else(|| panic!("no source {location} in {sources:#?}"))
+}
+
+/// A proxy in front of `reg` that closes the connection of every request for a path containing
+/// `dead` (a registry that died for that content).
+fn dead_for(reg: &Registry, dead: &str) -> Proxy {
+    Proxy::start(
+        addr(0),
+        addr(reg.port),
+        Faults {
+            dead: Some(dead.to_owned()),
+            ..Faults::default()
+        },
+    )
+    .unwrap()
+}
+
+/// A run that fails names every source it tried and why, as a run that succeeds names what
+/// each served: a mirror refused for bad bytes of the base layer's data blob, then an origin
+/// that drops every request for that blob. `details.sources` has both, each with its failures.
+#[test]
+fn a_failed_run_names_every_source_it_tried_and_why() {
+    if !have_tool(ingot_testkit::test_name!(), "docker-registry") {
+        return;
+    }
+    let stack = common::demo();
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let reg = Registry::start(&work.path().join("origin"), None);
+    publish(&stack.layout, &reg);
+    let (digest, size, _) = base_blob(&stack);
+    let bad = Proxy::start(
+        addr(0),
+        addr(reg.port),
+        Faults {
+            flip: Some(Rule {
+                path_contains: digest.clone(),
+                offset: size / 2,
+            }),
+            ..Faults::default()
+        },
+    )
+    .unwrap();
+    let origin = dead_for(&reg, &digest);
+    let conf = registries_conf(work.path(), &origin.host(), &[bad.host()]);
+    let report = work.path().join("report.json");
+    let out = target_writer_with(
+        &format!("oci://{}/stacks/demo:1.0.0", origin.host()),
+        &stack,
+        &work.path().join("disk.img"),
+        &report,
+        Some(&conf),
+        &["--retries", "2", "-v"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", show(&out));
+    assert!(
+        origin.stats.dropped.load(Ordering::Relaxed) > 0,
+        "{}",
+        show(&out)
+    );
+    let sources = report_sources_json(&report);
+    println!("{sources:#?}");
+    let mirror = source_at(&sources, &format!("{}/stacks/demo", bad.host()));
+    let errors = mirror["errors"].to_string();
+    assert!(
+        mirror["mirror"] == true
+            && mirror["failures"].as_u64() >= Some(1)
+            && errors.contains(&digest)
+            && errors.contains("refused for this blob"),
+        "{mirror}"
+    );
+    let o = source_at(&sources, &format!("{}/stacks/demo", origin.host()));
+    let errors = o["errors"].to_string();
+    assert!(
+        o["mirror"] == false
+            && o["failures"].as_u64() >= Some(1)
+            && errors.contains(&digest)
+            && errors.contains("gave up after 2 attempts"),
+        "{o}"
+    );
+    // The log says it too.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("origin {}/stacks/demo failed: ", origin.host())),
+        "{}",
+        show(&out)
+    );
+}
+
+/// A dry run through a mirror records what each source served, as a real run does.
+#[test]
+fn a_dry_run_through_a_mirror_names_its_sources() {
+    if !have_tool(ingot_testkit::test_name!(), "docker-registry") {
+        return;
+    }
+    let stack = common::demo();
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let reg = Registry::start(&work.path().join("origin"), None);
+    publish(&stack.layout, &reg);
+    let mirror = Proxy::start(addr(0), addr(reg.port), Faults::default()).unwrap();
+    let conf = registries_conf(work.path(), &reg.host(), &[mirror.host()]);
+    let report = work.path().join("report.json");
+    let out = target_writer_with(
+        &reg.url("stacks/demo:1.0.0"),
+        &stack,
+        &work.path().join("disk.img"),
+        &report,
+        Some(&conf),
+        &["--dry-run"],
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    let sources = report_sources_json(&report);
+    let m = source_at(&sources, &format!("{}/stacks/demo", mirror.host()));
+    assert!(
+        m["mirror"] == true && m["bytes"].as_u64() > Some(0) && m["failures"] == 0,
+        "{sources:#?}"
+    );
+    let status: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    assert_eq!(status["state"], "dry-run", "{status}");
+    assert_eq!(
+        status["details"]["resolved"]["location"],
+        format!("{}/stacks/demo", mirror.host()),
+        "{status}"
+    );
+}
+
+/// A mirror whose location is the origin's is the origin: the report has one line for it,
+/// labelled the origin, with what it served (not a mirror line in place of the origin's).
+#[test]
+fn a_mirror_at_the_origins_location_is_reported_as_the_origin() {
+    if !have_tool(ingot_testkit::test_name!(), "docker-registry") {
+        return;
+    }
+    let stack = common::demo();
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let reg = Registry::start(&work.path().join("origin"), None);
+    publish(&stack.layout, &reg);
+    let conf = registries_conf(work.path(), &reg.host(), &[reg.host()]);
+    let report = work.path().join("report.json");
+    let out = target_writer_with(
+        &reg.url("stacks/demo:1.0.0"),
+        &stack,
+        &work.path().join("disk.img"),
+        &report,
+        Some(&conf),
+        &["--dry-run"],
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    let sources = report_sources(&report);
+    assert_eq!(sources.len(), 1, "{sources:?}");
+    let (location, mirror, bytes, _) = &sources[0];
+    assert_eq!(location, &format!("{}/stacks/demo", reg.host()));
+    assert!(!mirror && *bytes > 0, "{sources:?}");
+}
+
+/// The demo manifest as release `version` (its paths made absolute), in `dir`.
+fn demo_version(dir: &Path, version: &str) -> PathBuf {
+    let text = fs::read_to_string(repo_root().join("manifests/demo.toml")).unwrap();
+    let root = repo_root().join("manifests");
+    let text = text
+        .replace("version = \"1.0.0\"", &format!("version = \"{version}\""))
+        .replace("\"../", &format!("\"{}/../", root.display()));
+    let path = dir.join(format!("demo-{version}.toml"));
+    fs::write(&path, text).unwrap();
+    path
+}
+
+/// A mirror whose tag names an older signed release than the origin's: the writer says which
+/// source resolved the tag (log and `details.resolved`) and warns that the tag, a version,
+/// is not the release it got.
+#[test]
+fn a_mirror_answering_a_version_tag_with_another_release_is_named_and_warned_about() {
+    if !have_tool(ingot_testkit::test_name!(), "docker-registry") {
+        return;
+    }
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let key = ingot_artifact::sign::SecretKey::generate().to_minisign();
+    let signed = || ingot_artifact::sign::SecretKey::from_minisign(&key).unwrap();
+    let old =
+        common::build_stack_keyed(&demo_version(work.path(), "1.9.0"), 4 << 20, None, signed());
+    let new =
+        common::build_stack_keyed(&demo_version(work.path(), "2.0.0"), 4 << 20, None, signed());
+    let origin = Registry::start(&work.path().join("origin"), None);
+    let stale = Registry::start(&work.path().join("stale"), None);
+    let push_as = |layout: &Path, reg: &Registry| {
+        let r: RegistryRef = reg.url("stacks/demo:2.0.0").parse().unwrap();
+        let client = Client::connect(&r, RegistryOptions::default()).unwrap();
+        push::publish(&client, layout, &r, false).unwrap();
+    };
+    push_as(&new.layout, &origin);
+    push_as(&old.layout, &stale);
+    let conf = registries_conf(work.path(), &origin.host(), &[stale.host()]);
+    let report = work.path().join("report.json");
+    let out = target_writer_with(
+        &origin.url("stacks/demo:2.0.0"),
+        &new,
+        &work.path().join("disk.img"),
+        &report,
+        Some(&conf),
+        &["--dry-run", "-v"],
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    let stale_at = format!("{}/stacks/demo", stale.host());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("tag 2.0.0 resolved to sha256:"))
+            && stderr.contains(&format!("by mirror {stale_at}")),
+        "{}",
+        show(&out)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&fs::read(&report).unwrap()).unwrap();
+    assert_eq!(
+        status["details"]["resolved"]["location"], stale_at,
+        "{status}"
+    );
+    assert_eq!(status["details"]["resolved"]["mirror"], true, "{status}");
+    let warned = status["warnings"].as_array().is_some_and(|ws| {
+        ws.iter().any(|w| {
+            w.as_str().is_some_and(|w| {
+                w.contains("tag 2.0.0 looks like a version")
+                    && w.contains(&format!("mirror {stale_at}"))
+                    && w.contains("version 1.9.0")
+            })
+        })
+    });
+    assert!(warned, "no warning about the release: {status}");
+}
+
+/// A registry that dies while the writer reads from it is `download-failed` whichever step was
+/// reading: `verify` (the base layer's hash blob) and `stage` (the base layer's frames holding
+/// /etc/passwd), not `image-invalid` or `stage-failed`; no disk changed.
+#[test]
+fn a_registry_dying_during_verify_or_stage_is_a_download_failure() {
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    let stack = common::demo();
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let reg = Registry::start(&work.path().join("origin"), None);
+    publish(&stack.layout, &reg);
+    let hash = ingot_testkit::layout::read(&stack.layout).layer("base")["hash"]["digest"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (data, _, _) = base_blob(&stack);
+    for (step, dead) in [("verify", hash), ("stage", data)] {
+        let proxy = dead_for(&reg, &dead);
+        let m = machine();
+        let out = caph(
+            &format!("oci://{}/stacks/demo:1.0.0", proxy.host()),
+            &m,
+            &stack.public,
+            Path::new("none"),
+        )
+        .args(["--retries", "2"])
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{step}: {}", show(&out));
+        assert!(
+            proxy.stats.dropped.load(Ordering::Relaxed) > 0,
+            "{step}: {}",
+            show(&out)
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let last = stdout.lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("ingot-writer: FAILED (download-failed): ")
+                && last.ends_with("no disk was changed"),
+            "{step}: {}",
+            show(&out)
+        );
+        let status: serde_json::Value =
+            serde_json::from_slice(&fs::read(m.dir.path().join("output.json")).unwrap()).unwrap();
+        assert_eq!(status["stage"], step, "{status}");
+    }
 }

@@ -1,8 +1,10 @@
 //! [`Registry`]: the sources of one reference (the mirrors a registries.conf names, then the
-//! origin) and, for each, an [`Endpoint`], a connection to one registry host. An endpoint's
-//! jobs are in their own modules, each an `impl Endpoint` block or free functions: `http` (the
-//! one HTTP configuration), `retry`, `token`, `manifest`, `blob`, `partial` and `upload`; trying
-//! the sources in order, and counting what each served, is `fallback`'s.
+//! origin) and, for each, an [`Endpoint`], a connection to one registry host, made when the
+//! source is first tried (a registries.conf may name thousands of mirrors; a run pays only for
+//! those it asks). An endpoint's jobs are in their own modules, each an `impl Endpoint` block or
+//! free functions: `http` (the one HTTP configuration), `retry`, `token`, `manifest`, `blob`,
+//! `partial` and `upload`; trying the sources in order, and recording what each served and why
+//! one failed ([`SourceLog`]), is `fallback`'s.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -12,8 +14,9 @@ use tracing::info;
 
 use super::auth::{self, ResolvedAuth};
 use super::error::RegistryError;
+use super::fallback::SourceName;
 use super::http::{self, Transport};
-use super::mirrors::{MirrorConfig, PullSource};
+use super::mirrors::MirrorConfig;
 use super::options::RegistryOptions;
 use super::reference::RegistryRef;
 use super::retry::Context;
@@ -27,6 +30,8 @@ pub(crate) struct Endpoint {
     /// Every form of the credentials (and tokens issued for them), kept out of messages.
     pub(crate) scrubber: Scrubber,
     pub(crate) options: RegistryOptions,
+    /// A mirror's endpoint: a connection that cannot be made is not retried (`retry`).
+    pub(crate) mirror: bool,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -39,13 +44,15 @@ impl std::fmt::Debug for Endpoint {
 }
 
 impl Endpoint {
-    /// An endpoint for `reference`'s host. `explicit`: the host the user named, which alone gets
-    /// the command line's and `OCI_REGISTRY_AUTH_TOKEN`'s credentials; any other host (a mirror,
-    /// a rewritten location) only what docker's files hold for it.
+    /// An endpoint for `reference`'s host over `transport`. `explicit`: the host the user named,
+    /// which alone gets the command line's and `OCI_REGISTRY_AUTH_TOKEN`'s credentials; any other
+    /// host (a mirror, a rewritten location) only what docker's files hold for it.
     pub(crate) fn connect(
         reference: &RegistryRef,
         options: RegistryOptions,
         explicit: bool,
+        mirror: bool,
+        transport: Transport,
     ) -> Result<Self, RegistryError> {
         let auth = if explicit {
             auth::resolve(&reference.registry, &options.auth)?
@@ -56,13 +63,13 @@ impl Endpoint {
             "registry {}: credentials from {}",
             reference.registry, auth.source
         );
-        let transport = http::transport(reference, &options)?;
         Ok(Endpoint {
             transport,
             registry: reference.registry.clone(),
             scrubber: Scrubber::new(&auth.credentials),
             auth,
             options,
+            mirror,
         })
     }
 
@@ -72,6 +79,7 @@ impl Endpoint {
             registry: &self.registry,
             auth_source: &self.auth.source,
             scrubber: &self.scrubber,
+            mirror: self.mirror,
         }
     }
 
@@ -88,10 +96,16 @@ impl Endpoint {
 }
 
 /// Attempts in a row a mirror gets before the next source is tried (the origin gets
-/// `--retries`).
+/// `--retries`). A mirror that cannot be connected to at all gets one.
 pub const MIRROR_ATTEMPTS: u32 = 2;
 
-/// What one source served during a run.
+/// The most failures kept as text per source in [`Served::errors`] (all are counted).
+pub const ERRORS_KEPT: usize = 4;
+
+/// The longest failure text kept in [`Served::errors`], in characters.
+const ERROR_TEXT: usize = 600;
+
+/// What one source served during a run, and how it failed.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Served {
     /// `host[:port]/repository` of the source.
@@ -103,14 +117,111 @@ pub struct Served {
     pub bytes: u64,
     /// Blobs it delivered whole or finished.
     pub blobs: u64,
+    /// Requests it failed, and blobs refused from it for bytes that failed a check.
+    pub failures: u64,
+    /// The first [`ERRORS_KEPT`] of those failures: what was asked, and why it failed.
+    pub errors: Vec<String>,
+    /// Skipped for the rest of the run: a mirror that could not be reached.
+    pub down: bool,
 }
 
-/// One source of a request, with its connection.
+/// Which source answered a tag, and with what.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Resolved {
+    /// The tag.
+    pub tag: String,
+    /// The manifest digest it named there.
+    pub digest: String,
+    /// `host[:port]/repository` of the source that answered.
+    pub location: String,
+    /// Whether that source is a mirror (else the origin).
+    pub mirror: bool,
+}
+
+#[derive(Debug, Default)]
+struct LogState {
+    served: Vec<Served>,
+    resolved: Vec<Resolved>,
+}
+
+/// What each source of a run served, how each failed, and which resolved a tag: shared by the
+/// [`Registry`] that writes it and whoever reports on the run, so that it outlives a registry
+/// that failed (a run that fails names the sources it tried as well as one that succeeds).
+#[derive(Debug, Clone, Default)]
+pub struct SourceLog(Arc<Mutex<LogState>>);
+
+impl SourceLog {
+    /// What each source served so far, in the order they were first tried.
+    pub fn served(&self) -> Vec<Served> {
+        self.lock().served.clone()
+    }
+
+    /// Every tag resolved so far, and by whom.
+    pub fn resolved(&self) -> Vec<Resolved> {
+        self.lock().resolved.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LogState> {
+        self.0.lock().expect("not poisoned")
+    }
+
+    /// The entry of `src`, made on first use.
+    fn with<T>(&self, src: &SourceName, f: impl FnOnce(&mut Served) -> T) -> T {
+        let mut state = self.lock();
+        let served = &mut state.served;
+        let i = match served.iter().position(|s| s.location == src.location) {
+            Some(i) => i,
+            None => {
+                served.push(Served {
+                    location: src.location.clone(),
+                    mirror: src.mirror,
+                    bytes: 0,
+                    blobs: 0,
+                    failures: 0,
+                    errors: Vec::new(),
+                    down: false,
+                });
+                served.len() - 1
+            }
+        };
+        f(&mut served[i])
+    }
+
+    pub(crate) fn count(&self, src: &SourceName, bytes: u64, blob: bool) {
+        self.with(src, |s| {
+            s.bytes += bytes;
+            s.blobs += u64::from(blob);
+        });
+    }
+
+    /// `src` failed `what` because of `why`; `down`: it is skipped from now on.
+    pub(crate) fn failed(&self, src: &SourceName, what: &str, why: &str, down: bool) {
+        self.with(src, |s| {
+            s.failures += 1;
+            s.down |= down;
+            if s.errors.len() < ERRORS_KEPT {
+                let text = format!("{what}: {why}");
+                s.errors.push(match text.char_indices().nth(ERROR_TEXT) {
+                    Some((i, _)) => format!("{}…", &text[..i]),
+                    None => text,
+                });
+            }
+        });
+    }
+
+    pub(crate) fn resolved_by(&self, resolved: Resolved) {
+        self.lock().resolved.push(resolved);
+    }
+}
+
+/// One source of a request; its connection is made when it is first tried
+/// ([`Registry::endpoint`]).
+#[derive(Debug, Clone)]
 pub(crate) struct Src {
-    pub(crate) endpoint: Arc<Endpoint>,
     pub(crate) reference: RegistryRef,
     pub(crate) location: String,
     pub(crate) mirror: bool,
+    insecure: bool,
 }
 
 /// The sources of one reference: its mirrors, then its origin. Publishing goes to the origin
@@ -121,14 +232,22 @@ pub struct Registry {
     pub(crate) origin: Arc<Endpoint>,
     mirrors: Option<Arc<MirrorConfig>>,
     endpoints: Mutex<HashMap<(String, bool), Arc<Endpoint>>>,
-    pub(crate) served: Mutex<Vec<Served>>,
+    /// The HTTP clients, one per configuration (plain HTTP, TLS unchecked, a mirror's), shared
+    /// by every host: building one costs more than the request a mirror answers.
+    transports: Mutex<HashMap<TransportKey, Transport>>,
+    pub(crate) log: SourceLog,
     /// (blob digest, location): a source whose bytes failed that blob's digest.
     pub(crate) refused: Mutex<HashSet<(String, String)>>,
-    /// Mirrors that stayed unreachable or failing (retries used up): skipped for the rest of
-    /// the run, so a dead mirror costs one short wait, not one per blob.
+    /// Mirrors that could not be reached or stayed failing (retries used up), or whose
+    /// connection could not be set up: skipped for the rest of the run, so a dead mirror costs
+    /// one failed attempt, not one per blob.
     pub(crate) down: Mutex<HashSet<String>>,
     pub(crate) options: RegistryOptions,
 }
+
+/// What a [`Transport`] depends on besides the run's options: plain HTTP, TLS unchecked, for a
+/// mirror.
+type TransportKey = (bool, bool, bool);
 
 impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -141,13 +260,30 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// Connect to the registry `reference` names, and to the mirrors `options.mirrors` gives
-    /// for it (no request is made yet).
+    /// Connect to the registry `reference` names; the mirrors `options.mirrors` gives for it are
+    /// connected to when first tried (no request is made yet).
     pub fn connect(
         reference: &RegistryRef,
         options: RegistryOptions,
     ) -> Result<Self, RegistryError> {
-        let origin = Arc::new(Endpoint::connect(reference, options.clone(), true)?);
+        Self::connect_logged(reference, options, SourceLog::default())
+    }
+
+    /// [`Registry::connect`], recording into `log` what each source serves and why one fails.
+    pub fn connect_logged(
+        reference: &RegistryRef,
+        options: RegistryOptions,
+        log: SourceLog,
+    ) -> Result<Self, RegistryError> {
+        let key = (http::is_plain(reference, &options), options.insecure, false);
+        let transport = http::transport(reference, &options, false)?;
+        let origin = Arc::new(Endpoint::connect(
+            reference,
+            options.clone(),
+            true,
+            false,
+            transport.clone(),
+        )?);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(options.concurrency.clamp(2, 8))
             .enable_all()
@@ -166,12 +302,13 @@ impl Registry {
             origin,
             mirrors: options.mirrors.clone(),
             endpoints: Mutex::new(endpoints),
-            served: Mutex::new(Vec::new()),
+            transports: Mutex::new(HashMap::from([(key, transport)])),
+            log,
             refused: Mutex::new(HashSet::new()),
             down: Mutex::new(HashSet::new()),
             options,
         };
-        // Every source is connected now, so a wrong credential helper for a mirror fails here.
+        // A blocked reference, or a location that does not rewrite to one, fails here.
         for by_digest in [false, true] {
             registry.sources(reference, by_digest)?;
         }
@@ -183,60 +320,125 @@ impl Registry {
         &self.origin.auth.source
     }
 
-    /// What each source served so far, in the order they were first used.
+    /// What each source served so far, in the order they were first tried.
     pub fn served(&self) -> Vec<Served> {
-        self.served.lock().expect("not poisoned").clone()
+        self.log.served()
+    }
+
+    /// The record of this run's sources (shared: it stays readable after the registry is gone).
+    pub fn log(&self) -> SourceLog {
+        self.log.clone()
+    }
+
+    /// The connections made so far (the origin's, and those of the sources tried).
+    pub fn connections(&self) -> usize {
+        self.endpoints.lock().expect("not poisoned").len()
     }
 
     pub(crate) fn block_on<F: Future>(&self, f: F) -> F::Output {
         self.rt.block_on(f)
     }
 
-    /// The sources of `reference` for a request by digest or by tag, in order, each connected.
+    /// The sources of `reference` for a request by digest or by tag, in order, without the
+    /// mirrors that are down. A location listed twice is tried once, where it is first listed;
+    /// a mirror whose location is the origin's is the origin, tried last as the origin.
     pub(crate) fn sources(
         &self,
         reference: &RegistryRef,
         by_digest: bool,
     ) -> Result<Vec<Src>, RegistryError> {
         let plan = match &self.mirrors {
-            None => vec![PullSource {
+            None => vec![super::mirrors::PullSource {
                 reference: reference.clone(),
                 insecure: false,
                 mirror: false,
             }],
             Some(m) => m.pull_sources(reference, by_digest)?,
         };
+        let origin = plan
+            .iter()
+            .find(|p| !p.mirror)
+            .map(super::mirrors::PullSource::location);
         let down = self.down.lock().expect("not poisoned").clone();
-        plan.into_iter()
-            .filter(|p| !(p.mirror && down.contains(&p.location())))
-            .map(|p| {
-                let insecure = self.options.insecure || p.insecure;
-                let key = (p.reference.registry.clone(), insecure);
-                let mut map = self.endpoints.lock().expect("not poisoned");
-                let endpoint = match map.get(&key) {
-                    Some(e) => Arc::clone(e),
-                    None => {
-                        let mut options = RegistryOptions {
-                            insecure,
-                            ..self.options.clone()
-                        };
-                        if p.mirror {
-                            // A mirror that fails is skipped for the next source, not waited on.
-                            options.retry.attempts = options.retry.attempts.min(MIRROR_ATTEMPTS);
-                        }
-                        let explicit = p.reference.registry == self.origin.registry;
-                        let e = Arc::new(Endpoint::connect(&p.reference, options, explicit)?);
-                        map.insert(key, Arc::clone(&e));
-                        e
-                    }
-                };
-                Ok(Src {
-                    endpoint,
-                    location: p.location(),
+        let mut seen = HashSet::new();
+        Ok(plan
+            .into_iter()
+            .filter_map(|p| {
+                let location = p.location();
+                let skip =
+                    p.mirror && (down.contains(&location) || origin.as_ref() == Some(&location));
+                (!skip && seen.insert(location.clone())).then(|| Src {
+                    insecure: self.options.insecure || p.insecure,
+                    location,
                     reference: p.reference,
                     mirror: p.mirror,
                 })
             })
-            .collect()
+            .collect())
+    }
+
+    /// The connection to `src`, made on first use. A mirror whose connection cannot be set up
+    /// (its credentials, its HTTP client) is down for the rest of the run.
+    pub(crate) fn endpoint(&self, src: &Src) -> Result<Arc<Endpoint>, RegistryError> {
+        let key = (src.reference.registry.clone(), src.insecure);
+        if let Some(e) = self.endpoints.lock().expect("not poisoned").get(&key) {
+            return Ok(Arc::clone(e));
+        }
+        let made = self.make_endpoint(src);
+        if made.is_err() && src.mirror {
+            self.mark_down(src);
+        }
+        let e = made?;
+        let mut map = self.endpoints.lock().expect("not poisoned");
+        Ok(Arc::clone(map.entry(key).or_insert(e)))
+    }
+
+    fn make_endpoint(&self, src: &Src) -> Result<Arc<Endpoint>, RegistryError> {
+        let mut options = RegistryOptions {
+            insecure: src.insecure,
+            ..self.options.clone()
+        };
+        if src.mirror {
+            // A mirror that fails is skipped for the next source, not waited on.
+            options.retry.attempts = options.retry.attempts.min(MIRROR_ATTEMPTS);
+        }
+        let key = (
+            http::is_plain(&src.reference, &options),
+            options.insecure,
+            src.mirror,
+        );
+        let cached = self
+            .transports
+            .lock()
+            .expect("not poisoned")
+            .get(&key)
+            .cloned();
+        let transport = match cached {
+            Some(t) => t,
+            None => {
+                let t = http::transport(&src.reference, &options, src.mirror)?;
+                self.transports
+                    .lock()
+                    .expect("not poisoned")
+                    .insert(key, t.clone());
+                t
+            }
+        };
+        let explicit = src.reference.registry == self.origin.registry;
+        Ok(Arc::new(Endpoint::connect(
+            &src.reference,
+            options,
+            explicit,
+            src.mirror,
+            transport,
+        )?))
+    }
+
+    /// `src` (a mirror) is skipped for the rest of the run.
+    pub(crate) fn mark_down(&self, src: &Src) {
+        self.down
+            .lock()
+            .expect("not poisoned")
+            .insert(src.location.clone());
     }
 }

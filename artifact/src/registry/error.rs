@@ -157,6 +157,10 @@ pub enum Cause {
     /// The connection or the HTTP exchange failed.
     #[error("the request failed")]
     Http(#[source] reqwest::Error),
+    /// A mirror could not be connected to (refused, no answer in time, the TLS handshake
+    /// failed): not retried.
+    #[error("no connection could be made")]
+    Connect(#[source] reqwest::Error),
     /// `oci-client` failed (an upload, a HEAD request).
     #[error("the request failed")]
     Oci(#[source] oci_client::errors::OciDistributionError),
@@ -200,6 +204,18 @@ impl RegistryError {
             | RegistryError::Io { .. }
             | RegistryError::Layout(_)
             | RegistryError::DockerConfig { .. } => 1,
+        }
+    }
+
+    /// Whether this is the network or the registry failing to deliver (unreachable, dropped
+    /// connections, too slow, 5xx: retries used up), as opposed to what it delivered being
+    /// wrong, missing or refused. With several sources: whether the last one (the origin)
+    /// failed so.
+    pub fn is_transport(&self) -> bool {
+        match self {
+            RegistryError::Transient { .. } => true,
+            RegistryError::AllSources { last, .. } => last.is_transport(),
+            _ => false,
         }
     }
 

@@ -20,10 +20,10 @@ use std::path::Path;
 
 use indicatif::ProgressBar;
 use sha2::{Digest, Sha256};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::blob::{check_digest, MAX_IN_MEMORY_BLOB};
-use super::client::{Registry, Served, Src};
+use super::client::{Registry, Resolved, Src};
 use super::error::RegistryError;
 use super::limits::MAX_MANIFEST_SIZE;
 use super::manifest::FetchedStack;
@@ -48,7 +48,7 @@ impl std::fmt::Display for SourceName {
 }
 
 impl SourceName {
-    fn of(src: &Src) -> Self {
+    pub(crate) fn of(src: &Src) -> Self {
         SourceName {
             location: src.location.clone(),
             mirror: src.mirror,
@@ -112,19 +112,18 @@ impl<W: Write + ?Sized> Write for Counting<'_, W> {
 struct Failures(Vec<(String, RegistryError)>);
 
 impl Failures {
-    /// Records a source's failure; warns when another source is left to try. A mirror whose
-    /// retries ran out is marked down in `reg`.
+    /// Records a source's failure in the run's log; warns when another source is left to try.
+    /// A mirror that could not be reached (or whose retries ran out) is marked down in `reg`.
     fn add(&mut self, reg: &Registry, what: &str, src: &Src, next: Option<&Src>, e: RegistryError) {
-        if src.mirror && matches!(e, RegistryError::Transient { .. }) {
+        let down = src.mirror && matches!(e, RegistryError::Transient { .. });
+        if down {
             warn!(
                 "mirror {}: unreachable or failing; skipped from now on",
                 src.location
             );
-            reg.down
-                .lock()
-                .expect("not poisoned")
-                .insert(src.location.clone());
+            reg.mark_down(src);
         }
+        reg.log.failed(&SourceName::of(src), what, &chain(&e), down);
         if let Some(next) = next {
             warn!(
                 "{what}: {} {} failed, trying {} {} next: {}",
@@ -170,21 +169,22 @@ fn kind(src: &Src) -> &'static str {
 impl Registry {
     /// Counts `bytes` (and a blob, when `blob`) for `src`.
     fn count(&self, src: &Src, bytes: u64, blob: bool) {
-        let mut served = self.served.lock().expect("not poisoned");
-        let i = match served.iter().position(|s| s.location == src.location) {
-            Some(i) => i,
-            None => {
-                served.push(Served {
-                    location: src.location.clone(),
-                    mirror: src.mirror,
-                    bytes: 0,
-                    blobs: 0,
-                });
-                served.len() - 1
-            }
-        };
-        served[i].bytes += bytes;
-        served[i].blobs += u64::from(blob);
+        self.log.count(&SourceName::of(src), bytes, blob);
+    }
+
+    /// `src` answered `reference`'s tag with `digest`: said in the log and recorded.
+    fn tag_resolved(&self, reference: &RegistryRef, tag: &str, digest: &str, src: &Src) {
+        info!(
+            "{reference}: tag {tag} resolved to {digest} by {} {}",
+            kind(src),
+            src.location
+        );
+        self.log.resolved_by(Resolved {
+            tag: tag.to_owned(),
+            digest: digest.to_owned(),
+            location: src.location.clone(),
+            mirror: src.mirror,
+        });
     }
 
     /// The sources of a blob (always fetched by digest), less those refused for it.
@@ -208,13 +208,24 @@ impl Registry {
     }
 
     /// Refuses `source` for blob `digest` for the rest of the run: bytes it sent failed a check
-    /// the caller made (the writer's, of every block against the signed verity tree). Returns
+    /// the caller made (the writer's, of every block against the signed verity tree), for the
+    /// reason `why` (recorded in the run's [`SourceLog`](super::client::SourceLog)). Returns
     /// whether it was not refused before.
-    pub fn refuse(&self, digest: &str, source: &SourceName) -> bool {
-        self.refused
+    pub fn refuse(&self, digest: &str, source: &SourceName, why: &str) -> bool {
+        let new = self
+            .refused
             .lock()
             .expect("not poisoned")
-            .insert((digest.to_owned(), source.location.clone()))
+            .insert((digest.to_owned(), source.location.clone()));
+        if new {
+            self.log.failed(
+                source,
+                &format!("blob {digest}"),
+                &format!("refused for this blob: {why}"),
+                false,
+            );
+        }
+        new
     }
 
     /// The sources a blob would be fetched from now, in order: the mirrors not down and the
@@ -273,9 +284,15 @@ impl Registry {
         let what = format!("manifest {reference}");
         let mut failures = Failures::default();
         for (i, src) in sources.iter().enumerate() {
-            match self.block_on(src.endpoint.fetch_manifest_async(&src.reference)) {
+            let got = self
+                .endpoint(src)
+                .and_then(|ep| self.block_on(ep.fetch_manifest_async(&src.reference)));
+            match got {
                 Ok((bytes, digest)) => {
                     self.count(src, bytes.len() as u64, false);
+                    if let (Some(tag), None) = (&reference.tag, &reference.digest) {
+                        self.tag_resolved(reference, tag, &digest, src);
+                    }
                     return Ok((bytes, digest));
                 }
                 Err(e) => failures.add(self, &what, src, sources.get(i + 1), e),
@@ -334,13 +351,9 @@ impl Registry {
         let mut failures = Failures::default();
         for (i, src) in sources.iter().enumerate() {
             let mut sink = std::io::Cursor::new(Vec::with_capacity(size as usize));
-            let got = self.block_on(src.endpoint.stream_blob_async(
-                &src.reference,
-                digest,
-                size,
-                &mut sink,
-                None,
-            ));
+            let got = self.endpoint(src).and_then(|ep| {
+                self.block_on(ep.stream_blob_async(&src.reference, digest, size, &mut sink, None))
+            });
             let bytes = sink.into_inner();
             self.count(src, bytes.len() as u64, got.is_ok());
             match got {
@@ -395,17 +408,19 @@ impl Registry {
         for (i, src) in sources.iter().enumerate() {
             let before = sink.n;
             sink.inner.source(&SourceName::of(src), before);
-            let got = self.block_on(src.endpoint.stream_part_async(
-                &src.reference,
-                digest,
-                size,
-                before,
-                &mut hasher,
-                &mut sink,
-                progress,
-            ));
+            let got = self.endpoint(src).and_then(|ep| {
+                self.block_on(ep.stream_part_async(
+                    &src.reference,
+                    digest,
+                    size,
+                    before,
+                    &mut hasher,
+                    &mut sink,
+                    progress,
+                ))
+            });
             if sink.n > before {
-                senders.push(src.location.clone());
+                senders.push(src.clone());
             }
             match got {
                 Ok(r) => {
@@ -413,11 +428,17 @@ impl Registry {
                     let checked = check_digest(digest, size, hasher, &ranged);
                     // A blob whose bytes fail its digest is not one this source served.
                     self.count(src, sink.n - before, checked.is_ok());
-                    if checked.is_err() {
+                    if let Err(e) = &checked {
+                        let why = format!("refused for this blob: {}", chain(e));
                         let mut refused = self.refused.lock().expect("not poisoned");
                         for s in senders {
-                            warn!("{what}: {s} is refused for this blob from now on");
-                            refused.insert((digest.to_owned(), s));
+                            warn!(
+                                "{what}: {} {} is refused for this blob from now on",
+                                kind(&s),
+                                s.location
+                            );
+                            self.log.failed(&SourceName::of(&s), &what, &why, false);
+                            refused.insert((digest.to_owned(), s.location));
                         }
                     }
                     return checked;
@@ -452,12 +473,9 @@ impl Registry {
         let what = format!("blob {digest} (bytes {range:?})");
         let mut failures = Failures::default();
         for (i, src) in sources.iter().enumerate() {
-            let got = self.block_on(src.endpoint.fetch_range_async(
-                &src.reference,
-                digest,
-                size,
-                range.clone(),
-            ));
+            let got = self.endpoint(src).and_then(|ep| {
+                self.block_on(ep.fetch_range_async(&src.reference, digest, size, range.clone()))
+            });
             match got {
                 Ok(bytes) => {
                     // Counted now: bytes the caller then refuses were served all the same.
@@ -504,10 +522,13 @@ impl Registry {
         for (i, src) in sources.iter().enumerate() {
             let partial = super::partial::path_for(dest, digest)?;
             let had = std::fs::metadata(&partial).map_or(0, |m| m.len());
-            let got = src
-                .endpoint
-                .pull_blob_to_file_async(&src.reference, digest, size, dest, progress)
-                .await;
+            let got = match self.endpoint(src) {
+                Ok(ep) => {
+                    ep.pull_blob_to_file_async(&src.reference, digest, size, dest, progress)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
             match got {
                 Ok(n) => {
                     self.count(src, n, true);
@@ -551,19 +572,127 @@ mod tests {
 
     /// `origin.local:5000/stacks/demo` through two mirrors; no request is made.
     fn registry() -> (Registry, RegistryRef) {
-        let conf = MirrorConfig::parse(
-            "[[registry]]\nprefix = \"origin.local:5000\"\nlocation = \"origin.local:5000\"\n\
-             [[registry.mirror]]\nlocation = \"m1.local:5000\"\n\
-             [[registry.mirror]]\nlocation = \"m2.local:5000\"\n",
-            Path::new("/t/registries.conf"),
-        )
-        .unwrap();
+        through(&["m1.local:5000", "m2.local:5000"])
+    }
+
+    /// `origin.local:5000/stacks/demo` through `mirrors`; no request is made.
+    fn through(mirrors: &[&str]) -> (Registry, RegistryRef) {
+        let mut text =
+            "[[registry]]\nprefix = \"origin.local:5000\"\nlocation = \"origin.local:5000\"\n"
+                .to_owned();
+        for m in mirrors {
+            text.push_str(&format!("[[registry.mirror]]\nlocation = \"{m}\"\n"));
+        }
+        let conf = MirrorConfig::parse(&text, Path::new("/t/registries.conf")).unwrap();
         let reference: RegistryRef = "oci://origin.local:5000/stacks/demo:1".parse().unwrap();
         let options = RegistryOptions {
             mirrors: Some(Arc::new(conf)),
             ..RegistryOptions::default()
         };
         (Registry::connect(&reference, options).unwrap(), reference)
+    }
+
+    /// Connecting makes the origin's connection alone: a mirror's is made when it is first
+    /// tried (a registries.conf naming many mirrors cost a client each before the first
+    /// request).
+    #[test]
+    fn mirrors_are_connected_when_first_tried() {
+        let many: Vec<String> = (0..16).map(|i| format!("m{i}.local:5000")).collect();
+        let (reg, reference) = through(&many.iter().map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(reg.connections(), 1);
+        assert_eq!(reg.blob_sources_left(&reference, DIGEST).unwrap().len(), 17);
+        assert_eq!(reg.connections(), 1, "listing the sources connects none");
+    }
+
+    /// A mirror listed twice is tried once, and one whose location is the origin's is the
+    /// origin: labelled so, tried once, last.
+    #[test]
+    fn a_source_listed_twice_or_a_mirror_at_the_origin_is_tried_once_as_what_it_is() {
+        let (reg, reference) = through(&[
+            "origin.local:5000",
+            "m1.local:5000",
+            "m1.local:5000",
+            "m2.local:5000",
+        ]);
+        assert_eq!(
+            names(&reg.blob_sources_left(&reference, DIGEST).unwrap()),
+            [
+                "mirror m1.local:5000/stacks/demo",
+                "mirror m2.local:5000/stacks/demo",
+                "origin origin.local:5000/stacks/demo"
+            ]
+        );
+    }
+
+    /// A listener that accepts connections, counts them and hangs up at once: a mirror whose
+    /// TLS handshake fails.
+    fn hanging_up() -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let count = Arc::new(AtomicUsize::new(0));
+        let counted = Arc::clone(&count);
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                counted.fetch_add(1, Ordering::SeqCst);
+                drop(conn);
+            }
+        });
+        (addr, count)
+    }
+
+    /// A port nothing listens on.
+    fn refusing() -> std::net::SocketAddr {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    }
+
+    /// A mirror that cannot be connected to (its TLS handshake fails; another refuses the
+    /// connection) is tried once for the whole run, not retried and not asked again for the
+    /// next request; the run's log says so, and why.
+    #[test]
+    fn a_mirror_that_cannot_be_connected_to_is_tried_once_for_the_whole_run() {
+        use std::sync::atomic::Ordering;
+        let (tls, handshakes) = hanging_up();
+        let (refused, origin) = (refusing(), refusing());
+        let text = format!(
+            "[[registry]]\nprefix = \"{origin}\"\nlocation = \"{origin}\"\n\
+             [[registry.mirror]]\nlocation = \"{tls}\"\ninsecure = true\n\
+             [[registry.mirror]]\nlocation = \"{refused}\"\n"
+        );
+        let conf = MirrorConfig::parse(&text, Path::new("/t/registries.conf")).unwrap();
+        let reference: RegistryRef = format!("oci://{origin}/stacks/demo@{DIGEST}")
+            .parse()
+            .unwrap();
+        let options = RegistryOptions {
+            mirrors: Some(Arc::new(conf)),
+            retry: crate::registry::RetryPolicy {
+                attempts: 1,
+                ..Default::default()
+            },
+            ..RegistryOptions::default()
+        };
+        let reg = Registry::connect(&reference, options).unwrap();
+        for _ in 0..2 {
+            let e = reg.fetch_manifest(&reference).unwrap_err();
+            assert!(e.is_transport(), "{}", e.full_text());
+        }
+        assert_eq!(
+            handshakes.load(Ordering::SeqCst),
+            1,
+            "the mirror was retried"
+        );
+        let served = reg.served();
+        for mirror in [tls, refused] {
+            let s = served
+                .iter()
+                .find(|s| s.location == format!("{mirror}/stacks/demo"))
+                .unwrap_or_else(|| panic!("{served:?}"));
+            assert!(s.mirror && s.down && s.failures == 1, "{s:?}");
+            assert!(s.errors[0].contains("no connection could be made"), "{s:?}");
+        }
+        let o = served.iter().find(|s| !s.mirror).unwrap();
+        assert_eq!(o.failures, 2, "{o:?}");
     }
 
     fn names(v: &[SourceName]) -> Vec<String> {
@@ -582,8 +711,11 @@ mod tests {
                 "origin origin.local:5000/stacks/demo"
             ]
         );
-        assert!(reg.refuse(DIGEST, &all[0]));
-        assert!(!reg.refuse(DIGEST, &all[0]), "refused once");
+        assert!(reg.refuse(DIGEST, &all[0], "frame 1 fails"));
+        assert!(
+            !reg.refuse(DIGEST, &all[0], "frame 1 fails"),
+            "refused once"
+        );
         assert_eq!(
             names(&reg.blob_sources_left(&reference, DIGEST).unwrap()),
             [
@@ -594,7 +726,7 @@ mod tests {
         let other = DIGEST.replace("01", "02");
         assert_eq!(reg.blob_sources_left(&reference, &other).unwrap(), all);
         for s in &all[1..] {
-            reg.refuse(DIGEST, s);
+            reg.refuse(DIGEST, s, "frame 1 fails");
         }
         assert!(reg
             .blob_sources_left(&reference, DIGEST)

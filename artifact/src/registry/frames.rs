@@ -88,7 +88,11 @@ impl FrameSource for BlobFrames {
             .served
             .remove(&n)
             .expect("a frame is refused only after it was fetched");
-        self.registry.refuse(&self.digest, &source);
+        self.registry.refuse(
+            &self.digest,
+            &source,
+            &format!("zstd frame {n} fails the layer's check ({})", chain(why)),
+        );
         let next = self
             .registry
             .blob_sources_left(&self.reference, &self.digest)?

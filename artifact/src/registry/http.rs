@@ -20,6 +20,9 @@ use super::retry::{classify_http, classify_status, Context, Failure};
 
 /// How long a connection may take to open.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a connection to a mirror may take to open: a mirror is a shortcut with the origin
+/// behind it, and one that does not answer (a dropped SYN) is skipped for the rest of the run.
+pub const MIRROR_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a read may wait for the next bytes.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// The most of an error answer's body read (it only goes into a message).
@@ -29,7 +32,9 @@ pub const TOKEN_BODY_CAP: u64 = 1 << 20;
 /// How long reading an error body or a token answer may take.
 pub const SMALL_BODY_DEADLINE: Duration = Duration::from_secs(30);
 
-/// The clients, both built from one configuration.
+/// The clients, both built from one configuration; cloning shares them (and their connection
+/// pools).
+#[derive(Clone)]
 pub(crate) struct Transport {
     /// `http` or `https`.
     pub scheme: &'static str,
@@ -51,13 +56,25 @@ fn read_ca_file(path: &Path) -> Result<Vec<u8>, RegistryError> {
     Ok(data)
 }
 
-/// Both clients for the registry `reference` names.
+/// Whether the registry `reference` names is spoken to in plain HTTP.
+pub(crate) fn is_plain(reference: &RegistryRef, options: &RegistryOptions) -> bool {
+    let tls_asked = options.insecure || options.ca_file.is_some();
+    options.plain_http || (reference.is_loopback() && !tls_asked)
+}
+
+/// Both clients for the registry `reference` names (`mirror`: a mirror's, which waits less for
+/// a connection).
 pub(crate) fn transport(
     reference: &RegistryRef,
     options: &RegistryOptions,
+    mirror: bool,
 ) -> Result<Transport, RegistryError> {
-    let tls_asked = options.insecure || options.ca_file.is_some();
-    let plain = options.plain_http || (reference.is_loopback() && !tls_asked);
+    let plain = is_plain(reference, options);
+    let connect_timeout = if mirror {
+        MIRROR_CONNECT_TIMEOUT
+    } else {
+        CONNECT_TIMEOUT
+    };
     let ca = match &options.ca_file {
         Some(path) => Some((path, read_ca_file(path)?)),
         None => None,
@@ -65,7 +82,7 @@ pub(crate) fn transport(
 
     let mut http = reqwest::Client::builder()
         .read_timeout(READ_TIMEOUT)
-        .connect_timeout(CONNECT_TIMEOUT)
+        .connect_timeout(connect_timeout)
         .user_agent(crate::version::USER_AGENT)
         .danger_accept_invalid_certs(options.insecure);
     if let Some((path, pem)) = &ca {
@@ -89,7 +106,7 @@ pub(crate) fn transport(
         },
         use_monolithic_push: !options.chunked,
         read_timeout: Some(READ_TIMEOUT),
-        connect_timeout: Some(CONNECT_TIMEOUT),
+        connect_timeout: Some(connect_timeout),
         max_concurrent_download: options.concurrency.max(1),
         max_concurrent_upload: options.concurrency.max(1),
         user_agent: crate::version::USER_AGENT,

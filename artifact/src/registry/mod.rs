@@ -61,7 +61,7 @@ mod upload;
 
 pub use auth::{Credentials, Secret};
 pub use blob::MAX_IN_MEMORY_BLOB;
-pub use client::{Registry, Served};
+pub use client::{Registry, Resolved, Served, SourceLog};
 pub use error::{Cause, RegistryError};
 pub use fallback::{SourceName, SourcedWrite};
 pub use limits::{SpeedLimit, MAX_MANIFEST_SIZE};

@@ -134,6 +134,8 @@ pub(crate) struct Context<'a> {
     pub auth_source: &'a str,
     /// The credentials to keep out of messages.
     pub scrubber: &'a Scrubber,
+    /// A mirror is asking: a connection that cannot be made is not retried.
+    pub mirror: bool,
 }
 
 /// The most of a registry's text that goes into a message.
@@ -246,6 +248,14 @@ pub(crate) fn classify_http(ctx: &Context<'_>, what: &str, e: reqwest::Error) ->
     }
     match e.status() {
         Some(st) => classify_status(ctx, what, st.as_u16(), b""),
+        // A mirror that cannot be connected to (refused, no answer in time, a TLS handshake
+        // that fails) is given up on at once: the next source is tried, and the mirror is
+        // skipped for the rest of the run.
+        None if ctx.mirror && e.is_connect() => Failure::Fatal(RegistryError::Transient {
+            op: what.to_owned(),
+            attempts: 1,
+            last: Cause::Connect(e),
+        }),
         None => Failure::Transient(Cause::Http(e)),
     }
 }
@@ -317,6 +327,7 @@ mod tests {
             registry: "r.example",
             auth_source: "--username alice",
             scrubber: &s,
+            mirror: false,
         };
         let envelope = |code: &str| format!(r#"{{"errors":[{{"code":"{code}","message":"m"}}]}}"#);
         let table: &[(u16, String, &str)] = &[
@@ -398,6 +409,7 @@ mod tests {
             registry: "r.example",
             auth_source: "--username alice",
             scrubber: &s,
+            mirror: false,
         };
         for code in [400, 500] {
             let f = classify_status(&ctx, "blob x", code, b"echo: Basic YWxpY2U6aHVudGVyMjI=");

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::client::Registry;
+use super::client::{Registry, SourceLog};
 use super::error::RegistryError;
 use super::options::RegistryOptions;
 use super::progress::{short, Progress};
@@ -29,13 +29,23 @@ pub struct RegistrySource {
 impl RegistrySource {
     /// Connect and resolve the reference to a manifest digest.
     pub fn open(reference: &RegistryRef, options: RegistryOptions) -> Result<Self, RegistryError> {
+        Self::open_logged(reference, options, SourceLog::default())
+    }
+
+    /// [`RegistrySource::open`], recording into `log` what each source serves and why one
+    /// fails, from the tag's resolution on (readable whether or not this succeeds).
+    pub fn open_logged(
+        reference: &RegistryRef,
+        options: RegistryOptions,
+        log: SourceLog,
+    ) -> Result<Self, RegistryError> {
         if reference.tag.is_none() && reference.digest.is_none() {
             return Err(RegistryError::Reference(format!(
                 "{reference}: give a tag (…:TAG) or a digest (…@sha256:…)"
             )));
         }
         let progress = Progress::new(options.progress);
-        let registry = Registry::connect(reference, options)?;
+        let registry = Registry::connect_logged(reference, options, log)?;
         let digest = registry.resolve(reference)?;
         Ok(RegistrySource {
             registry: Arc::new(registry),

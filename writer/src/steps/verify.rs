@@ -51,6 +51,22 @@ pub fn run(
     );
     let (report, _manifest) = verify_metadata(source.get(), trust)?;
     let d = &report.descriptor;
+    if let Source::Registry(r) = &source {
+        if let Some(resolved) = r.registry().log().resolved().first() {
+            if tag_disagrees(&resolved.tag, &d.version) {
+                let kind = if resolved.mirror { "mirror" } else { "origin" };
+                reporter.warning(
+                    Stage::Verify,
+                    format!(
+                        "tag {} looks like a version, but {kind} {} resolved it to stack {} \
+                         version {} ({}): another release than the tag names, signed all the \
+                         same (a mirror's stale tag?); pin the digest to write exactly one",
+                        resolved.tag, resolved.location, d.name, d.version, resolved.digest
+                    ),
+                );
+            }
+        }
+    }
     let selected: Vec<&LayerEntry> = d.select(machine).collect();
     if selected.first().map(|l| l.name.as_str()) != Some(d.base().name.as_str()) {
         return Err(VerifyStepError::NoBase);
@@ -85,6 +101,24 @@ pub fn run(
     })
 }
 
+/// Whether `tag` looks like a version (`1.31`, `v1.2.3`, `12.0.0-rc.1`: digits and dots, at
+/// least two parts, a leading `v`, a pre-release or build suffix) that the signed `version` is
+/// not: neither the same nor a release within it (tag `1.31` names `1.31.2`).
+fn tag_disagrees(tag: &str, version: &str) -> bool {
+    let tag = tag.strip_prefix('v').unwrap_or(tag);
+    let core = tag.split(['-', '+']).next().unwrap_or_default();
+    let parts: Vec<&str> = core.split('.').collect();
+    let numeric = |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    if parts.len() < 2 || !parts.iter().all(numeric) {
+        return false;
+    }
+    let version = version.strip_prefix('v').unwrap_or(version);
+    let within = version
+        .strip_prefix(tag)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with(['.', '-', '+']));
+    !within
+}
+
 /// Checks one layer's tree against its signed root hash and locates its data blob.
 fn prepare(opened: &Source, entry: &LayerEntry) -> Result<VerifiedLayer, VerifyStepError> {
     let source = opened.get();
@@ -110,4 +144,40 @@ fn prepare(opened: &Source, entry: &LayerEntry) -> Result<VerifiedLayer, VerifyS
         hash_bytes,
         data_path,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tag_disagrees;
+
+    /// A tag that names a version must name the signed one (or a release line holding it); a
+    /// tag that is not a version (`latest`, `stable`, a date) says nothing about it.
+    #[test]
+    fn a_version_tag_must_match_the_signed_version() {
+        for (tag, version) in [
+            ("1.2.3", "1.2.3"),
+            ("v1.2.3", "1.2.3"),
+            ("1.2.3", "v1.2.3"),
+            ("1.31", "1.31.2"),
+            ("12.0", "12.0.0-rc.1"),
+            ("1.2.3-rc.1", "1.2.3-rc.1"),
+            ("latest", "0.1"),
+            ("stable", "2.0.0"),
+            ("20240101", "1.0.0"),
+            ("1", "2.0.0"),
+            ("1.x", "2.0.0"),
+        ] {
+            assert!(!tag_disagrees(tag, version), "{tag} vs {version}");
+        }
+        for (tag, version) in [
+            ("1.2.3", "1.2.2"),
+            ("v1.2.3", "1.2.30"),
+            ("1.31", "1.30.9"),
+            ("1.3", "1.31.0"),
+            ("12.0.0", "11.9.0"),
+            ("1.2.3-rc.2", "1.2.3-rc.1"),
+        ] {
+            assert!(tag_disagrees(tag, version), "{tag} vs {version}");
+        }
+    }
 }

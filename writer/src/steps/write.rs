@@ -237,8 +237,9 @@ fn streamed_layer(
         if blamed.is_empty() {
             return Err(err.into());
         }
+        let why = ingot_artifact::error_chain::text(&err);
         for s in &blamed {
-            registry.refuse(layer.blob, s);
+            registry.refuse(layer.blob, s, &why);
         }
         let left = registry
             .blob_sources_left(reference, layer.blob)

@@ -65,8 +65,17 @@ pub fn build_stack_with(
     frame_size: usize,
     secure_boot: Option<ingot::uki::SecureBootKey>,
 ) -> Stack {
+    build_stack_keyed(manifest, frame_size, secure_boot, SecretKey::generate())
+}
+
+/// [`build_stack_with`], signed with `key` (two releases signed alike).
+pub fn build_stack_keyed(
+    manifest: &Path,
+    frame_size: usize,
+    secure_boot: Option<ingot::uki::SecureBootKey>,
+    key: SecretKey,
+) -> Stack {
     let dir = tempfile::tempdir().unwrap();
-    let key = SecretKey::generate();
     let public = dir.path().join("ingot.pub");
     fs::write(&public, key.public_key().to_minisign()).unwrap();
     let layout = dir.path().join("layout");

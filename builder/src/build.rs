@@ -411,14 +411,11 @@ fn check_boot_contract(manifest: &Manifest) -> Result<(), BuildError> {
     })
 }
 
-/// The checks on a layer's tree before its image is written: the `var` rule, no overlayfs
-/// metadata in a `dir` source ([`stack_rules::check_dir_source`]), and for the base
+/// The checks on a layer's tree before its image is written (overlayfs metadata is refused
+/// while any source is loaded, [`stack_rules::check_overlay_metadata`]): the `var` rule, and for the base
 /// layer the boot files (present, regular files, and within the writer's default ESP).
 fn check_tree(manifest: &Manifest, spec: &LayerSpec, tree: &Tree) -> Result<(), LayerError> {
     ingot_layers::var_rule::check(tree, spec.kind == BASE_KIND)?;
-    if matches!(spec.source, LayerSource::Dir(_)) {
-        stack_rules::check_dir_source(tree)?;
-    }
     if manifest.layers.first().is_some_and(|b| b.name == spec.name) {
         let boot = |source| LayerError::Boot { source };
         let (kernel, initrd, efi) =

@@ -35,6 +35,18 @@ pub enum LayerError {
     /// An entry cannot be represented or makes no sense (hard link to a directory, unknown type...).
     #[error("entry {entry:?}: {reason}")]
     BadEntry { entry: String, reason: String },
+    /// Overlayfs metadata (a whiteout, an overlay attribute) in a layer's tree, from any source:
+    /// the node's overlay would honour it (`stack_rules::check_overlay_metadata`).
+    #[error(
+        "{origin}: entry {entry:?} {what}: a layer may hold no overlayfs metadata, whatever its \
+         source (refused, not stripped: build from the merged tree, not an overlay's upper \
+         directory or an image diff)"
+    )]
+    OverlayMetadata {
+        origin: String,
+        entry: String,
+        what: String,
+    },
     /// An extended attribute cannot be stored.
     #[error("entry {entry:?}: extended attribute {name:?}: {reason}")]
     Xattr {

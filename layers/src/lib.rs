@@ -11,6 +11,7 @@ pub mod boot;
 pub mod descriptor;
 pub mod error;
 pub mod ext4;
+pub mod kmod_index;
 pub mod names;
 pub mod select;
 pub mod source;

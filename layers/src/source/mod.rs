@@ -76,17 +76,36 @@ impl Source {
     /// archives), normally the output's directory; they are deleted when the tree is dropped.
     pub fn load(&self, scratch: &Path) -> Result<Tree, LayerError> {
         let _span = tracing::info_span!("load_source", source = ?self).entered();
-        match self {
-            Source::Dir(p) => dir::load(p),
+        let tree = match self {
+            Source::Dir(p) => dir::load(p)?,
             Source::Tar(p) => {
                 let mut tree = Tree::new();
                 tar::apply(&mut tree, p, scratch, false)?;
-                Ok(tree)
+                tree
             }
             Source::OciLayout {
                 path,
                 manifest_digest,
-            } => oci::load(path, manifest_digest, scratch),
+            } => oci::load(path, manifest_digest, scratch)?,
+        };
+        // The one point every source kind's tree passes, whole, before anything uses it.
+        crate::stack_rules::check_overlay_metadata(&tree, &self.describe())?;
+        Ok(tree)
+    }
+
+    /// The source for a message: its kind and path.
+    pub fn describe(&self) -> String {
+        match self {
+            Source::Dir(p) => format!("directory {}", p.display()),
+            Source::Tar(p) => format!("tar archive {}", p.display()),
+            Source::OciLayout {
+                path,
+                manifest_digest,
+            } if manifest_digest.is_empty() => format!("OCI layout {}", path.display()),
+            Source::OciLayout {
+                path,
+                manifest_digest,
+            } => format!("OCI layout {} (manifest {manifest_digest})", path.display()),
         }
     }
 }

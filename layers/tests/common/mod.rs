@@ -267,7 +267,8 @@ pub fn varied_tree(root: &Path, big: bool) {
             "security.selinux",
             b"system_u:object_r:bin_t:s0\0",
         );
-        set_xattr(&root.join("etc/hostname"), "trusted.overlay.opaque", b"y");
+        // trusted.* storage (not trusted.overlay.*: every source refuses overlay metadata).
+        set_xattr(&root.join("etc/hostname"), "trusted.ingot-test", b"y");
         set_xattr(&root.join("usr/bin/sgid"), "security.capability", &cap);
         set_xattr(&root.join("usr/bin/sgid"), "user.extra", &bytes(9, 40));
         set_xattr(

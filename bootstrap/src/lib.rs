@@ -37,7 +37,9 @@ pub use model::{
     Bootstrap, DirSpec, DropIn, FileSpec, Format, GroupSpec, IdOrName, KubeadmAction, LinkSpec,
     Owner, Role, UnitSpec, UserSpec,
 };
-pub use parse::{parse, ParseError, MAX_FILE_SIZE, MAX_INPUT_SIZE, MAX_TOTAL_SIZE, MAX_YAML_DEPTH};
+pub use parse::{
+    parse, ParseError, MAX_ENTRIES, MAX_FILE_SIZE, MAX_INPUT_SIZE, MAX_TOTAL_SIZE, MAX_YAML_DEPTH,
+};
 pub use preload::preload_warnings;
 pub use rescue_net::{network_from_ip_json, IpJsonError};
 pub use secrets::redact;

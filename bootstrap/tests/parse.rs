@@ -318,3 +318,77 @@ fn ignition_v3_append_and_dirs_and_links() {
     assert_eq!(b.files[1].content, b"two\n");
     assert_eq!(b.links[0].target, Path::new("a"));
 }
+
+/// Issue 32, item 5: the number of entries had no limit: 300,000 one-byte write_files took
+/// 1.5 GB to stage and seal. More than `MAX_ENTRIES` files, directories, links, units, drop-ins,
+/// users and groups are refused, naming the count and the limit; the limit itself is accepted.
+#[test]
+fn too_many_entries_are_refused_naming_count_and_limit() {
+    use ingot_bootstrap::{ParseError, MAX_ENTRIES};
+    let cloud = |n: usize| {
+        let mut t = String::from("#cloud-config\nwrite_files:\n");
+        for i in 0..n {
+            t.push_str(&format!("- path: /etc/x/{i}\n  content: x\n"));
+        }
+        t
+    };
+    let too_many = |r: Result<_, ParseError>, count: usize| match r {
+        Err(ParseError::TooManyEntries { count: c, limit }) => {
+            assert_eq!((c, limit), (count, MAX_ENTRIES));
+        }
+        other => panic!("want TooManyEntries {count}, got {other:?}"),
+    };
+    assert_eq!(
+        parse(cloud(MAX_ENTRIES).as_bytes()).unwrap().files.len(),
+        MAX_ENTRIES
+    );
+    let r = parse(cloud(MAX_ENTRIES + 1).as_bytes());
+    let msg = match &r {
+        Err(e) => e.to_string(),
+        Ok(b) => panic!("{} files accepted", b.files.len()),
+    };
+    assert!(
+        msg.contains(&format!("{} entries", MAX_ENTRIES + 1))
+            && msg.contains(&format!("more than the {MAX_ENTRIES} accepted")),
+        "{msg}"
+    );
+    too_many(r, MAX_ENTRIES + 1);
+    // Counted before the YAML is loaded: a syntax error after the entries is never reached.
+    too_many(
+        parse(format!("{}runcmd: [\n", cloud(MAX_ENTRIES + 1)).as_bytes()),
+        MAX_ENTRIES + 1,
+    );
+    // Users and groups count too, in both formats.
+    let mut users = String::from("#cloud-config\nusers:\n");
+    for i in 0..MAX_ENTRIES {
+        users.push_str(&format!("- name: u{i}\n"));
+    }
+    too_many(
+        parse(format!("{users}groups: [g]\n").as_bytes()),
+        MAX_ENTRIES + 1,
+    );
+    // A list the events show under another key, loaded as write_files through an alias, counts
+    // as loaded.
+    let mut aliased = String::from("#cloud-config\nx: &all\n");
+    for i in 0..MAX_ENTRIES + 1 {
+        aliased.push_str(&format!("- {{path: /etc/x/{i}, content: x}}\n"));
+    }
+    aliased.push_str("write_files: *all\n");
+    too_many(parse(aliased.as_bytes()), MAX_ENTRIES + 1);
+    // Ignition: files, directories, links, units and their drop-ins.
+    let files: Vec<String> = (0..MAX_ENTRIES - 3)
+        .map(|i| format!(r#"{{"path":"/etc/x/{i}","contents":{{"source":"data:,x"}}}}"#))
+        .collect();
+    let ign = |dropins: usize| {
+        let d: Vec<String> = (0..dropins)
+            .map(|i| format!(r#"{{"name":"{i}.conf","contents":"[Unit]\n"}}"#))
+            .collect();
+        format!(
+            r#"{{"ignition":{{"version":"3.4.0"}},"storage":{{"files":[{}],"directories":[{{"path":"/etc/d"}}]}},"systemd":{{"units":[{{"name":"a.service","contents":"[Unit]\n","dropins":[{}]}}]}}}}"#,
+            files.join(","),
+            d.join(",")
+        )
+    };
+    parse(ign(1).as_bytes()).unwrap();
+    too_many(parse(ign(2).as_bytes()), MAX_ENTRIES + 1);
+}

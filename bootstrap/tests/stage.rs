@@ -583,3 +583,225 @@ fn a_home_that_is_a_system_directory_is_refused() {
     let home = s.get("/home/capi").expect("/home/capi");
     assert_eq!(home.mode, 0o700);
 }
+
+/// A cloud-config writing each `(path, content)`.
+fn write_files(files: &[(&str, &str)]) -> String {
+    let mut text = String::from("#cloud-config\nwrite_files:\n");
+    for (p, c) in files {
+        text.push_str(&format!("- path: '{p}'\n  content: {c:?}\n"));
+    }
+    text
+}
+
+/// Issue 32, item 4: the allow-list checked only the first name under /etc/systemd/system, so a
+/// dummy file named `service` owned `service.d/` (a drop-in for every service), `systemd-.service`
+/// owned the prefix drop-in `systemd-.service.d/`, and system.control/, system.attached/, user/
+/// and /run/systemd/... (copied there on first boot) were not checked at all. Every unit
+/// directory of the system and user managers is checked alike, a drop-in is owned only by a unit
+/// file under a valid name, and type-level and prefix drop-ins are refused.
+#[test]
+fn every_systemd_unit_directory_is_checked() {
+    let env = "[Service]\nEnvironment=LD_PRELOAD=/etc/evil.so\n";
+    for (files, path, why) in [
+        (
+            vec![
+                ("/etc/systemd/system/service", ""),
+                ("/etc/systemd/system/service.d/env.conf", env),
+            ],
+            "/etc/systemd/system/service",
+            "is not a unit name",
+        ),
+        (
+            vec![("/etc/systemd/system/service.d/env.conf", env)],
+            "/etc/systemd/system/service.d/env.conf",
+            "type-level .d directory",
+        ),
+        (
+            vec![("/etc/systemd/system/socket.wants/evil.service", "")],
+            "/etc/systemd/system/socket.wants/evil.service",
+            "type-level .wants directory",
+        ),
+        (
+            vec![
+                ("/etc/systemd/system/systemd-.service", "[Unit]\n"),
+                ("/etc/systemd/system/systemd-.service.d/env.conf", env),
+            ],
+            "/etc/systemd/system/systemd-.service.d/env.conf",
+            "prefix .d directory",
+        ),
+        (
+            vec![(
+                "/etc/systemd/system.control/containerd.service.d/50-exec.conf",
+                env,
+            )],
+            "/etc/systemd/system.control/containerd.service.d/50-exec.conf",
+            "a drop-in for containerd.service",
+        ),
+        (
+            vec![(
+                "/etc/systemd/system.attached/containerd.service.d/x.conf",
+                env,
+            )],
+            "/etc/systemd/system.attached/containerd.service.d/x.conf",
+            "a drop-in for containerd.service",
+        ),
+        (
+            vec![("/etc/systemd/user/dbus.service.d/x.conf", env)],
+            "/etc/systemd/user/dbus.service.d/x.conf",
+            "a drop-in for dbus.service",
+        ),
+        (
+            vec![("/etc/xdg/systemd/user/service.d/x.conf", env)],
+            "/etc/xdg/systemd/user/service.d/x.conf",
+            "type-level",
+        ),
+        (
+            vec![("/root/.config/systemd/user/dbus.service.d/x.conf", env)],
+            "/root/.config/systemd/user/dbus.service.d/x.conf",
+            "a drop-in for dbus.service",
+        ),
+        (
+            vec![("/run/systemd/system/containerd.service.d/x.conf", env)],
+            "/run/systemd/system/containerd.service.d/x.conf",
+            "a drop-in for containerd.service",
+        ),
+        (
+            vec![(
+                "/var/run/systemd/transient/containerd.service.d/x.conf",
+                env,
+            )],
+            "/var/run/systemd/transient/containerd.service.d/x.conf",
+            "a drop-in for containerd.service",
+        ),
+        (
+            vec![(
+                "/etc/ingot/run/systemd/system/containerd.service.d/x.conf",
+                env,
+            )],
+            "/etc/ingot/run/systemd/system/containerd.service.d/x.conf",
+            "a drop-in for containerd.service",
+        ),
+        (
+            vec![("/run/systemd/system.conf.d/env.conf", env)],
+            "/run/systemd/system.conf.d/env.conf",
+            "DefaultEnvironment",
+        ),
+        (
+            vec![("/etc/systemd/user.conf.d/env.conf", env)],
+            "/etc/systemd/user.conf.d/env.conf",
+            "DefaultEnvironment",
+        ),
+        (
+            vec![("/etc/systemd/system/x/y.service", "")],
+            "/etc/systemd/system/x/y.service",
+            "is not a drop-in",
+        ),
+        // A unit of the system manager does not own a user manager's drop-in.
+        (
+            vec![
+                ("/etc/systemd/system/mine.service", "[Service]\n"),
+                ("/etc/systemd/user/mine.service.d/x.conf", env),
+            ],
+            "/etc/systemd/user/mine.service.d/x.conf",
+            "a drop-in for mine.service",
+        ),
+    ] {
+        refused(&write_files(&files), &format!("write_files: {path}: "));
+        let err = stage_text(&write_files(&files)).unwrap_err().to_string();
+        assert!(err.contains(why), "{path}: want {why:?}, got: {err}");
+    }
+    // A link is an alias: its drop-ins would apply to the unit it names.
+    let ign = r#"{"ignition":{"version":"3.4.0"},"storage":{"links":[{"path":"/etc/systemd/system/mine.service","target":"/usr/lib/systemd/system/containerd.service"}],"files":[{"path":"/etc/systemd/system/mine.service.d/x.conf","contents":{"source":"data:,x"}}]}}"#;
+    refused(
+        ign,
+        "storage.files: /etc/systemd/system/mine.service.d/x.conf: ",
+    );
+    // An Ignition unit's own name, checked before its drop-ins.
+    refused(
+        r#"{"ignition":{"version":"3.4.0"},"systemd":{"units":[{"name":"service","contents":"[Service]\n","dropins":[{"name":"x.conf","contents":"[Service]\n"}]}]}}"#,
+        "systemd.units \"service\": /etc/systemd/system/service: ",
+    );
+    // The data's own units, in any unit directory, with their drop-ins, instances and links.
+    let ok = stage_text(&write_files(&[
+        ("/etc/systemd/system.control/mine.service", "[Service]\n"),
+        (
+            "/etc/systemd/system.control/mine.service.d/x.conf",
+            "[Service]\n",
+        ),
+        ("/etc/systemd/system/tpl@.service", "[Service]\n"),
+        ("/etc/systemd/system/tpl@a.service.d/x.conf", "[Service]\n"),
+        (
+            "/etc/systemd/system/multi-user.target.wants/tpl@a.service",
+            "",
+        ),
+        ("/etc/systemd/user/u.service", "[Service]\n"),
+        (
+            "/home/capi/.config/systemd/user/u.service.d/x.conf",
+            "[Service]\n",
+        ),
+        ("/run/systemd/system/r.service", "[Service]\n"),
+        ("/run/systemd/system/r.service.d/x.conf", "[Service]\n"),
+        ("/etc/systemd/system/-.slice.d/x.conf", "[Slice]\n"),
+        ("/etc/systemd/system/-.slice", "[Slice]\n"),
+    ]))
+    .unwrap();
+    for p in [
+        "/etc/systemd/system.control/mine.service.d/x.conf",
+        "/etc/systemd/system/tpl@a.service.d/x.conf",
+        "/home/capi/.config/systemd/user/u.service.d/x.conf",
+        "/etc/ingot/run/systemd/system/r.service.d/x.conf",
+        "/etc/systemd/system/-.slice.d/x.conf",
+    ] {
+        assert!(ok.get(p).is_some(), "{p}");
+    }
+}
+
+/// Issue 32, item 4: the unit names the stage accepts are the ones systemd accepts. Each name is
+/// a unit file for `systemd-analyze verify`, which refuses a name that is not a unit name
+/// ("Failed to prepare filename"), and a write_files path under /etc/systemd/system.
+#[test]
+fn unit_names_agree_with_systemd() {
+    let dir = tempfile::tempdir().unwrap();
+    let long = format!("{}.service", "l".repeat(247));
+    for name in [
+        "good.service",
+        "a@b.service",
+        "tpl@.service",
+        "a@b@c.service",
+        "a:b_c.timer",
+        "a\\x2db.mount",
+        "-.slice",
+        "foo-.service",
+        ".x.service",
+        long.as_str(),
+        "service",
+        "x.bogus",
+        "a b.service",
+        "@a.service",
+        "ä.service",
+        "a+b.service",
+        "a%b.socket",
+        "x.",
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, "[Unit]\nDescription=x\n").unwrap();
+        let out = Command::new("systemd-analyze")
+            .args(["verify", "--man=no"])
+            .arg(&path)
+            .env("SYSTEMD_LOG_LEVEL", "err")
+            .output()
+            .expect("systemd-analyze (the systemd package) runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let systemd_ok = !stderr.contains("Failed to prepare filename");
+        let ours = stage_text(&write_files(&[(
+            &format!("/etc/systemd/system/{name}"),
+            "[Unit]\n",
+        )]));
+        assert_eq!(
+            ours.is_ok(),
+            systemd_ok,
+            "{name:?}: systemd says {stderr:?}, ingot says {:?}",
+            ours.err()
+        );
+    }
+}

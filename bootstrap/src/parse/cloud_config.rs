@@ -45,13 +45,16 @@ const NOT_APPLIED: &[(&str, &str)] = &[
 
 pub(super) fn parse(text: &str, jinja: bool) -> Result<Bootstrap, ParseError> {
     // Before serde_norway: loading a deeply nested document costs time quadratic in its depth.
-    if let Some(at) = super::yaml_too_deep(text) {
+    let scan = super::yaml_scan(text);
+    if let Some(at) = scan.too_deep {
         return Err(ParseError::TooDeep {
             line: at.line,
             column: at.column,
             limit: super::MAX_YAML_DEPTH,
         });
     }
+    // Before serde_norway too: its events and values cost far more than the text.
+    super::entries::check(scan.entries)?;
     let root: Value = serde_norway::from_str(text).map_err(|e| {
         let (line, column) = e
             .location()

@@ -16,6 +16,10 @@ use crate::model::{
 };
 
 pub(super) fn parse(text: &str) -> Result<Bootstrap, ParseError> {
+    // Counted without keeping the JSON, so too many entries are refused before they are loaded.
+    if let Some(n) = super::entries::in_ignition(text) {
+        super::entries::check(n)?;
+    }
     let root: Value = serde_json::from_str(text).map_err(|e| ParseError::Json {
         line: e.line(),
         column: e.column(),

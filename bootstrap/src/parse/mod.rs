@@ -1,6 +1,7 @@
 //! Format detection, and the checks both formats share (paths, modes, sizes, kubeadm).
 
 mod cloud_config;
+mod entries;
 mod ignition;
 mod yaml_depth;
 
@@ -11,7 +12,8 @@ use thiserror::Error;
 
 use crate::model::{Bootstrap, KubeadmAction};
 
-pub(crate) use yaml_depth::too_deep as yaml_too_deep;
+pub use entries::MAX_ENTRIES;
+pub(crate) use yaml_depth::scan as yaml_scan;
 pub use yaml_depth::MAX_YAML_DEPTH;
 
 /// Largest bootstrap data accepted (CABPK's data lives in a Kubernetes Secret, at most 1 MiB).
@@ -83,6 +85,11 @@ pub enum ParseError {
     },
     #[error("{path}: decoded content is larger than {limit} bytes")]
     FileTooLarge { path: String, limit: usize },
+    #[error(
+        "bootstrap data has {count} entries (files, directories, links, units, drop-ins, users \
+         and groups together), more than the {limit} accepted"
+    )]
+    TooManyEntries { count: usize, limit: usize },
     #[error("{path}: all files together decode to more than {limit} bytes")]
     TotalTooLarge { path: String, limit: usize },
     #[error("Ignition version {version:?} is not supported (2.x and 3.x are)")]
@@ -99,9 +106,12 @@ pub enum ParseError {
 /// Ignition JSON 2.x/3.x, either also gzip-compressed. Refused with a [`ParseError`] naming the
 /// problem: empty input, shell scripts, MIME multipart, other cloud-init document types,
 /// invalid YAML/JSON (with line and column), bad encodings, permissions or paths, and contents
-/// decoding to more than [`MAX_FILE_SIZE`] per file or [`MAX_TOTAL_SIZE`] in all.
+/// decoding to more than [`MAX_FILE_SIZE`] per file or [`MAX_TOTAL_SIZE`] in all, more than
+/// [`MAX_ENTRIES`] files, directories, links, units, drop-ins, users and groups.
 pub fn parse(bytes: &[u8]) -> Result<Bootstrap, ParseError> {
-    parse_inner(bytes, true)
+    let b = parse_inner(bytes, true)?;
+    entries::check(entries::of(&b))?;
+    Ok(b)
 }
 
 fn parse_inner(bytes: &[u8], allow_gzip: bool) -> Result<Bootstrap, ParseError> {

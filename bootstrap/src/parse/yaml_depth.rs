@@ -7,6 +7,10 @@
 //! same structure) is driven event by event and stopped at the first collection past the
 //! limit, a few hundred tokens in.
 //!
+//! The same pass counts the items of the top-level lists that become staged entries
+//! (`write_files`, `users`, `groups`; `entries`), so data with too many is refused before
+//! serde_norway loads its events and values, in memory that does not grow with the document.
+//!
 //! serde_norway has no event API, so this module calls libyaml's C-style functions itself: the
 //! only unsafe code in the crate.
 #![allow(unsafe_code)]
@@ -36,9 +40,32 @@ impl Drop for Parser {
     }
 }
 
+/// What one pass over a document's events found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Scan {
+    /// The first collection nested deeper than [`MAX_YAML_DEPTH`] (the scan stops there).
+    pub too_deep: Option<TooDeep>,
+    /// Items of the top-level lists named in `entries::CLOUD_CONFIG_LISTS`, up to where it stopped.
+    pub entries: usize,
+}
+
+/// Where the scan is: in a mapping (waiting for a key, or for the value of `counted` key), or
+/// in a sequence (whose items count when it is a counted list).
+enum Frame {
+    Map { want_key: bool, counted: bool },
+    Seq { counted: bool },
+}
+
 /// The first collection of `text` nested deeper than [`MAX_YAML_DEPTH`], if any. A syntax
 /// error ends the scan without a finding: serde_norway reports it, with its own message.
+#[cfg(test)]
 pub(crate) fn too_deep(text: &str) -> Option<TooDeep> {
+    scan(text).too_deep
+}
+
+/// Scans `text`'s events: its depth and its entries. A syntax error ends the scan with what
+/// was found so far: serde_norway reports the error, with its own message.
+pub(crate) fn scan(text: &str) -> Scan {
     let mut boxed = Box::new(MaybeUninit::<unsafe_sys::yaml_parser_t>::uninit());
     let p = boxed.as_mut_ptr();
     // SAFETY: `p` is a heap allocation that does not move while the parser lives; on success
@@ -46,40 +73,88 @@ pub(crate) fn too_deep(text: &str) -> Option<TooDeep> {
     let mut parser = unsafe {
         if unsafe_sys::yaml_parser_initialize(p).fail {
             // Out of memory for the parser's buffers: serde_norway will fail the same way.
-            return None;
+            return Scan::default();
         }
         unsafe_sys::yaml_parser_set_encoding(p, unsafe_sys::YAML_UTF8_ENCODING);
         unsafe_sys::yaml_parser_set_input_string(p, text.as_ptr(), text.len() as u64);
         Parser(boxed)
     };
-    let mut depth = 0usize;
+    let mut found = Scan::default();
+    let mut frames: Vec<Frame> = Vec::new();
     loop {
         let mut event = MaybeUninit::<unsafe_sys::yaml_event_t>::uninit();
         let e = event.as_mut_ptr();
         // SAFETY: the parser is initialized; `yaml_parser_parse` fills `event` when it succeeds
-        // and the event is deleted once, after its type and mark are copied out.
-        let (kind, mark) = unsafe {
+        // and the event is deleted once, after its type, mark and (for a top-level key) scalar
+        // value are copied out; libyaml's scalar value is `length` valid bytes.
+        let (kind, mark, top_key) = unsafe {
             if unsafe_sys::yaml_parser_parse(parser.0.as_mut_ptr(), e).fail {
-                return None;
+                return found;
             }
-            let seen = ((*e).type_, (*e).start_mark);
+            let kind = (*e).type_;
+            let top_key = match frames.as_slice() {
+                [Frame::Map { want_key: true, .. }] if kind == unsafe_sys::YAML_SCALAR_EVENT => {
+                    let s = (*e).data.scalar;
+                    let value = std::slice::from_raw_parts(s.value, s.length as usize);
+                    Some(
+                        super::entries::CLOUD_CONFIG_LISTS
+                            .iter()
+                            .any(|k| k.as_bytes() == value),
+                    )
+                }
+                _ => None,
+            };
+            let seen = (kind, (*e).start_mark, top_key);
             unsafe_sys::yaml_event_delete(e);
             seen
         };
+        let node = matches!(
+            kind,
+            unsafe_sys::YAML_SCALAR_EVENT
+                | unsafe_sys::YAML_ALIAS_EVENT
+                | unsafe_sys::YAML_SEQUENCE_START_EVENT
+                | unsafe_sys::YAML_MAPPING_START_EVENT
+        );
+        // A node fills its parent's slot: a mapping's key or value, or a sequence's item.
+        let mut counted_list = false;
+        if node {
+            match frames.last_mut() {
+                Some(Frame::Map { want_key, counted }) => {
+                    if *want_key {
+                        *counted = top_key.unwrap_or(false);
+                    } else {
+                        counted_list = *counted && kind == unsafe_sys::YAML_SEQUENCE_START_EVENT;
+                    }
+                    *want_key = !*want_key;
+                }
+                Some(Frame::Seq { counted: true }) => found.entries += 1,
+                _ => {}
+            }
+        }
         match kind {
             unsafe_sys::YAML_SEQUENCE_START_EVENT | unsafe_sys::YAML_MAPPING_START_EVENT => {
-                depth += 1;
-                if depth > MAX_YAML_DEPTH {
-                    return Some(TooDeep {
+                if frames.len() >= MAX_YAML_DEPTH {
+                    found.too_deep = Some(TooDeep {
                         line: mark.line as usize + 1,
                         column: mark.column as usize + 1,
                     });
+                    return found;
                 }
+                frames.push(if kind == unsafe_sys::YAML_SEQUENCE_START_EVENT {
+                    Frame::Seq {
+                        counted: counted_list && frames.len() == 1,
+                    }
+                } else {
+                    Frame::Map {
+                        want_key: true,
+                        counted: false,
+                    }
+                });
             }
             unsafe_sys::YAML_SEQUENCE_END_EVENT | unsafe_sys::YAML_MAPPING_END_EVENT => {
-                depth = depth.saturating_sub(1);
+                frames.pop();
             }
-            unsafe_sys::YAML_STREAM_END_EVENT => return None,
+            unsafe_sys::YAML_STREAM_END_EVENT => return found,
             _ => {}
         }
     }
@@ -118,6 +193,14 @@ mod tests {
         text.push_str(&format!("{}x\n", " ".repeat(MAX_YAML_DEPTH + 1)));
         assert!(too_deep(&text).is_some());
         assert_eq!(too_deep("a:\n  b:\n    c: [1, {d: 2}]\n"), None);
+    }
+
+    #[test]
+    fn top_level_lists_are_counted() {
+        let text = "write_files:\n- path: /etc/a\n  content: x\n- {path: /etc/b}\nusers: [a, {name: b, groups: [x, y]}]\nruncmd: [a, b, c]\nother:\n  write_files: [x, y]\ngroups:\n- g\n";
+        assert_eq!(scan(text).entries, 2 + 2 + 1);
+        assert_eq!(scan("write_files: []\n").entries, 0);
+        assert_eq!(scan("[write_files, users]\n").entries, 0);
     }
 
     #[test]

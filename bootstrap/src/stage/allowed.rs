@@ -6,16 +6,20 @@
 //! `/root` and `/home` (and files for the tmpfs directories `/run` and `/tmp`, which are staged
 //! under `/etc/ingot/` and copied back on first boot), and not even all of `/etc`: not the
 //! dynamic loader's configuration (`/etc/ld.so.preload` loads a library into every program), not
-//! systemd's manager configuration or generators (they change every unit), and not a drop-in
-//! (`/etc/systemd/system/NAME.d/`) for a unit the bootstrap data does not bring itself.
+//! systemd's manager configuration or generators (they change every unit), and in systemd's unit
+//! directories (`unit_dirs`: `/etc/systemd/system`, `system.control`, `user`, `/run/systemd/...`,
+//! ...) only valid unit names, and no drop-in for a unit the bootstrap data does not bring itself.
+//! Paths under `/run` are checked too: the first-boot script copies them there.
 
-use std::collections::BTreeSet;
 use std::path::{Component, Path};
 
+use super::unit_dirs;
+pub(super) use super::unit_dirs::OwnUnits;
 use super::StageError;
 
-/// Paths under `/etc` that change how every program or service runs, with why they are refused.
-const DENIED_ETC: &[(&str, &str)] = &[
+/// Paths under `/etc` (and `/run`, through the first-boot copy) that change how every program or
+/// service runs, with why they are refused.
+const DENIED: &[(&str, &str)] = &[
     (
         "/etc/ld.so.preload",
         "the dynamic loader would load it into every program",
@@ -32,28 +36,28 @@ const DENIED_ETC: &[(&str, &str)] = &[
         "/etc/ld.so.cache",
         "the dynamic loader's cache decides which libraries every program runs",
     ),
-    (
-        "/etc/systemd/system.conf",
-        "systemd's manager settings (DefaultEnvironment=, ...) change every unit of the release",
-    ),
-    (
-        "/etc/systemd/system.conf.d",
-        "systemd's manager settings (DefaultEnvironment=, ...) change every unit of the release",
-    ),
-    (
-        "/etc/systemd/system-generators",
-        "a generator runs as root at every boot and may rewrite any unit of the release",
-    ),
-    (
-        "/etc/systemd/system-environment-generators",
-        "an environment generator changes the environment of every unit of the release",
-    ),
+    ("/etc/systemd/system.conf", MANAGER),
+    ("/etc/systemd/system.conf.d", MANAGER),
+    ("/run/systemd/system.conf.d", MANAGER),
+    ("/etc/systemd/user.conf", USER_MANAGER),
+    ("/etc/systemd/user.conf.d", USER_MANAGER),
+    ("/run/systemd/user.conf.d", USER_MANAGER),
+    ("/etc/systemd/system-generators", GENERATOR),
+    ("/run/systemd/system-generators", GENERATOR),
+    ("/etc/systemd/user-generators", GENERATOR),
+    ("/run/systemd/user-generators", GENERATOR),
+    ("/etc/systemd/system-environment-generators", ENV_GENERATOR),
+    ("/run/systemd/system-environment-generators", ENV_GENERATOR),
+    ("/etc/systemd/user-environment-generators", ENV_GENERATOR),
+    ("/run/systemd/user-environment-generators", ENV_GENERATOR),
 ];
 
-const SYSTEM_UNITS: &str = "/etc/systemd/system";
-
-/// The unit names the bootstrap data brings itself (its drop-ins are its own business).
-pub(super) type OwnUnits = BTreeSet<String>;
+const MANAGER: &str =
+    "systemd's manager settings (DefaultEnvironment=, ...) change every unit of the release";
+const USER_MANAGER: &str =
+    "the user manager's settings (DefaultEnvironment=, ...) change every user unit";
+const GENERATOR: &str = "a generator runs at every boot and daemon-reload and may rewrite any unit";
+const ENV_GENERATOR: &str = "an environment generator changes the environment of every unit";
 
 /// Whether `path` is absolute and plain: no `.`, `..` or empty components.
 fn plain(path: &Path) -> bool {
@@ -79,8 +83,8 @@ fn refused(path: &Path, origin: &str, reason: impl Into<String>) -> StageError {
 }
 
 /// Checks one path the bootstrap data (`origin`: where in it) would put into the node layer.
-/// `relocated` paths (under `/run`, `/var/run`, `/tmp`) are staged under `/etc/ingot/` instead
-/// and pass.
+/// Paths under `/run`, `/var/run` and `/tmp` are staged under `/etc/ingot/` instead and checked
+/// where the first-boot copy puts them.
 pub(super) fn check_path(
     path: &Path,
     origin: &str,
@@ -95,10 +99,8 @@ pub(super) fn check_path(
     }
     // Under the kernel's own mounts: the tree's own, more precise refusal.
     super::tree::Tree::check_visible(path)?;
-    if super::relocate(path).is_some() {
-        return Ok(());
-    }
-    if !["/etc", "/root", "/home"].iter().any(|d| below(path, d)) {
+    let relocated = super::relocate(path).is_some();
+    if !relocated && !["/etc", "/root", "/home"].iter().any(|d| below(path, d)) {
         let shadows = if path.starts_with("/var") {
             "/var is the var partition, mounted over the layers at boot: it would never be seen"
         } else {
@@ -113,39 +115,19 @@ pub(super) fn check_path(
             ),
         ));
     }
-    if let Some((_, why)) = DENIED_ETC.iter().find(|(d, _)| path.starts_with(d)) {
+    // A relocated path is checked where the first-boot copy puts it.
+    let node = unit_dirs::on_node(path);
+    if let Some((_, why)) = DENIED.iter().find(|(d, _)| node.starts_with(d)) {
         return Err(refused(
             path,
             origin,
             format!("the per-node layer may not carry it: {why}"),
         ));
     }
-    check_dropin(path, origin, own_units)
-}
-
-/// `/etc/systemd/system/NAME.d/...`: only for a unit the data brings itself.
-fn check_dropin(path: &Path, origin: &str, own_units: &OwnUnits) -> Result<(), StageError> {
-    let Ok(rest) = path.strip_prefix(SYSTEM_UNITS) else {
-        return Ok(());
-    };
-    let Some(Component::Normal(first)) = rest.components().next() else {
-        return Ok(());
-    };
-    let first = first.to_string_lossy();
-    let Some(unit) = first.strip_suffix(".d") else {
-        return Ok(());
-    };
-    if own_units.contains(unit) {
-        return Ok(());
+    match unit_dirs::refusal(path, own_units) {
+        Some(why) => Err(refused(path, origin, why)),
+        None => Ok(()),
     }
-    Err(refused(
-        path,
-        origin,
-        format!(
-            "a drop-in for {unit}, which the bootstrap data does not bring itself: the per-node \
-             layer may not change the release's units"
-        ),
-    ))
 }
 
 /// A home directory the stage makes (or puts `.ssh/authorized_keys` into) for `user`: `/root`
@@ -184,7 +166,11 @@ mod tests {
 
     #[test]
     fn paths() {
-        let own: OwnUnits = ["ingot-check.service".to_string()].into();
+        let own: OwnUnits = [(
+            unit_dirs::Manager::System,
+            "ingot-check.service".to_string(),
+        )]
+        .into();
         let ok = |p: &str| check_path(Path::new(p), "t", &own);
         for p in [
             "/etc/kubernetes/pki/ca.crt",

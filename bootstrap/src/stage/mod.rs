@@ -8,6 +8,7 @@ mod identity;
 mod jinja;
 mod node;
 mod tree;
+mod unit_dirs;
 mod units;
 mod users;
 
@@ -258,21 +259,24 @@ pub fn stage<R: RngCore + CryptoRng>(
     })
 }
 
-/// The units the bootstrap data brings itself: its files directly in /etc/systemd/system and its
-/// Ignition units with contents.
+/// The units the bootstrap data brings itself: its files directly in a unit directory under a
+/// valid unit name (not links: a link is an alias, and an alias's drop-ins apply to its target),
+/// and its Ignition units with contents.
 fn own_units(b: &Bootstrap) -> allowed::OwnUnits {
-    let sysdir = Path::new("/etc/systemd/system");
-    let files = b
-        .files
-        .iter()
-        .filter(|f| f.path.parent() == Some(sysdir))
-        .filter_map(|f| f.path.file_name())
-        .map(|n| n.to_string_lossy().into_owned());
+    let files = b.files.iter().filter_map(|f| {
+        let (manager, _, rest) = unit_dirs::unit_dir(&f.path)?;
+        let name = rest
+            .to_str()
+            .filter(|n| !n.is_empty() && !n.contains('/'))?;
+        unit_dirs::unit_name_invalid(name)
+            .is_none()
+            .then(|| (manager, name.to_string()))
+    });
     let units = b
         .units
         .iter()
         .filter(|u| u.contents.is_some() && !u.mask)
-        .map(|u| u.name.clone());
+        .map(|u| (unit_dirs::Manager::System, u.name.clone()));
     files.chain(units).collect()
 }
 

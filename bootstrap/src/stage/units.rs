@@ -54,6 +54,11 @@ pub(super) fn stage_units(
 fn stage_unit(tree: &mut Tree, u: &UnitSpec, own_units: &OwnUnits) -> Result<(), StageError> {
     let sysdir = Path::new(SYSTEM_DIR);
     let unit_path = sysdir.join(&u.name);
+    check_path(
+        &unit_path,
+        &format!("systemd.units {:?}", u.name),
+        own_units,
+    )?;
     if let Some(c) = &u.contents {
         if !u.mask {
             tree.data_entry(

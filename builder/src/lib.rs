@@ -6,6 +6,7 @@
 pub mod build;
 pub mod cli;
 pub mod diff;
+pub mod display;
 pub mod inspect;
 pub mod manifest;
 pub mod preload;

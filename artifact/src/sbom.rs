@@ -18,12 +18,21 @@ pub const SBOM_MEDIA_TYPE: &str = "application/spdx+json";
 pub const STATUS_PATHS: [&str; 2] = ["var/lib/dpkg/status", "usr/lib/ingot/dpkg/status"];
 /// The largest dpkg status read (a full Debian desktop's is about 3 MiB).
 pub const MAX_STATUS_SIZE: u64 = 32 << 20;
-/// The largest SBOM blob read back.
-pub const MAX_SBOM_SIZE: u64 = 64 << 20;
 /// The most packages one status may list.
 pub const MAX_PACKAGES: usize = 100_000;
-/// The longest value of the fields kept (name, version, architecture, maintainer).
-const MAX_FIELD: usize = 1024;
+/// The longest package name (Debian's longest are under 70 bytes).
+pub const MAX_NAME: usize = 128;
+/// The longest version, epoch included.
+pub const MAX_VERSION: usize = 128;
+/// The longest architecture (`amd64`, `musl-linux-arm64`).
+pub const MAX_ARCH: usize = 32;
+/// The longest `Maintainer`.
+pub const MAX_MAINTAINER: usize = 256;
+/// The largest SBOM blob: the one limit for both sides. `ingot build` refuses a layer whose SBOM
+/// would be larger, and every reader (`verify`, `inspect --packages`, `diff`) accepts up to it.
+/// The limits above keep every SBOM a build can make below it (the test
+/// `the_largest_document_the_limits_allow_fits_the_read_limit` computes that document).
+pub const MAX_SBOM_SIZE: u64 = 256 << 20;
 
 /// One installed Debian package.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -52,13 +61,23 @@ pub enum SbomError {
         /// What is wrong (and where).
         reason: String,
     },
-    /// An SBOM blob larger than any reader accepts.
-    #[error("layer `{layer}`: the SBOM is {size} bytes, more than the {MAX_SBOM_SIZE} read")]
+    /// An SBOM larger than readers accept: refused when built, and when read.
+    #[error("layer `{layer}`: the SBOM is {size} bytes, more than the {limit} an SBOM may have")]
     TooLarge {
         /// The layer.
         layer: String,
         /// Its size.
         size: u64,
+        /// The limit ([`MAX_SBOM_SIZE`]).
+        limit: u64,
+    },
+    /// An SBOM lists a package the builder would not have written.
+    #[error("layer `{layer}`: the SBOM lists {reason}")]
+    Package {
+        /// The layer.
+        layer: String,
+        /// Which package, and what is wrong.
+        reason: String,
     },
     /// An SBOM blob is not the document `ingot build` writes.
     #[error("layer `{layer}`: the SBOM is not valid")]
@@ -139,9 +158,9 @@ pub fn parse_status(bytes: &[u8], layer: &str, path: &str) -> Result<Vec<DebPack
             )));
         }
         let value = value.trim();
-        if KEPT.contains(&name) && value.len() > MAX_FIELD {
+        if let Some(max) = field_limit(name).filter(|max| value.len() > *max) {
             return Err(refuse(format!(
-                "line {n}: field {name} is longer than {MAX_FIELD} bytes"
+                "line {n}: field {name} is longer than {max} bytes"
             )));
         }
         if fields.insert(name, value).is_some() {
@@ -156,8 +175,46 @@ pub fn parse_status(bytes: &[u8], layer: &str, path: &str) -> Result<Vec<DebPack
 
 const KEPT: [&str; 5] = ["Package", "Version", "Architecture", "Maintainer", "Status"];
 
+/// The longest value a kept field may have; `None` for the fields not kept.
+fn field_limit(field: &str) -> Option<usize> {
+    Some(match field {
+        "Package" => MAX_NAME,
+        "Version" => MAX_VERSION,
+        "Architecture" => MAX_ARCH,
+        "Maintainer" => MAX_MAINTAINER,
+        "Status" => 64,
+        _ => return None,
+    })
+}
+
+/// At most 64 characters of `s`, to quote in a message (whoever prints it escapes what a
+/// terminal would act on: `ingot`'s printers do).
 fn show(s: &str) -> String {
     s.chars().take(64).collect()
+}
+
+/// The builder's rules for the fields an SBOM lists, which readers apply too: `None` when they
+/// hold, else what is wrong.
+fn check_fields(name: &str, arch: &str, version: &str) -> Option<String> {
+    let ok_name = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+-.".contains(&b))
+    };
+    let ok_version = |s: &str| {
+        s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".+-~:".contains(&b))
+    };
+    let bad = |what: &str, v: &str| Some(format!("{what} `{}` is not valid", show(v)));
+    for (what, v, max, ok) in [
+        ("package name", name, MAX_NAME, ok_name(name)),
+        ("architecture", arch, MAX_ARCH, ok_name(arch)),
+        ("version", version, MAX_VERSION, ok_version(version)),
+    ] {
+        if v.is_empty() || v.len() > max || !ok {
+            return bad(what, v);
+        }
+    }
+    None
 }
 
 fn finish_entry(
@@ -177,33 +234,21 @@ fn finish_entry(
         return Ok(());
     }
     let (version, arch) = (get("Version")?, get("Architecture")?);
-    let bad = |what: &str, v: &str| {
-        format!(
-            "the entry at line {line}: {what} `{}` is not valid",
-            show(v)
-        )
-    };
-    let ok_name = |s: &str| {
-        s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"+-.".contains(&b))
-    };
-    if !ok_name(name) {
-        return Err(bad("package name", name));
+    if let Some(why) = check_fields(name, arch, version) {
+        return Err(format!("the entry at line {line}: {why}"));
     }
-    if !ok_name(arch) {
-        return Err(bad("architecture", arch));
-    }
-    if !version
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b".+-~:".contains(&b))
-    {
-        return Err(bad("version", version));
+    let maintainer = fields.get("Maintainer").copied();
+    if let Some(m) = maintainer.filter(|m| m.chars().any(char::is_control)) {
+        return Err(format!(
+            "the entry at line {line}: Maintainer `{}` holds a control character",
+            show(m)
+        ));
     }
     let pkg = DebPackage {
         name: name.to_owned(),
         arch: arch.to_owned(),
         version: version.to_owned(),
-        maintainer: fields.get("Maintainer").map(|m| (*m).to_owned()),
+        maintainer: maintainer.map(str::to_owned),
     };
     if out
         .insert((pkg.name.clone(), pkg.arch.clone()), pkg)
@@ -334,78 +379,248 @@ fn spdx_id(prefix: &str, i: usize, name: &str) -> String {
 
 /// The SPDX 2.3 JSON document of one layer's packages (sorted, as [`parse_status`] gives them):
 /// deterministic bytes (canonical JSON; `created` from the stack's `source_date_epoch`, the
-/// namespace from stack, version and layer).
-pub fn spdx_document(info: &DocumentInfo<'_>, packages: &[DebPackage]) -> Vec<u8> {
-    use serde_json::json;
-    let layer_id = "SPDXRef-Layer".to_owned();
-    let mut spdx_packages = vec![json!({
-        "SPDXID": layer_id,
-        "name": info.layer,
-        "versionInfo": info.version,
-        "downloadLocation": "NOASSERTION",
-        "filesAnalyzed": false,
-        "licenseConcluded": "NOASSERTION",
-        "licenseDeclared": "NOASSERTION",
-        "copyrightText": "NOASSERTION",
-        "comment": format!("layer `{}` of stack {} {}", info.layer, info.stack, info.version),
-    })];
-    let mut relationships = vec![json!({
-        "spdxElementId": "SPDXRef-DOCUMENT",
-        "relationshipType": "DESCRIBES",
-        "relatedSpdxElement": layer_id,
-    })];
+/// namespace from stack, version and layer). Refused, naming the layer, when it would be larger
+/// than [`MAX_SBOM_SIZE`].
+pub fn spdx_document(
+    info: &DocumentInfo<'_>,
+    packages: &[DebPackage],
+) -> Result<Vec<u8>, SbomError> {
+    spdx_document_within(info, packages, MAX_SBOM_SIZE)
+}
+
+/// [`spdx_document`] under another limit: never holds more than `limit` bytes of it.
+pub fn spdx_document_within(
+    info: &DocumentInfo<'_>,
+    packages: &[DebPackage],
+    limit: u64,
+) -> Result<Vec<u8>, SbomError> {
+    let mut out = Bounded {
+        bytes: Vec::new(),
+        size: 0,
+        limit,
+    };
+    write_spdx(info, packages, &mut out).expect("writing to memory does not fail");
+    if out.size > limit {
+        return Err(SbomError::TooLarge {
+            layer: info.layer.to_owned(),
+            size: out.size,
+            limit,
+        });
+    }
+    Ok(out.bytes)
+}
+
+/// Keeps what is written up to `limit` bytes and counts the rest, so a refused document's size
+/// can be said without holding it.
+struct Bounded {
+    bytes: Vec<u8>,
+    size: u64,
+    limit: u64,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.size += buf.len() as u64;
+        if self.size <= self.limit {
+            self.bytes.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Streams the document to `out`, one package at a time (nothing but the package being written
+/// is held). The structs below declare their fields in byte order of their JSON keys, the
+/// order canonical JSON (a `serde_json::Value`'s sorted map) gives, so the bytes are the same.
+pub fn write_spdx(
+    info: &DocumentInfo<'_>,
+    packages: &[DebPackage],
+    out: impl std::io::Write,
+) -> serde_json::Result<()> {
     let mut sorted: Vec<&DebPackage> = packages.iter().collect();
     sorted.sort();
-    for (i, p) in sorted.into_iter().enumerate() {
-        let id = spdx_id("Package", i, &p.name);
-        spdx_packages.push(json!({
-            "SPDXID": id,
-            "name": p.name,
-            "versionInfo": p.version,
-            "supplier": supplier(p.maintainer.as_deref()),
-            "downloadLocation": "NOASSERTION",
-            "filesAnalyzed": false,
-            "licenseConcluded": "NOASSERTION",
-            "licenseDeclared": "NOASSERTION",
-            "copyrightText": "NOASSERTION",
-            "externalRefs": [{
-                "referenceCategory": "PACKAGE-MANAGER",
-                "referenceType": "purl",
-                "referenceLocator": purl(p),
-            }],
-        }));
-        relationships.push(json!({
-            "spdxElementId": "SPDXRef-DOCUMENT",
-            "relationshipType": "DESCRIBES",
-            "relatedSpdxElement": id,
-        }));
-        relationships.push(json!({
-            "spdxElementId": layer_id,
-            "relationshipType": "CONTAINS",
-            "relatedSpdxElement": id,
-        }));
-    }
-    let doc = json!({
-        "spdxVersion": "SPDX-2.3",
-        "dataLicense": "CC0-1.0",
-        "SPDXID": "SPDXRef-DOCUMENT",
-        "name": format!("{}-{}-{}", info.stack, info.version, info.layer),
-        "documentNamespace": format!(
+    let layer_comment = format!(
+        "layer `{}` of stack {} {}",
+        info.layer, info.stack, info.version
+    );
+    let doc = spdx::Document {
+        spdxid: "SPDXRef-DOCUMENT",
+        creation_info: spdx::CreationInfo {
+            created: info.created,
+            creators: [concat!("Tool: ingot-", env!("CARGO_PKG_VERSION"))],
+        },
+        data_license: "CC0-1.0",
+        document_namespace: format!(
             "https://ingot.invalid/spdx/{}/{}/{}",
             info.stack, info.version, info.layer
         ),
-        "creationInfo": {
-            "created": info.created,
-            "creators": [concat!("Tool: ingot-", env!("CARGO_PKG_VERSION"))],
+        name: format!("{}-{}-{}", info.stack, info.version, info.layer),
+        packages: spdx::Packages {
+            layer: spdx::LayerPackage {
+                spdxid: spdx::LAYER_ID,
+                comment: &layer_comment,
+                copyright_text: NOASSERTION,
+                download_location: NOASSERTION,
+                files_analyzed: false,
+                license_concluded: NOASSERTION,
+                license_declared: NOASSERTION,
+                name: info.layer,
+                version_info: info.version,
+            },
+            packages: &sorted,
         },
-        "packages": spdx_packages,
-        "relationships": relationships,
-    });
-    ingot_layers::descriptor::canonical_json(&doc).expect("JSON values serialize")
+        relationships: spdx::Relationships(&sorted),
+        spdx_version: "SPDX-2.3",
+    };
+    serde_json::to_writer(out, &doc)
+}
+
+const NOASSERTION: &str = "NOASSERTION";
+
+/// The document's JSON shape, serialized from borrowed data.
+mod spdx {
+    use serde::ser::{SerializeSeq, Serializer};
+    use serde::Serialize;
+
+    use super::{purl, spdx_id, supplier, DebPackage, NOASSERTION};
+
+    pub(super) const LAYER_ID: &str = "SPDXRef-Layer";
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct Document<'a> {
+        #[serde(rename = "SPDXID")]
+        pub spdxid: &'a str,
+        pub creation_info: CreationInfo<'a>,
+        pub data_license: &'a str,
+        pub document_namespace: String,
+        pub name: String,
+        pub packages: Packages<'a>,
+        pub relationships: Relationships<'a>,
+        pub spdx_version: &'a str,
+    }
+
+    #[derive(Serialize)]
+    pub(super) struct CreationInfo<'a> {
+        pub created: &'a str,
+        pub creators: [&'a str; 1],
+    }
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct LayerPackage<'a> {
+        #[serde(rename = "SPDXID")]
+        pub spdxid: &'a str,
+        pub comment: &'a str,
+        pub copyright_text: &'a str,
+        pub download_location: &'a str,
+        pub files_analyzed: bool,
+        pub license_concluded: &'a str,
+        pub license_declared: &'a str,
+        pub name: &'a str,
+        pub version_info: &'a str,
+    }
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Package<'a> {
+        #[serde(rename = "SPDXID")]
+        spdxid: &'a str,
+        copyright_text: &'a str,
+        download_location: &'a str,
+        external_refs: [ExternalRef<'a>; 1],
+        files_analyzed: bool,
+        license_concluded: &'a str,
+        license_declared: &'a str,
+        name: &'a str,
+        supplier: &'a str,
+        version_info: &'a str,
+    }
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct ExternalRef<'a> {
+        reference_category: &'a str,
+        reference_locator: &'a str,
+        reference_type: &'a str,
+    }
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Relationship<'a> {
+        related_spdx_element: &'a str,
+        relationship_type: &'a str,
+        spdx_element_id: &'a str,
+    }
+
+    /// The layer, then each package (sorted), built as it is written.
+    pub(super) struct Packages<'a> {
+        pub layer: LayerPackage<'a>,
+        pub packages: &'a [&'a DebPackage],
+    }
+
+    impl Serialize for Packages<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut seq = s.serialize_seq(Some(self.packages.len() + 1))?;
+            seq.serialize_element(&self.layer)?;
+            for (i, p) in self.packages.iter().enumerate() {
+                let (id, purl, supplier) = (
+                    spdx_id("Package", i, &p.name),
+                    purl(p),
+                    supplier(p.maintainer.as_deref()),
+                );
+                seq.serialize_element(&Package {
+                    spdxid: &id,
+                    copyright_text: NOASSERTION,
+                    download_location: NOASSERTION,
+                    external_refs: [ExternalRef {
+                        reference_category: "PACKAGE-MANAGER",
+                        reference_locator: &purl,
+                        reference_type: "purl",
+                    }],
+                    files_analyzed: false,
+                    license_concluded: NOASSERTION,
+                    license_declared: NOASSERTION,
+                    name: &p.name,
+                    supplier: &supplier,
+                    version_info: &p.version,
+                })?;
+            }
+            seq.end()
+        }
+    }
+
+    /// The document describes the layer and every package; the layer contains each package.
+    pub(super) struct Relationships<'a>(pub &'a [&'a DebPackage]);
+
+    impl Serialize for Relationships<'_> {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            fn rel<'a>(from: &'a str, kind: &'a str, to: &'a str) -> Relationship<'a> {
+                Relationship {
+                    related_spdx_element: to,
+                    relationship_type: kind,
+                    spdx_element_id: from,
+                }
+            }
+            let mut seq = s.serialize_seq(Some(2 * self.0.len() + 1))?;
+            seq.serialize_element(&rel("SPDXRef-DOCUMENT", "DESCRIBES", LAYER_ID))?;
+            for (i, p) in self.0.iter().enumerate() {
+                let id = spdx_id("Package", i, &p.name);
+                seq.serialize_element(&rel("SPDXRef-DOCUMENT", "DESCRIBES", &id))?;
+                seq.serialize_element(&rel(LAYER_ID, "CONTAINS", &id))?;
+            }
+            seq.end()
+        }
+    }
 }
 
 /// The Debian packages an SBOM blob (as [`spdx_document`] writes it) lists, sorted: read back
-/// from each package's purl, its maintainer from `supplier`.
+/// from each package's purl, its maintainer from `supplier`. The builder's limits and character
+/// rules hold here too: a blob over [`MAX_SBOM_SIZE`], more than [`MAX_PACKAGES`] packages, or a
+/// name, version or architecture the builder would refuse is refused, naming the layer.
 pub fn packages_of(bytes: &[u8], layer: &str) -> Result<Vec<DebPackage>, SbomError> {
     #[derive(Deserialize)]
     struct Doc {
@@ -426,29 +641,70 @@ pub fn packages_of(bytes: &[u8], layer: &str) -> Result<Vec<DebPackage>, SbomErr
         reference_type: String,
         reference_locator: String,
     }
+    if bytes.len() as u64 > MAX_SBOM_SIZE {
+        return Err(SbomError::TooLarge {
+            layer: layer.to_owned(),
+            size: bytes.len() as u64,
+            limit: MAX_SBOM_SIZE,
+        });
+    }
     let doc: Doc = serde_json::from_slice(bytes).map_err(|source| SbomError::Document {
         layer: layer.to_owned(),
         source,
     })?;
-    let mut out: Vec<DebPackage> = doc
-        .packages
-        .into_iter()
-        .filter_map(|p| {
-            let purl = p
-                .external_refs
-                .iter()
-                .find(|r| r.reference_type == "purl")?;
-            let arch = purl.reference_locator.split_once("?arch=")?.1.to_owned();
-            Some(DebPackage {
-                name: p.name,
-                arch,
-                version: p.version_info,
-                maintainer: None,
-            })
-        })
-        .collect();
+    let refuse = |reason: String| SbomError::Package {
+        layer: layer.to_owned(),
+        reason,
+    };
+    let mut out = Vec::new();
+    for p in doc.packages {
+        let Some(purl) = p.external_refs.iter().find(|r| r.reference_type == "purl") else {
+            continue; // the layer's own entry
+        };
+        let Some((_, arch)) = purl.reference_locator.split_once("?arch=") else {
+            continue;
+        };
+        let arch = percent_decode(arch);
+        if let Some(why) = check_fields(&p.name, &arch, &p.version_info) {
+            return Err(refuse(format!("package `{}`: {why}", show(&p.name))));
+        }
+        if out.len() == MAX_PACKAGES {
+            return Err(refuse(format!("more than {MAX_PACKAGES} packages")));
+        }
+        out.push(DebPackage {
+            name: p.name,
+            arch,
+            version: p.version_info,
+            maintainer: None,
+        });
+    }
     out.sort();
     Ok(out)
+}
+
+/// A purl component with its `%XX` escapes decoded (one that does not decode stays as it is,
+/// and fails the character rules).
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = b
+            .get(i + 1..i + 3)
+            .filter(|h| b[i] == b'%' && h.iter().all(u8::is_ascii_hexdigit))
+            .and_then(|h| std::str::from_utf8(h).ok());
+        match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
 }
 
 #[cfg(test)]
@@ -533,8 +789,8 @@ Package: a\nStatus: install ok installed\nVersion: 2\nArchitecture: all\n",
             layer: "gpu",
             created: "2024-01-01T00:00:00Z",
         };
-        let doc = spdx_document(&info, &delta);
-        assert_eq!(doc, spdx_document(&info, &delta), "deterministic");
+        let doc = spdx_document(&info, &delta).unwrap();
+        assert_eq!(doc, spdx_document(&info, &delta).unwrap(), "deterministic");
         let back = packages_of(&doc, "gpu").unwrap();
         let strip = |v: &[DebPackage]| {
             v.iter()
@@ -543,5 +799,135 @@ Package: a\nStatus: install ok installed\nVersion: 2\nArchitecture: all\n",
         };
         // purl round trip keeps the version as versionInfo (unencoded).
         assert_eq!(strip(&back), strip(&delta));
+    }
+
+    fn info<'a>(layer: &'a str, version: &'a str) -> DocumentInfo<'a> {
+        DocumentInfo {
+            stack: "demo",
+            version,
+            layer,
+            created: "2024-01-01T00:00:00Z",
+        }
+    }
+
+    /// Counts what is written, keeping nothing.
+    #[derive(Default)]
+    struct Count(u64);
+
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_streamed_document_is_canonical_json() {
+        let packages = parse_status(STATUS.as_bytes(), "base", "s").unwrap();
+        let doc = spdx_document(&info("gpu", "1.0.0"), &packages).unwrap();
+        let value: serde_json::Value = serde_json::from_slice(&doc).unwrap();
+        assert_eq!(
+            String::from_utf8(ingot_layers::descriptor::canonical_json(&value).unwrap()).unwrap(),
+            String::from_utf8(doc).unwrap(),
+            "the streamed bytes are the canonical form of the same document"
+        );
+        assert_eq!(value["packages"].as_array().unwrap().len(), 3);
+        assert_eq!(value["relationships"].as_array().unwrap().len(), 5);
+    }
+
+    /// The largest SBOM the status limits let a build make: `MAX_PACKAGES` packages, each with
+    /// every field at its longest and of the characters that grow most in JSON and in the purl,
+    /// under the longest stack, version and layer names a descriptor allows. Readers accept it.
+    #[test]
+    fn the_largest_document_the_limits_allow_fits_the_read_limit() {
+        let worst = DebPackage {
+            name: "+".repeat(MAX_NAME),
+            arch: "+".repeat(MAX_ARCH),
+            version: ":".repeat(MAX_VERSION),
+            maintainer: Some("\"".repeat(MAX_MAINTAINER)),
+        };
+        assert!(check_fields(&worst.name, &worst.arch, &worst.version).is_none());
+        let packages = vec![worst; MAX_PACKAGES];
+        let (stack, layer) = ("s".repeat(64), "l".repeat(64));
+        let version = "\"".repeat(128);
+        let info = DocumentInfo {
+            stack: &stack,
+            version: &version,
+            layer: &layer,
+            created: "2024-01-01T00:00:00Z",
+        };
+        let mut size = Count::default();
+        write_spdx(&info, &packages, &mut size).unwrap();
+        println!(
+            "the largest SBOM: {} bytes ({} MiB), the read limit {MAX_SBOM_SIZE}",
+            size.0,
+            size.0 >> 20
+        );
+        assert!(size.0 <= MAX_SBOM_SIZE, "{} > {MAX_SBOM_SIZE}", size.0);
+    }
+
+    #[test]
+    fn a_document_over_the_limit_is_refused_naming_the_layer_the_size_and_the_limit() {
+        let packages = parse_status(STATUS.as_bytes(), "base", "s").unwrap();
+        let full = spdx_document(&info("gpu", "1.0.0"), &packages).unwrap();
+        let size = full.len() as u64;
+        assert_eq!(
+            spdx_document_within(&info("gpu", "1.0.0"), &packages, size).unwrap(),
+            full
+        );
+        let e = spdx_document_within(&info("gpu", "1.0.0"), &packages, size - 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "layer `gpu`: the SBOM is {size} bytes, more than the {} an SBOM may have",
+                size - 1
+            )
+        );
+    }
+
+    #[test]
+    fn readers_refuse_what_the_builder_refuses() {
+        let packages = parse_status(STATUS.as_bytes(), "base", "s").unwrap();
+        let good = spdx_document(&info("gpu", "1.0.0"), &packages).unwrap();
+        let text = String::from_utf8(good).unwrap();
+        let long = format!("\"name\":\"{}\"", "a".repeat(MAX_NAME + 1));
+        let cases = [
+            (
+                "\"name\":\"zlib1g\"",
+                "\"name\":\"zlib1g\\u001b]0;owned\\u0007\"",
+                "package name",
+            ),
+            (
+                "\"versionInfo\":\"1:1.2.13.dfsg-1\"",
+                "\"versionInfo\":\"1.0\\nforged line\"",
+                "version",
+            ),
+            ("arch=amd64", "arch=amd%0A64", "architecture"),
+            ("\"name\":\"libstdc++6\"", &long, "package name"),
+        ];
+        for (from, to, want) in cases {
+            let hostile = text.replacen(from, to, 1);
+            assert_ne!(hostile, text, "{from}");
+            let e = packages_of(hostile.as_bytes(), "gpu")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with("layer `gpu`: the SBOM lists package `"),
+                "{e}"
+            );
+            assert!(e.contains(want), "{e}");
+        }
+        let e = packages_of(&vec![b' '; MAX_SBOM_SIZE as usize + 1], "gpu").unwrap_err();
+        assert!(e.to_string().contains("more than the"), "{e}");
+    }
+
+    #[test]
+    fn the_builder_refuses_control_characters_in_maintainer() {
+        let status = STATUS.replace("Mark Brown", "Mark\x1b[2J Brown");
+        let e = parse_status(status.as_bytes(), "gpu", "s").unwrap_err();
+        assert!(e.to_string().contains("control character"), "{e}");
     }
 }

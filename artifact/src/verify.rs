@@ -599,6 +599,7 @@ pub fn layer_packages(
         return Err(crate::sbom::SbomError::TooLarge {
             layer: layer.name.clone(),
             size: sbom.size,
+            limit: crate::sbom::MAX_SBOM_SIZE,
         }
         .into());
     }
@@ -687,6 +688,15 @@ fn verify_layer(
         .blob_file(&layer.data.digest, layer.data.size)
         .map_err(|e| e.about(format!("layer `{name}`: data blob")))?;
     if let Some(sbom) = &layer.sbom {
+        // What the readers (`inspect --packages`, `diff`) would refuse is refused here too.
+        if sbom.size > crate::sbom::MAX_SBOM_SIZE {
+            return Err(crate::sbom::SbomError::TooLarge {
+                layer: name.clone(),
+                size: sbom.size,
+                limit: crate::sbom::MAX_SBOM_SIZE,
+            }
+            .into());
+        }
         source
             .blob_file(&sbom.digest, sbom.size)
             .map_err(|e| e.about(format!("layer `{name}`: SBOM blob")))?;

@@ -601,7 +601,8 @@ fn write_sboms(
             layer: &b.entry.name,
             created: &created,
         };
-        let doc = sbom::spdx_document(&info, &packages);
+        // Refused, naming the layer, when larger than what readers accept.
+        let doc = sbom::spdx_document(&info, &packages)?;
         let desc = writer
             .write_blob(SBOM_MEDIA_TYPE, &doc)
             .map_err(io_err("writing an SBOM to", writer.root()))?;

@@ -19,6 +19,7 @@ use ingot_verity::input::{self, Symlinks};
 use ingot_verity::{RootHash, Verifier};
 use serde::Serialize;
 
+use crate::display::Safe;
 use ingot_artifact::layerfs::{BlockError, FetchError, FrameSource, LayerFs, Node, Refused};
 use ingot_artifact::sbom::DebPackage;
 use ingot_artifact::verify::{
@@ -526,7 +527,8 @@ pub fn diff(
     })
 }
 
-/// The human-readable form: one line per layer, then one per file that differs.
+/// The human-readable form: one line per layer, then one per file that differs. Every string
+/// from the stacks (names, paths, package fields) goes through [`Safe`].
 pub fn render(d: &StackDiff) -> String {
     use std::fmt::Write;
     let mut s = String::new();
@@ -534,7 +536,11 @@ pub fn render(d: &StackDiff) -> String {
         let _ = writeln!(
             s,
             "{tag}: {} {} {} ({}; {})",
-            side.reference, side.name, side.version, side.manifest_digest, side.builder
+            Safe(&side.reference),
+            Safe(&side.name),
+            Safe(&side.version),
+            Safe(&side.manifest_digest),
+            Safe(&side.builder)
         );
     }
     for l in &d.layers {
@@ -551,7 +557,7 @@ pub fn render(d: &StackDiff) -> String {
         let _ = writeln!(
             s,
             "layer {:<16} {:<9}  a: {}  b: {}",
-            l.name,
+            Safe(&l.name),
             l.status,
             sizes(&l.a),
             sizes(&l.b)
@@ -566,7 +572,7 @@ pub fn render(d: &StackDiff) -> String {
             let _ = writeln!(
                 s,
                 "  ~ {} ({}): {} -> {}",
-                c.path,
+                Safe(&c.path),
                 c.what.join(", "),
                 file_attrs(&c.a),
                 file_attrs(&c.b)
@@ -574,13 +580,17 @@ pub fn render(d: &StackDiff) -> String {
         }
         let p = &l.packages;
         for a in &p.added {
-            let _ = writeln!(s, "  package + {} {} {}", a.name, a.version, a.arch);
+            let (name, version, arch) = (Safe(&a.name), Safe(&a.version), Safe(&a.arch));
+            let _ = writeln!(s, "  package + {name} {version} {arch}");
         }
         for r in &p.removed {
-            let _ = writeln!(s, "  package - {} {} {}", r.name, r.version, r.arch);
+            let (name, version, arch) = (Safe(&r.name), Safe(&r.version), Safe(&r.arch));
+            let _ = writeln!(s, "  package - {name} {version} {arch}");
         }
         for c in &p.changed {
-            let _ = writeln!(s, "  package ~ {} {}: {} -> {}", c.name, c.arch, c.a, c.b);
+            let (name, arch) = (Safe(&c.name), Safe(&c.arch));
+            let (va, vb) = (Safe(&c.a), Safe(&c.b));
+            let _ = writeln!(s, "  package ~ {name} {arch}: {va} -> {vb}");
         }
     }
     let _ = writeln!(
@@ -609,5 +619,5 @@ fn file_attrs(f: &FileInfo) -> String {
 }
 
 fn file_line(f: &FileInfo) -> String {
-    format!("{} ({})", f.path, file_attrs(f))
+    format!("{} ({})", Safe(&f.path), file_attrs(f))
 }

@@ -8,6 +8,7 @@ use ingot_layers::select::{self, Machine};
 use ingot_verity::RootHash;
 use serde::Serialize;
 
+use crate::display::{safe, Safe};
 use ingot_artifact::sbom::DebPackage;
 use ingot_artifact::sign::PublicKey;
 use ingot_artifact::verify::{
@@ -220,23 +221,30 @@ pub fn human_size(n: u64) -> String {
     }
 }
 
-/// The report as a plain-text table.
+/// The report as a plain-text table. Every string from the artifact goes through [`Safe`].
 pub fn render_table(r: &InspectReport) -> String {
+    use std::fmt::Write;
     let mut out = String::new();
-    out.push_str(&format!("stack      {} {}\n", r.name, r.version));
-    out.push_str(&format!("created    {} by {}\n", r.created, r.builder));
-    out.push_str(&format!("manifest   {}\n", r.manifest_digest));
-    out.push_str(&format!("descriptor {}\n", r.descriptor_digest));
-    out.push_str(&format!("signature  {}\n", r.signature));
+    let _ = writeln!(out, "stack      {} {}", Safe(&r.name), Safe(&r.version));
+    let _ = writeln!(
+        out,
+        "created    {} by {}",
+        Safe(&r.created),
+        Safe(&r.builder)
+    );
+    let _ = writeln!(out, "manifest   {}", Safe(&r.manifest_digest));
+    let _ = writeln!(out, "descriptor {}", Safe(&r.descriptor_digest));
+    let _ = writeln!(out, "signature  {}", Safe(&r.signature));
     if let Some(uki) = &r.uki {
-        out.push_str(&format!(
-            "uki        {} ({}, Secure Boot signed)\ncmdline    {}\n",
-            uki.digest,
+        let _ = writeln!(
+            out,
+            "uki        {} ({}, Secure Boot signed)\ncmdline    {}",
+            Safe(&uki.digest),
             human_size(uki.size),
-            uki.cmdline
-        ));
+            Safe(&uki.cmdline)
+        );
         if let Some(pcr) = &r.pcr11 {
-            out.push_str(&format!("pcr 11     sha256:{pcr} (systemd-stub)\n"));
+            let _ = writeln!(out, "pcr 11     sha256:{} (systemd-stub)", Safe(pcr));
         }
     }
     out.push('\n');
@@ -246,9 +254,9 @@ pub fn render_table(r: &InspectReport) -> String {
         .iter()
         .map(|l| {
             [
-                l.name.clone(),
-                l.kind.clone(),
-                l.rule.clone(),
+                safe(&l.name).into_owned(),
+                safe(&l.kind).into_owned(),
+                safe(&l.rule).into_owned(),
                 human_size(l.size),
                 human_size(l.compressed_size),
                 l.root_hash.to_string(),
@@ -267,7 +275,7 @@ pub fn render_table(r: &InspectReport) -> String {
             if i + 1 == cells.len() {
                 s.push_str(cell);
             } else {
-                s.push_str(&format!("{cell:<w$}  "));
+                let _ = write!(s, "{cell:<w$}  ");
             }
         }
         s.push('\n');
@@ -279,7 +287,7 @@ pub fn render_table(r: &InspectReport) -> String {
     }
     for l in &r.layers {
         for p in &l.preload {
-            out.push_str(&format!("\nlayer `{}` preloads {p}", l.name));
+            let _ = write!(out, "\nlayer `{}` preloads {}", Safe(&l.name), Safe(p));
         }
     }
     if r.layers.iter().any(|l| !l.preload.is_empty()) {
@@ -287,24 +295,32 @@ pub fn render_table(r: &InspectReport) -> String {
     }
     for l in &r.layers {
         if let Some(note) = &l.note {
-            out.push_str(&format!("\nlayer `{}`: {note}\n", l.name));
+            let _ = writeln!(out, "\nlayer `{}`: {}", Safe(&l.name), Safe(note));
         }
     }
     for l in &r.layers {
         let Some(packages) = &l.packages else {
             continue;
         };
-        out.push_str(&format!(
-            "\nlayer `{}`: {} packages\n",
-            l.name,
+        let _ = writeln!(
+            out,
+            "\nlayer `{}`: {} packages",
+            Safe(&l.name),
             packages.len()
-        ));
+        );
         for p in packages {
-            out.push_str(&format!("  {} {} {}\n", p.name, p.version, p.arch));
+            let _ = writeln!(
+                out,
+                "  {} {} {}",
+                Safe(&p.name),
+                Safe(&p.version),
+                Safe(&p.arch)
+            );
         }
     }
     if let (Some(m), Some(sel)) = (&r.machine, &r.selected) {
-        out.push_str(&format!("\nmachine {m} gets: {}\n", sel.join(", ")));
+        let sel: Vec<_> = sel.iter().map(|s| safe(s)).collect();
+        let _ = writeln!(out, "\nmachine {m} gets: {}", sel.join(", "));
     }
     out
 }
@@ -330,5 +346,57 @@ mod tests {
         for kind in ["base", "kata", "control-plane", "gpu"] {
             assert_eq!(kind_note(kind), None, "{kind}");
         }
+    }
+
+    /// Every string of a report, hostile: the table shows none raw, and forges no line.
+    #[test]
+    fn the_table_shows_no_string_raw() {
+        let evil = |what: &str| format!("{what}\u{1b}]0;pwned\u{7}\nforged\u{202e}");
+        let layer = LayerRow {
+            name: evil("name"),
+            kind: evil("kind"),
+            rule: evil("rule"),
+            size: 1,
+            compressed_size: 1,
+            hash_size: 1,
+            root_hash: "c".repeat(64).parse().unwrap(),
+            preload: vec![evil("preload")],
+            packages: Some(vec![PackageRow {
+                name: evil("package"),
+                version: evil("version"),
+                arch: evil("arch"),
+            }]),
+            note: Some(evil("note")),
+        };
+        let report = InspectReport {
+            name: evil("stack"),
+            version: evil("version"),
+            created: evil("created"),
+            builder: evil("builder"),
+            manifest_digest: evil("manifest"),
+            descriptor_digest: evil("descriptor"),
+            signature: evil("FAILED: "),
+            uki: Some(ingot_layers::descriptor::UkiBlob {
+                digest: evil("uki"),
+                size: 1,
+                cmdline: evil("cmdline"),
+            }),
+            pcr11: Some(evil("pcr")),
+            layers: vec![layer],
+            machine: None,
+            selected: None,
+        };
+        let table = render_table(&report);
+        assert!(
+            !table
+                .chars()
+                .any(|c| c.is_control() && c != '\n' || c == '\u{202e}'),
+            "{table:?}"
+        );
+        assert!(!table.lines().any(|l| l.starts_with("forged")), "{table}");
+        assert!(
+            table.contains("  package\\u{1b}]0;pwned\\u{7}\\nforged"),
+            "{table}"
+        );
     }
 }

@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use crate::cli::publish::RegistryArgs;
 use crate::diff::{diff, render};
+use crate::display::Safe;
 use clap::Args;
 use ingot_artifact::verify::{open_with, StackRef, Trust};
 
@@ -58,7 +59,8 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
     let d = match result {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("ingot: diff {} {}: {}", args.a, args.b, e.full_text());
+            let (a, b, text) = (Safe(&args.a), Safe(&args.b), e.full_text());
+            eprintln!("ingot: diff {a} {b}: {}", Safe(&text));
             return Ok(ExitCode::from(e.exit_code().max(2)));
         }
     };

@@ -2,6 +2,7 @@
 
 use std::process::ExitCode;
 
+use crate::display::Safe;
 use crate::inspect::{inspect, render_table};
 use clap::Args;
 use ingot_artifact::verify::{open_with, StackRef};
@@ -72,7 +73,8 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         match opened.and_then(|s| inspect(s.as_ref(), key, machine.as_ref(), args.packages)) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("ingot: inspect {}: {}", args.stack, e.full_text());
+                let (stack, text) = (Safe(&args.stack), e.full_text());
+                eprintln!("ingot: inspect {stack}: {}", Safe(&text));
                 return Ok(ExitCode::from(e.exit_code()));
             }
         };

@@ -86,7 +86,11 @@ pub fn run(cli: Cli) -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("ingot: error: {err:#}");
+            // Error text may quote a layout's or a registry's strings.
+            eprintln!(
+                "ingot: error: {}",
+                crate::display::Safe(&format!("{err:#}"))
+            );
             ExitCode::from(1)
         }
     }

@@ -4,6 +4,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+
+use crate::display::Safe;
 use ingot_artifact::verify::{open_with, verify, SignatureStatus, StackRef, Trust, VerifyReport};
 
 /// Check a stack artifact end to end: the minisign signature over the stack descriptor first
@@ -80,7 +82,8 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
-            eprintln!("ingot: verify {}: {}", args.stack, e.full_text());
+            let (stack, text) = (Safe(&args.stack), e.full_text());
+            eprintln!("ingot: verify {stack}: {}", Safe(&text));
             if e.is_signature() && !args.allow_unsigned {
                 eprintln!("ingot: hint: --allow-unsigned checks everything but the signature");
             }
@@ -136,36 +139,35 @@ fn report_json(report: &VerifyReport) -> serde_json::Value {
     })
 }
 
+/// The text form. Every string from the artifact goes through [`Safe`].
 fn print_text(report: &VerifyReport) {
     match &report.signature {
         SignatureStatus::Verified {
             key_id,
             trusted_comment,
         } => {
-            println!("signature  ok: key {key_id} ({trusted_comment})")
+            println!("signature  ok: key {key_id} ({})", Safe(trusted_comment));
         }
         SignatureStatus::Unsigned => {
-            println!("signature  NONE (accepted: --allow-unsigned)")
+            println!("signature  NONE (accepted: --allow-unsigned)");
         }
         SignatureStatus::NotChecked => {
-            println!("signature  present, not checked (no --trust-key)")
+            println!("signature  present, not checked (no --trust-key)");
         }
         SignatureStatus::Failed(m) => {
-            println!("signature  FAILED: {m} (accepted: --allow-unsigned)")
+            println!(
+                "signature  FAILED: {} (accepted: --allow-unsigned)",
+                Safe(m)
+            );
         }
     }
-    println!("manifest   {}", report.manifest_digest);
-    println!("descriptor {}", report.descriptor_digest);
-    for l in &report.descriptor.layers {
-        println!(
-            "layer      {:<16} ok  root hash {}",
-            l.name, l.verity.root_hash
-        );
+    let d = &report.descriptor;
+    println!("manifest   {}", Safe(&report.manifest_digest));
+    println!("descriptor {}", Safe(&report.descriptor_digest));
+    for l in &d.layers {
+        let (name, root) = (Safe(&l.name), &l.verity.root_hash);
+        println!("layer      {name:<16} ok  root hash {root}");
     }
-    println!(
-        "verified {} {}: {} layers",
-        report.descriptor.name,
-        report.descriptor.version,
-        report.descriptor.layers.len()
-    );
+    let (name, version) = (Safe(&d.name), Safe(&d.version));
+    println!("verified {name} {version}: {} layers", d.layers.len());
 }

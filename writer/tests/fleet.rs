@@ -1134,7 +1134,7 @@ fn a_mirror_answering_a_version_tag_with_another_release_is_named_and_warned_abo
     let stale_at = format!("{}/stacks/demo", stale.host());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains(&format!("tag 2.0.0 resolved to sha256:"))
+        stderr.contains("tag 2.0.0 resolved to sha256:")
             && stderr.contains(&format!("by mirror {stale_at}")),
         "{}",
         show(&out)

@@ -367,7 +367,7 @@ impl Registry {
                 let location = p.location();
                 let skip =
                     p.mirror && (down.contains(&location) || origin.as_ref() == Some(&location));
-                (!skip && seen.insert(location.clone())).then(|| Src {
+                (!skip && seen.insert(location.clone())).then_some(Src {
                     insecure: self.options.insecure || p.insecure,
                     location,
                     reference: p.reference,

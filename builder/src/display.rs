@@ -13,20 +13,39 @@ use std::fmt;
 /// (`\u{1b}`, `\n`, `\u{202e}`, `\\`), so what is shown cannot be mistaken for text that was
 /// there. Everything else, non-ASCII letters included, is shown as it is.
 pub fn safe(s: &str) -> Cow<'_, str> {
-    if s.chars()
-        .all(|c| c == ' ' || c.is_ascii_graphic() && c != '\\')
-    {
+    escape(s, true)
+}
+
+/// Error text as a terminal may show it: as [`safe`], but a backslash stays one. Errors quote
+/// what they name with `{:?}` already (a newline in a name is `\n` there, a backslash `\\`),
+/// so escaping the backslash again would only double what the reader sees.
+pub fn safe_text(s: &str) -> Cow<'_, str> {
+    escape(s, false)
+}
+
+fn escape(s: &str, backslash: bool) -> Cow<'_, str> {
+    let plain = |c: char| c == ' ' || c.is_ascii_graphic() && (c != '\\' || !backslash);
+    if s.chars().all(plain) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
             // escape_debug escapes quotes too, which are printable.
-            '"' | '\'' => out.push(c),
+            c if plain(c) => out.push(c),
             c => out.extend(c.escape_debug()),
         }
     }
     Cow::Owned(out)
+}
+
+/// Error text shown through [`safe_text`] by `{}`.
+pub struct SafeText<'a>(pub &'a str);
+
+impl fmt::Display for SafeText<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(&safe_text(self.0))
+    }
 }
 
 /// A string shown through [`safe`] by `{}` (width and alignment apply to the escaped text).
@@ -60,5 +79,9 @@ mod tests {
             assert_eq!(safe(raw), shown, "{raw:?}");
         }
         assert_eq!(format!("[{:<6}]", Safe("a\nb")), "[a\\nb  ]");
+        assert_eq!(
+            safe_text("name \"a\\nb\"\n\u{1b}"),
+            "name \"a\\nb\"\\n\\u{1b}"
+        );
     }
 }

@@ -222,8 +222,15 @@ fn registry_commands(dir: &Path, layout: &Path, digest: &Value) {
     // No mirror is configured for this registry: the origin alone served it.
     let sources = pulled["sources"].as_array().unwrap();
     assert_eq!(sources.len(), 1, "{pulled:#}");
-    assert_keys(&sources[0], &["location", "mirror", "bytes", "blobs"]);
+    assert_keys(
+        &sources[0],
+        &[
+            "location", "mirror", "bytes", "blobs", "failures", "errors", "down",
+        ],
+    );
     assert_eq!(sources[0]["mirror"], false);
+    assert_eq!(sources[0]["failures"], 0);
+    assert_eq!(sources[0]["down"], false);
     assert_eq!(sources[0]["blobs"], pulled["blobsFetched"]);
     assert_eq!(pulled["blobsFetched"], published["blobsPushed"]);
     assert_eq!(pulled["bytesFetched"], published["bytesPushed"]);

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use crate::cli::publish::RegistryArgs;
 use crate::diff::{diff, render};
-use crate::display::Safe;
+use crate::display::{Safe, SafeText};
 use clap::Args;
 use ingot_artifact::verify::{open_with, StackRef, Trust};
 
@@ -60,7 +60,7 @@ pub fn run(args: DiffArgs) -> anyhow::Result<ExitCode> {
         Ok(d) => d,
         Err(e) => {
             let (a, b, text) = (Safe(&args.a), Safe(&args.b), e.full_text());
-            eprintln!("ingot: diff {a} {b}: {}", Safe(&text));
+            eprintln!("ingot: diff {a} {b}: {}", SafeText(&text));
             return Ok(ExitCode::from(e.exit_code().max(2)));
         }
     };

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use crate::display::Safe;
+use crate::display::{Safe, SafeText};
 use crate::inspect::{inspect, render_table};
 use clap::Args;
 use ingot_artifact::verify::{open_with, StackRef};
@@ -74,7 +74,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
             Ok(r) => r,
             Err(e) => {
                 let (stack, text) = (Safe(&args.stack), e.full_text());
-                eprintln!("ingot: inspect {stack}: {}", Safe(&text));
+                eprintln!("ingot: inspect {stack}: {}", SafeText(&text));
                 return Ok(ExitCode::from(e.exit_code()));
             }
         };

@@ -89,7 +89,7 @@ pub fn run(cli: Cli) -> ExitCode {
             // Error text may quote a layout's or a registry's strings.
             eprintln!(
                 "ingot: error: {}",
-                crate::display::Safe(&format!("{err:#}"))
+                crate::display::SafeText(&format!("{err:#}"))
             );
             ExitCode::from(1)
         }

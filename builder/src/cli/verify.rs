@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::display::Safe;
+use crate::display::{Safe, SafeText};
 use ingot_artifact::verify::{open_with, verify, SignatureStatus, StackRef, Trust, VerifyReport};
 
 /// Check a stack artifact end to end: the minisign signature over the stack descriptor first
@@ -83,7 +83,7 @@ pub fn run(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => {
             let (stack, text) = (Safe(&args.stack), e.full_text());
-            eprintln!("ingot: verify {stack}: {}", Safe(&text));
+            eprintln!("ingot: verify {stack}: {}", SafeText(&text));
             if e.is_signature() && !args.allow_unsigned {
                 eprintln!("ingot: hint: --allow-unsigned checks everything but the signature");
             }

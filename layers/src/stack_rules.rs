@@ -4,7 +4,7 @@
 //!
 //! - No source, of any kind, may bring overlayfs metadata into a layer: no whiteout (a 0/0
 //!   character device) and no `trusted.overlay.*` or `user.overlay.*` attribute
-//!   ([`check_overlay_metadata`], run by [`Source::load`](crate::source::Source::load) on every
+//!   ([`check_overlay_metadata`], run by `Source::load` on every
 //!   tree it returns). The node stacks the layers with overlayfs, which honours them: a whiteout
 //!   deletes a lower file, `trusted.overlay.opaque` hides a lower directory. Refused, not
 //!   stripped: the tree is the author's, and stripping would build a layer that no longer means

@@ -804,10 +804,7 @@ fn when_every_source_flips_a_byte_the_write_fails_naming_each() {
     if !have_tool(ingot_testkit::test_name!(), "docker-registry") {
         return;
     }
-    let stack = common::demo();
-    let work = tempfile::tempdir_in("/var/tmp").unwrap();
-    let reg = Registry::start(&work.path().join("origin"), None);
-    publish(&stack.layout, &reg);
+    let (stack, work, reg) = published_demo();
     let (digest, size, _) = base_blob(&stack);
     let flipping = || {
         Proxy::start(
@@ -916,6 +913,16 @@ fn when_every_source_flips_a_boot_file_frame_the_plan_fails_naming_each() {
     );
 }
 
+/// The demo stack published to a new origin registry, in a new work directory in /var/tmp
+/// (the writer's disk images are large for /tmp).
+fn published_demo() -> (common::Stack, tempfile::TempDir, Registry) {
+    let stack = common::demo();
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let reg = Registry::start(&work.path().join("origin"), None);
+    publish(&stack.layout, &reg);
+    (stack, work, reg)
+}
+
 /// A writer report's `details.sources` as JSON, one object per source.
 fn report_sources_json(report: &Path) -> Vec<serde_json::Value> {
     let v: serde_json::Value = serde_json::from_slice(&fs::read(report).unwrap()).unwrap();
@@ -955,10 +962,7 @@ fn a_failed_run_names_every_source_it_tried_and_why() {
     if !have_tool(ingot_testkit::test_name!(), "docker-registry") {
         return;
     }
-    let stack = common::demo();
-    let work = tempfile::tempdir_in("/var/tmp").unwrap();
-    let reg = Registry::start(&work.path().join("origin"), None);
-    publish(&stack.layout, &reg);
+    let (stack, work, reg) = published_demo();
     let (digest, size, _) = base_blob(&stack);
     let bad = Proxy::start(
         addr(0),
@@ -1024,10 +1028,7 @@ fn a_dry_run_through_a_mirror_names_its_sources() {
     if !have_tool(ingot_testkit::test_name!(), "docker-registry") {
         return;
     }
-    let stack = common::demo();
-    let work = tempfile::tempdir_in("/var/tmp").unwrap();
-    let reg = Registry::start(&work.path().join("origin"), None);
-    publish(&stack.layout, &reg);
+    let (stack, work, reg) = published_demo();
     let mirror = Proxy::start(addr(0), addr(reg.port), Faults::default()).unwrap();
     let conf = registries_conf(work.path(), &reg.host(), &[mirror.host()]);
     let report = work.path().join("report.json");
@@ -1062,10 +1063,7 @@ fn a_mirror_at_the_origins_location_is_reported_as_the_origin() {
     if !have_tool(ingot_testkit::test_name!(), "docker-registry") {
         return;
     }
-    let stack = common::demo();
-    let work = tempfile::tempdir_in("/var/tmp").unwrap();
-    let reg = Registry::start(&work.path().join("origin"), None);
-    publish(&stack.layout, &reg);
+    let (stack, work, reg) = published_demo();
     let conf = registries_conf(work.path(), &reg.host(), &[reg.host()]);
     let report = work.path().join("report.json");
     let out = target_writer_with(
@@ -1165,10 +1163,7 @@ fn a_registry_dying_during_verify_or_stage_is_a_download_failure() {
     if !usable(ingot_testkit::test_name!()) {
         return;
     }
-    let stack = common::demo();
-    let work = tempfile::tempdir_in("/var/tmp").unwrap();
-    let reg = Registry::start(&work.path().join("origin"), None);
-    publish(&stack.layout, &reg);
+    let (stack, _work, reg) = published_demo();
     let hash = ingot_testkit::layout::read(&stack.layout).layer("base")["hash"]["digest"]
         .as_str()
         .unwrap()

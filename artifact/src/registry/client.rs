@@ -14,7 +14,6 @@ use tracing::info;
 
 use super::auth::{self, ResolvedAuth};
 use super::error::RegistryError;
-use super::fallback::SourceName;
 use super::http::{self, Transport};
 use super::mirrors::MirrorConfig;
 use super::options::RegistryOptions;
@@ -98,6 +97,31 @@ impl Endpoint {
 /// Attempts in a row a mirror gets before the next source is tried (the origin gets
 /// `--retries`). A mirror that cannot be connected to at all gets one.
 pub const MIRROR_ATTEMPTS: u32 = 2;
+
+/// One source of a pull, as warnings, errors and reports name it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SourceName {
+    /// `host[:port]/repository`.
+    pub location: String,
+    /// A mirror (else the origin).
+    pub mirror: bool,
+}
+
+impl std::fmt::Display for SourceName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if self.mirror { "mirror" } else { "origin" };
+        write!(f, "{kind} {}", self.location)
+    }
+}
+
+impl SourceName {
+    pub(crate) fn of(src: &Src) -> Self {
+        SourceName {
+            location: src.location.clone(),
+            mirror: src.mirror,
+        }
+    }
+}
 
 /// The most failures kept as text per source in [`Served::errors`] (all are counted).
 pub const ERRORS_KEPT: usize = 4;

@@ -23,38 +23,13 @@ use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use super::blob::{check_digest, MAX_IN_MEMORY_BLOB};
-use super::client::{Registry, Resolved, Src};
+use super::client::{Registry, Resolved, SourceName, Src};
 use super::error::RegistryError;
 use super::limits::MAX_MANIFEST_SIZE;
 use super::manifest::FetchedStack;
 use super::reference::RegistryRef;
 use crate::error_chain::text as chain;
 use crate::oci_layout::ImageManifest;
-
-/// One source of a pull, as warnings, errors and reports name it.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct SourceName {
-    /// `host[:port]/repository`.
-    pub location: String,
-    /// A mirror (else the origin).
-    pub mirror: bool,
-}
-
-impl std::fmt::Display for SourceName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let kind = if self.mirror { "mirror" } else { "origin" };
-        write!(f, "{kind} {}", self.location)
-    }
-}
-
-impl SourceName {
-    pub(crate) fn of(src: &Src) -> Self {
-        SourceName {
-            location: src.location.clone(),
-            mirror: src.mirror,
-        }
-    }
-}
 
 /// A sink of a streamed blob that is told which source sends the bytes that follow, so that it
 /// can blame the right one for bytes that fail its own check.

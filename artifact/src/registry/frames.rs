@@ -11,8 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use tracing::warn;
 
-use super::client::Registry;
-use super::fallback::SourceName;
+use super::client::{Registry, SourceName};
 use super::reference::RegistryRef;
 use crate::error_chain::text as chain;
 use crate::layerfs::{BlockError, FetchError, FrameSource, Refused};

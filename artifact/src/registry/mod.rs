@@ -61,9 +61,9 @@ mod upload;
 
 pub use auth::{Credentials, Secret};
 pub use blob::MAX_IN_MEMORY_BLOB;
-pub use client::{Registry, Resolved, Served, SourceLog};
+pub use client::{Registry, Resolved, Served, SourceLog, SourceName};
 pub use error::{Cause, RegistryError};
-pub use fallback::{SourceName, SourcedWrite};
+pub use fallback::SourcedWrite;
 pub use limits::{SpeedLimit, MAX_MANIFEST_SIZE};
 pub use manifest::FetchedStack;
 pub use options::{RegistryOptions, DEFAULT_PUSH_ITEM};

@@ -1,6 +1,8 @@
 //! The shared body of the `cloud_config` and `ignition` targets: the bootstrap parser never
 //! panics or allocates without bound, and whatever it accepts stages without panicking: staged
-//! paths are absolute, sorted with parents first, secrets tightened, and the tar writes.
+//! paths are absolute, sorted with parents first, secrets tightened, no type-level or prefix
+//! systemd drop-in or dependency directory (`service.d/`, `foo-.service.d/`) anywhere, and the
+//! tree builds.
 
 use std::collections::BTreeMap;
 
@@ -49,8 +51,58 @@ pub fn run(header: &[u8], data: &[u8]) {
             assert!(matches!(s.get(p).map(|x| &x.kind), Some(EntryKind::Dir)), "{:?}", e);
         }
     }
+    for e in &s.entries {
+        assert_no_type_or_prefix_dir(&e.path);
+    }
     for p in &s.secrets {
         assert_eq!(s.get(p).unwrap().mode & 0o077, 0, "{}", p.display());
     }
     s.to_tree().unwrap();
+}
+
+/// systemd's unit types, whose `TYPE.d/` (and `.wants/`, ...) apply to every unit of the type.
+const UNIT_TYPES: &[&str] = &[
+    "service", "socket", "target", "device", "mount", "automount", "swap", "timer", "path",
+    "slice", "scope",
+];
+
+/// Unit directories (systemd.unit(5)), staged relocated from /run too.
+const UNIT_DIRS: &[&str] = &[
+    "/etc/systemd/system",
+    "/etc/systemd/system.control",
+    "/etc/systemd/system.attached",
+    "/etc/systemd/user",
+    "/etc/xdg/systemd/user",
+    "/etc/ingot/run/systemd/system",
+    "/etc/ingot/run/systemd/system.control",
+    "/etc/ingot/run/systemd/transient",
+    "/etc/ingot/run/systemd/user",
+];
+
+/// No unit directory the node layer carries holds a directory systemd reads for every unit of a
+/// type or prefix: the allow-list (`bootstrap/src/stage/unit_dirs.rs`) refuses them.
+fn assert_no_type_or_prefix_dir(path: &std::path::Path) {
+    let text = path.to_string_lossy();
+    let home = ["/.config/systemd/user/", "/.local/share/systemd/user/"]
+        .iter()
+        .find_map(|d| text.find(d).map(|i| &text[i + d.len()..]));
+    let below = UNIT_DIRS
+        .iter()
+        .find_map(|d| path.strip_prefix(d).ok())
+        .map(|r| r.to_string_lossy().into_owned())
+        .or(home.map(str::to_string));
+    let Some(first) = below.as_deref().and_then(|r| r.split('/').next()) else {
+        return;
+    };
+    for suffix in [".d", ".wants", ".requires", ".upholds"] {
+        let Some(unit) = first.strip_suffix(suffix) else {
+            continue;
+        };
+        assert!(!UNIT_TYPES.contains(&unit), "type-level {first} staged: {text}");
+        if let Some((stem, kind)) = unit.rsplit_once('.') {
+            let prefix =
+                UNIT_TYPES.contains(&kind) && !stem.contains('@') && stem.len() > 1 && stem.ends_with('-');
+            assert!(!prefix, "prefix {first} staged: {text}");
+        }
+    }
 }

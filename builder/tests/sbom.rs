@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{copy_tree, ingot, ingot_ok, repo, write_manifest, TestLayer};
+use common::{ingot, ingot_ok, write_manifest, TestLayer};
 use ingot_testkit::skip::{current_test, find_tool, skip};
 use serde_json::Value;
 
@@ -30,16 +30,7 @@ fn tools_status(libc: &str) -> String {
 /// A three-layer stack: the demo's base tree with `BASE_STATUS` at the Debian base's copy,
 /// `tools` with its own status, `plain` with none.
 fn stack(dir: &Path, tools: &[u8]) -> PathBuf {
-    let fixtures = repo().join("tests/fixtures/demo");
-    let base = dir.join("base");
-    copy_tree(&fixtures.join("base"), &base);
-    fs::create_dir_all(base.join("usr/lib/ingot/dpkg")).unwrap();
-    fs::write(base.join("usr/lib/ingot/dpkg/status"), BASE_STATUS).unwrap();
-    let t = dir.join("tools");
-    fs::create_dir_all(t.join("usr/lib/ingot/dpkg")).unwrap();
-    fs::create_dir_all(t.join("usr/bin")).unwrap();
-    fs::write(t.join("usr/bin/socat"), b"socat").unwrap();
-    fs::write(t.join("usr/lib/ingot/dpkg/status"), tools).unwrap();
+    let (base, t) = common::dpkg_layers(dir, BASE_STATUS.as_bytes(), tools);
     let plain = dir.join("plain");
     fs::create_dir_all(plain.join("usr/share")).unwrap();
     fs::write(plain.join("usr/share/hello"), b"hello").unwrap();

@@ -9,7 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{copy_tree, cp_a, repo, write_manifest, TestLayer};
+use common::{cp_a, dpkg_layers, write_manifest, TestLayer};
 use ingot_testkit::layout::{blob_path, read as read_layout};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -22,15 +22,7 @@ Version: 1.7.4.4-2\n";
 /// A two-layer stack (`base` with a dpkg status, `tools` with its own and `usr/bin/socat`), plus
 /// a file in `tools` named `hostile_name` when given.
 fn stack(dir: &Path, hostile_name: Option<&[u8]>) -> PathBuf {
-    let base = dir.join("base");
-    copy_tree(&repo().join("tests/fixtures/demo/base"), &base);
-    fs::create_dir_all(base.join("usr/lib/ingot/dpkg")).unwrap();
-    fs::write(base.join("usr/lib/ingot/dpkg/status"), BASE_STATUS).unwrap();
-    let tools = dir.join("tools");
-    fs::create_dir_all(tools.join("usr/lib/ingot/dpkg")).unwrap();
-    fs::create_dir_all(tools.join("usr/bin")).unwrap();
-    fs::write(tools.join("usr/bin/socat"), b"socat").unwrap();
-    fs::write(tools.join("usr/lib/ingot/dpkg/status"), TOOLS_STATUS).unwrap();
+    let (base, tools) = dpkg_layers(dir, BASE_STATUS.as_bytes(), TOOLS_STATUS.as_bytes());
     if let Some(name) = hostile_name {
         let file = tools
             .join("usr/bin")

@@ -913,6 +913,21 @@ fn when_every_source_flips_a_boot_file_frame_the_plan_fails_naming_each() {
     );
 }
 
+/// A dry run of the demo from `reg` through `conf`, which must succeed; its report's path.
+fn dry_run(reg: &Registry, stack: &common::Stack, work: &Path, conf: &Path) -> PathBuf {
+    let report = work.join("report.json");
+    let out = target_writer_with(
+        &reg.url("stacks/demo:1.0.0"),
+        stack,
+        &work.join("disk.img"),
+        &report,
+        Some(conf),
+        &["--dry-run"],
+    );
+    assert!(out.status.success(), "{}", show(&out));
+    report
+}
+
 /// The demo stack published to a new origin registry, in a new work directory in /var/tmp
 /// (the writer's disk images are large for /tmp).
 fn published_demo() -> (common::Stack, tempfile::TempDir, Registry) {
@@ -1031,16 +1046,7 @@ fn a_dry_run_through_a_mirror_names_its_sources() {
     let (stack, work, reg) = published_demo();
     let mirror = Proxy::start(addr(0), addr(reg.port), Faults::default()).unwrap();
     let conf = registries_conf(work.path(), &reg.host(), &[mirror.host()]);
-    let report = work.path().join("report.json");
-    let out = target_writer_with(
-        &reg.url("stacks/demo:1.0.0"),
-        &stack,
-        &work.path().join("disk.img"),
-        &report,
-        Some(&conf),
-        &["--dry-run"],
-    );
-    assert!(out.status.success(), "{}", show(&out));
+    let report = dry_run(&reg, &stack, work.path(), &conf);
     let sources = report_sources_json(&report);
     let m = source_at(&sources, &format!("{}/stacks/demo", mirror.host()));
     assert!(
@@ -1065,16 +1071,7 @@ fn a_mirror_at_the_origins_location_is_reported_as_the_origin() {
     }
     let (stack, work, reg) = published_demo();
     let conf = registries_conf(work.path(), &reg.host(), &[reg.host()]);
-    let report = work.path().join("report.json");
-    let out = target_writer_with(
-        &reg.url("stacks/demo:1.0.0"),
-        &stack,
-        &work.path().join("disk.img"),
-        &report,
-        Some(&conf),
-        &["--dry-run"],
-    );
-    assert!(out.status.success(), "{}", show(&out));
+    let report = dry_run(&reg, &stack, work.path(), &conf);
     let sources = report_sources(&report);
     assert_eq!(sources.len(), 1, "{sources:?}");
     let (location, mirror, bytes, _) = &sources[0];

@@ -132,6 +132,22 @@ pub fn demo_copy(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     (manifest, base)
 }
 
+/// The SBOM tests' two layer trees in `dir`: `base`, the demo's base with `base_status` as its
+/// dpkg status, and `tools`, holding `usr/bin/socat` and `tools_status`. Returns (base, tools).
+#[allow(dead_code)] // not every test file builds SBOMs
+pub fn dpkg_layers(dir: &Path, base_status: &[u8], tools_status: &[u8]) -> (PathBuf, PathBuf) {
+    let base = dir.join("base");
+    copy_tree(&repo().join("tests/fixtures/demo/base"), &base);
+    fs::create_dir_all(base.join("usr/lib/ingot/dpkg")).unwrap();
+    fs::write(base.join("usr/lib/ingot/dpkg/status"), base_status).unwrap();
+    let tools = dir.join("tools");
+    fs::create_dir_all(tools.join("usr/lib/ingot/dpkg")).unwrap();
+    fs::create_dir_all(tools.join("usr/bin")).unwrap();
+    fs::write(tools.join("usr/bin/socat"), b"socat").unwrap();
+    fs::write(tools.join("usr/lib/ingot/dpkg/status"), tools_status).unwrap();
+    (base, tools)
+}
+
 /// Copy a directory tree (files, dirs, symlinks; modes kept).
 pub fn copy_tree(from: &Path, to: &Path) {
     fs::create_dir_all(to).unwrap();

@@ -292,6 +292,94 @@ fn a_stopped_first_mirror_falls_back_and_the_token_stays_with_the_origin() {
     assert!(mirror.stats.requests.load(Ordering::Relaxed) > 0);
 }
 
+/// This machine's first IPv4 address that is not loopback (`ip -4 -o addr show scope global`).
+fn own_address() -> Option<std::net::Ipv4Addr> {
+    let out = Command::new("ip")
+        .args(["-4", "-o", "addr", "show", "scope", "global"])
+        .output()
+        .ok()?;
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Issue 33: the usual pull-through cache in a data centre, a plain-HTTP `docker-registry` on a
+/// private address marked `insecure = true` as podman and skopeo read it, serves a CAPH writer
+/// run (ingot used to take `insecure` as "TLS, unchecked", so the cache failed and the origin
+/// served everything). The address is this machine's own non-loopback one, where ingot does
+/// not speak plain HTTP by itself; CAPH's token for the origin never reaches the cache.
+#[test]
+fn a_plain_http_cache_marked_insecure_serves_the_writer_without_the_origins_token() {
+    let test = ingot_testkit::test_name!();
+    if !usable(test) {
+        return;
+    }
+    let Some(ip) = own_address() else {
+        ingot_testkit::skip::skip(test, "this machine has no non-loopback IPv4 address");
+        return;
+    };
+    let stack = common::demo();
+    let work = tempfile::tempdir().unwrap();
+    let reg = Registry::start(&work.path().join("origin"), None);
+    publish(&stack.layout, &reg);
+    use base64::Engine;
+    let bearer = base64::engine::general_purpose::STANDARD.encode(TOKEN);
+    let front = Front::start(
+        reg.port,
+        FrontOptions {
+            bearer: Some(bearer.clone()),
+            rate: None,
+        },
+    );
+    // The cache has its own way to the origin; the writer reaches it on `ip`, recorded.
+    let cache = Registry::start_cache(
+        &work.path().join("cache"),
+        &format!("http://{}", reg.host()),
+    );
+    let at = SocketAddr::from((ip, 0));
+    let cache_link = Proxy::start(at, addr(cache.port), Faults::default()).unwrap();
+    let origin_host = format!("127.0.0.1:{}", front.port);
+    let conf = work.path().join("registries.conf");
+    fs::write(
+        &conf,
+        format!(
+            "[[registry]]\nprefix = \"{origin_host}\"\nlocation = \"{origin_host}\"\n\
+             [[registry.mirror]]\nlocation = \"{}\"\ninsecure = true\n",
+            cache_link.host()
+        ),
+    )
+    .unwrap();
+    let m = machine();
+    let out = caph(&front.url("stacks/demo:1.0.0"), &m, &stack.public, &conf)
+        .output()
+        .unwrap();
+    assert_done(&out);
+    let s = sources(&m);
+    println!("sources: {s:?}");
+    let by_cache = s
+        .iter()
+        .find(|s| s.0 == format!("{}/stacks/demo", cache_link.host()))
+        .unwrap_or_else(|| panic!("the cache is not among the sources: {s:?}\n{}", show(&out)));
+    assert!(
+        by_cache.1 && by_cache.3 > 0,
+        "the cache served no blob: {s:?}\n{}",
+        show(&out)
+    );
+    let seen = cache_link.stats.authorization.lock().unwrap().clone();
+    assert!(
+        !seen
+            .iter()
+            .any(|a| a.contains(&bearer) || a.contains(TOKEN)),
+        "the origin's token reached the cache: {seen:?}"
+    );
+    assert!(cache_link.stats.requests.load(Ordering::Relaxed) > 0);
+}
+
 /// A mirror that flips one byte of the data blob: its copy is refused for that blob, the origin
 /// serves it, and the pulled layout is the signed one, byte for byte.
 #[test]

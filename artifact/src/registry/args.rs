@@ -64,9 +64,11 @@ pub struct RegistryArgs {
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Mirrors and pull-through caches from this containers-registries.conf(5) file (version 2:
-    /// [[registry]] with [[registry.mirror]]), tried in order before the origin; `none` for no
-    /// mirrors. Default: /etc/containers/registries.conf when it exists.
+    /// Mirrors and pull-through caches from this containers-registries.conf(5) file, with the
+    /// drop-ins of /etc/containers/registries.conf.d/ and ~/.config/containers/registries.conf.d/
+    /// applied (as skopeo reads it); `none` for no mirrors. Default: the file
+    /// $CONTAINERS_REGISTRIES_CONF names, else ~/.config/containers/registries.conf, else
+    /// /etc/containers/registries.conf, each with its drop-ins.
     #[arg(long, value_name = "FILE|none")]
     pub registries_conf: Option<String>,
 }

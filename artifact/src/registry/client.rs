@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use tracing::info;
 
 use super::auth::{self, ResolvedAuth};
-use super::error::RegistryError;
+use super::error::{Cause, RegistryError};
 use super::http::{self, Transport};
 use super::mirrors::MirrorConfig;
 use super::options::RegistryOptions;
@@ -245,7 +245,10 @@ pub(crate) struct Src {
     pub(crate) reference: RegistryRef,
     pub(crate) location: String,
     pub(crate) mirror: bool,
+    /// TLS without certificate checks.
     insecure: bool,
+    /// Marked `insecure` in the registries configuration: plain HTTP allowed too.
+    plain_allowed: bool,
 }
 
 /// The sources of one reference: its mirrors, then its origin. Publishing goes to the origin
@@ -255,7 +258,8 @@ pub struct Registry {
     /// The host the reference names, with the explicit credentials.
     pub(crate) origin: Arc<Endpoint>,
     mirrors: Option<Arc<MirrorConfig>>,
-    endpoints: Mutex<HashMap<(String, bool), Arc<Endpoint>>>,
+    /// By (host, TLS unchecked, plain HTTP allowed).
+    endpoints: Mutex<HashMap<(String, bool, bool), Arc<Endpoint>>>,
     /// The HTTP clients, one per configuration (plain HTTP, TLS unchecked, a mirror's), shared
     /// by every host: building one costs more than the request a mirror answers.
     transports: Mutex<HashMap<TransportKey, Transport>>,
@@ -318,7 +322,7 @@ impl Registry {
             })?;
         let mut endpoints = HashMap::new();
         endpoints.insert(
-            (reference.registry.clone(), options.insecure),
+            (reference.registry.clone(), options.insecure, false),
             Arc::clone(&origin),
         );
         let registry = Registry {
@@ -393,6 +397,7 @@ impl Registry {
                     p.mirror && (down.contains(&location) || origin.as_ref() == Some(&location));
                 (!skip && seen.insert(location.clone())).then_some(Src {
                     insecure: self.options.insecure || p.insecure,
+                    plain_allowed: p.insecure,
                     location,
                     reference: p.reference,
                     mirror: p.mirror,
@@ -403,12 +408,16 @@ impl Registry {
 
     /// The connection to `src`, made on first use. A mirror whose connection cannot be set up
     /// (its credentials, its HTTP client) is down for the rest of the run.
-    pub(crate) fn endpoint(&self, src: &Src) -> Result<Arc<Endpoint>, RegistryError> {
-        let key = (src.reference.registry.clone(), src.insecure);
+    pub(crate) async fn endpoint(&self, src: &Src) -> Result<Arc<Endpoint>, RegistryError> {
+        let key = (
+            src.reference.registry.clone(),
+            src.insecure,
+            src.plain_allowed,
+        );
         if let Some(e) = self.endpoints.lock().expect("not poisoned").get(&key) {
             return Ok(Arc::clone(e));
         }
-        let made = self.make_endpoint(src);
+        let made = self.make_endpoint(src).await;
         if made.is_err() && src.mirror {
             self.mark_down(src);
         }
@@ -417,7 +426,7 @@ impl Registry {
         Ok(Arc::clone(map.entry(key).or_insert(e)))
     }
 
-    fn make_endpoint(&self, src: &Src) -> Result<Arc<Endpoint>, RegistryError> {
+    async fn make_endpoint(&self, src: &Src) -> Result<Arc<Endpoint>, RegistryError> {
         let mut options = RegistryOptions {
             insecure: src.insecure,
             ..self.options.clone()
@@ -426,29 +435,26 @@ impl Registry {
             // A mirror that fails is skipped for the next source, not waited on.
             options.retry.attempts = options.retry.attempts.min(MIRROR_ATTEMPTS);
         }
-        let key = (
-            http::is_plain(&src.reference, &options),
-            options.insecure,
-            src.mirror,
-        );
-        let cached = self
-            .transports
-            .lock()
-            .expect("not poisoned")
-            .get(&key)
-            .cloned();
-        let transport = match cached {
-            Some(t) => t,
-            None => {
-                let t = http::transport(&src.reference, &options, src.mirror)?;
-                self.transports
-                    .lock()
-                    .expect("not poisoned")
-                    .insert(key, t.clone());
-                t
-            }
-        };
-        let explicit = src.reference.registry == self.origin.registry;
+        let plain = src.plain_allowed
+            && !http::is_plain(&src.reference, &options)
+            && self.speaks_plain_http(src, &options).await?;
+        if plain {
+            options.plain_http = true;
+        }
+        let transport = self.transport(&src.reference, &options, src.mirror)?;
+        // The command line's credentials and CAPH's token never travel in clear text to a
+        // host that was not named as plain HTTP: over a fallback only docker's files' own
+        // entry for the host is sent (containers/image sends them all).
+        let named = src.reference.registry == self.origin.registry;
+        let explicit = named && (!plain || src.reference.is_loopback());
+        if named && !explicit {
+            tracing::warn!(
+                "{}: speaks plain HTTP (insecure = true in the registries configuration): the \
+                 command line's credentials are not sent to it, only docker's config entry for \
+                 it",
+                src.reference.registry
+            );
+        }
         Ok(Arc::new(Endpoint::connect(
             &src.reference,
             options,
@@ -456,6 +462,61 @@ impl Registry {
             src.mirror,
             transport,
         )?))
+    }
+
+    /// Whether a location marked `insecure` speaks plain HTTP: as containers/image does, TLS
+    /// first (its certificate unchecked), and plain HTTP only when the TLS request fails.
+    async fn speaks_plain_http(
+        &self,
+        src: &Src,
+        options: &RegistryOptions,
+    ) -> Result<bool, RegistryError> {
+        let tls = self.transport(&src.reference, options, src.mirror)?;
+        let host = &src.reference.registry;
+        let tls_failed = match tls.http.get(format!("https://{host}/v2/")).send().await {
+            Ok(_) => return Ok(false),
+            Err(e) => e,
+        };
+        let clear = RegistryOptions {
+            plain_http: true,
+            ..options.clone()
+        };
+        let clear = self.transport(&src.reference, &clear, src.mirror)?;
+        match clear.http.get(format!("http://{host}/v2/")).send().await {
+            Ok(_) => {
+                info!(
+                    "{host}: no TLS; plain HTTP (insecure = true in the registries configuration)"
+                );
+                Ok(true)
+            }
+            // A mirror reachable neither way is down now, not asked a third time; the origin
+            // keeps TLS and its retries.
+            Err(_) if src.mirror && tls_failed.is_connect() => Err(RegistryError::Transient {
+                op: format!("{host}: /v2/ over TLS, then over plain HTTP (insecure = true)"),
+                attempts: 1,
+                last: Cause::Connect(tls_failed),
+            }),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// The HTTP clients for `options`, shared by every host with the same settings.
+    fn transport(
+        &self,
+        reference: &RegistryRef,
+        options: &RegistryOptions,
+        mirror: bool,
+    ) -> Result<Transport, RegistryError> {
+        let key = (http::is_plain(reference, options), options.insecure, mirror);
+        if let Some(t) = self.transports.lock().expect("not poisoned").get(&key) {
+            return Ok(t.clone());
+        }
+        let t = http::transport(reference, options, mirror)?;
+        self.transports
+            .lock()
+            .expect("not poisoned")
+            .insert(key, t.clone());
+        Ok(t)
     }
 
     /// `src` (a mirror) is skipped for the rest of the run.

@@ -1,49 +1,45 @@
 //! Registry mirrors and pull-through caches, configured as skopeo and podman are: a
-//! `containers-registries.conf(5)` file in its version 2 format. This module owns reading that
-//! file and answering "which sources, in which order, for this reference"; trying them is the
-//! client's job (`fallback`).
+//! `containers-registries.conf(5)` file in its version 2 format, with the drop-in files of
+//! `registries.conf.d/` applied (`locate`). This module owns answering "which sources, in which
+//! order, for this reference"; reading one file is `file`'s job, trying the sources the
+//! client's (`fallback`).
 //!
-//! The semantics are containers/image's (`sysregistriesv2`):
-//! - a reference is matched against every `[[registry]]`'s `prefix` (default: its `location`);
-//!   the prefix must be followed by the end, `/`, or (for a prefix with a path) `:` or `@`; the
-//!   longest match wins; `*.example.com` matches every subdomain's host;
+//! The semantics are containers/image's (`sysregistriesv2`, v5.23), checked against skopeo
+//! 1.9.3 with the same files by `builder/tests/registries_compat.rs`:
+//! - a reference's name (`host/repository`, without its tag or digest) is matched against every
+//!   `[[registry]]`'s `prefix`; the prefix must be followed by the end or `/`; the longest
+//!   prefix wins, and between equally long ones the first in prefix order (`*.x` before `w.x`);
+//!   `*.example.com` matches every host below `example.com`;
 //! - `location` replaces the matched prefix (the primary source; default the reference itself);
 //! - `[[registry.mirror]]` locations replace the prefix too and are tried first, in order;
 //!   `pull-from-mirror` (`all`, default; `digest-only`; `tag-only`) or the registry's
 //!   `mirror-by-digest-only` decide whether a mirror is used for a request by digest or by tag;
-//! - `insecure = true`: TLS without checking the certificate (loopback hosts speak plain HTTP
-//!   anyway); `blocked = true`: pulling a matching reference is refused.
+//! - every rewritten name is looked up again for `blocked`: a mirror whose name falls under a
+//!   blocked entry is skipped, a primary location that does is blocked (a source's `insecure`
+//!   is its own entry's alone);
+//! - `insecure = true`: plain HTTP allowed, and TLS without certificate checks (the client
+//!   tries TLS first, then plain HTTP); `blocked = true`: pulling a matching reference is
+//!   refused.
+//!
+//! ingot departs from containers/image where it keeps a deliberate improvement, each listed
+//! with its reason in `docs/registry.md` ("Departures from containers/image"): a host-only
+//! prefix never matches another port, a wildcard's match covers the port, a prefix that could
+//! never match and an unknown key are refused, mirrors are capped at [`MAX_MIRRORS`], and the
+//! sources are tried per request rather than once per image.
 //!
 //! The stack's signature travels inside the artifact, so any copy is as good as the origin:
 //! every byte a mirror serves is checked against the signed digests. ingot always fetches blobs
 //! by digest, so blobs follow the digest rule, and a tag follows the tag rule.
-//!
-//! The version 1 format (`[registries.search]`, `[registries.insecure]`, `[registries.block]`)
-//! alone is read for its `insecure` and `block` lists (no mirrors exist in it); mixed with
-//! version 2 keys it is refused, as containers/image refuses it. Keys about short names
-//! (`unqualified-search-registries`, `aliases`, `short-name-mode`) and credential helpers are
-//! ignored: an `oci://` reference is always fully qualified, and credentials come from docker's
-//! files (`auth`). Any other key is an error naming the file and the key, so a misspelt
-//! `pull-from-mirror` cannot silently disable a mirror.
-//!
-//! Stricter than containers/image, which keeps them silently: a `prefix` that could never match
-//! a reference (`*.`, upper case, a control character, an empty label; `names`) is refused, and
-//! so is a `[[registry]]` with more than [`MAX_MIRRORS`] mirrors. Whatever the file holds is
-//! quoted escaped and cut (`mirrors_error::shown`), TOML errors included.
 
+mod file;
+mod locate;
 mod names;
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use ingot_verity::input::{self, InputError, Symlinks};
-
-use super::mirrors_error::{escaped, shown};
 pub use super::mirrors_error::{MirrorsError, MAX_FILE, MAX_MIRRORS};
 use super::reference::{RegistryRef, SCHEME};
-
-/// The file skopeo and podman read, used when it exists and nothing else is asked for.
-pub const DEFAULT_PATH: &str = "/etc/containers/registries.conf";
+pub use locate::{DEFAULT_PATH, ENV};
 
 /// Top-level keys containers/image knows that say nothing about where an `oci://` reference is
 /// pulled from; ignored.
@@ -81,7 +77,7 @@ impl PullFromMirror {
 pub struct Mirror {
     /// `host[:port][/path]`.
     pub location: String,
-    /// TLS without certificate checks.
+    /// Plain HTTP allowed, and TLS without certificate checks.
     pub insecure: bool,
     /// When it is used.
     pub pull_from_mirror: PullFromMirror,
@@ -94,20 +90,24 @@ pub struct Entry {
     pub prefix: String,
     /// Where the prefix really lives (empty: the reference itself).
     pub location: String,
-    /// TLS without certificate checks.
+    /// Plain HTTP allowed, and TLS without certificate checks.
     pub insecure: bool,
     /// Pulls refused.
     pub blocked: bool,
     /// Mirrors, in order.
     pub mirrors: Vec<Mirror>,
+    /// The file it comes from (the main file or a drop-in).
+    pub from: PathBuf,
 }
 
-/// A parsed registries.conf.
+/// A registries configuration: the main file with its drop-ins applied.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct MirrorConfig {
-    /// The file (for messages).
+    /// The main file (for messages).
     pub path: PathBuf,
-    /// The `[[registry]]` tables.
+    /// Every file read, the main file first, then the drop-ins in the order applied.
+    pub files: Vec<PathBuf>,
+    /// The `[[registry]]` tables, sorted by prefix, one per prefix.
     pub entries: Vec<Entry>,
 }
 
@@ -116,7 +116,8 @@ pub struct MirrorConfig {
 pub struct PullSource {
     /// The reference as this source names it (location rewritten).
     pub reference: RegistryRef,
-    /// TLS without certificate checks.
+    /// Marked `insecure` by its own entry (the mirror's, or the registry's for the primary
+    /// location): plain HTTP allowed, and TLS without certificate checks.
     pub insecure: bool,
     /// A mirror (else the primary location, the origin).
     pub mirror: bool,
@@ -129,380 +130,47 @@ impl PullSource {
     }
 }
 
-/// The TOML path of a key, for messages.
-fn key_path(parent: &str, key: &str) -> String {
-    if parent.is_empty() {
-        key.to_owned()
-    } else {
-        format!("{parent}.{key}")
-    }
-}
-
-struct Reader<'a> {
-    path: &'a Path,
-}
-
-impl Reader<'_> {
-    fn invalid(&self, key: &str, problem: impl Into<String>) -> MirrorsError {
-        MirrorsError::Invalid {
-            path: self.path.to_owned(),
-            key: shown(key),
-            problem: problem.into(),
-        }
-    }
-
-    fn string(&self, key: &str, v: &toml::Value) -> Result<String, MirrorsError> {
-        v.as_str()
-            .map(str::to_owned)
-            .ok_or_else(|| self.invalid(key, format!("must be a string, not {}", v.type_str())))
-    }
-
-    fn boolean(&self, key: &str, v: &toml::Value) -> Result<bool, MirrorsError> {
-        v.as_bool().ok_or_else(|| {
-            self.invalid(key, format!("must be true or false, not {}", v.type_str()))
-        })
-    }
-
-    fn tables<'v>(
-        &self,
-        key: &str,
-        v: &'v toml::Value,
-    ) -> Result<Vec<&'v toml::Table>, MirrorsError> {
-        let array = v
-            .as_array()
-            .ok_or_else(|| self.invalid(key, format!("must be an array of tables ([[{key}]])")))?;
-        array
-            .iter()
-            .enumerate()
-            .map(|(i, t)| {
-                t.as_table()
-                    .ok_or_else(|| self.invalid(&format!("{key}[{i}]"), "must be a table"))
-            })
-            .collect()
-    }
-
-    /// A `location`: `host[:port][/path][:tag|@digest]`, no scheme, no trailing `/`.
-    fn location(&self, key: &str, v: &toml::Value) -> Result<String, MirrorsError> {
-        self.name(key, v, false)
-    }
-
-    /// A `prefix`: a location, or `*.domain`.
-    fn prefix(&self, key: &str, v: &toml::Value) -> Result<String, MirrorsError> {
-        self.name(key, v, true)
-    }
-
-    fn name(&self, key: &str, v: &toml::Value, wildcard: bool) -> Result<String, MirrorsError> {
-        let s = self.string(key, v)?;
-        let s = s.trim_end_matches('/').to_owned();
-        if s.contains("://") {
-            return Err(self.invalid(
-                key,
-                format!(
-                    "`{}` has a scheme; a location is host[:port][/path]",
-                    shown(&s)
-                ),
-            ));
-        }
-        if let Some(why) = names::problem(&s, wildcard) {
-            let what = if wildcard {
-                "can never match a reference"
-            } else {
-                "is not a registry location"
-            };
-            return Err(self.invalid(key, format!("`{}` {what}: {why}", shown(&s))));
-        }
-        Ok(s)
-    }
-
-    fn mirror(&self, key: &str, t: &toml::Table) -> Result<Mirror, MirrorsError> {
-        let mut mirror = Mirror {
-            location: String::new(),
-            insecure: false,
-            pull_from_mirror: PullFromMirror::All,
-        };
-        for (k, v) in t {
-            let kp = key_path(key, k);
-            match k.as_str() {
-                "location" => mirror.location = self.location(&kp, v)?,
-                "insecure" => mirror.insecure = self.boolean(&kp, v)?,
-                "pull-from-mirror" => {
-                    mirror.pull_from_mirror = match self.string(&kp, v)?.as_str() {
-                        "" | "all" => PullFromMirror::All,
-                        "digest-only" => PullFromMirror::DigestOnly,
-                        "tag-only" => PullFromMirror::TagOnly,
-                        other => {
-                            return Err(self.invalid(
-                                &kp,
-                                format!(
-                                    "`{}` is not one of \"all\", \"digest-only\", \
-                                     \"tag-only\"",
-                                    shown(other)
-                                ),
-                            ))
-                        }
-                    }
-                }
-                _ => return Err(self.invalid(&kp, "unknown key in a [[registry.mirror]]")),
-            }
-        }
-        if mirror.location.is_empty() {
-            return Err(self.invalid(key, "a mirror needs a `location`"));
-        }
-        Ok(mirror)
-    }
-
-    fn entry(&self, key: &str, t: &toml::Table) -> Result<Entry, MirrorsError> {
-        let mut entry = Entry {
-            prefix: String::new(),
-            location: String::new(),
-            insecure: false,
-            blocked: false,
-            mirrors: Vec::new(),
-        };
-        let mut by_digest_only = false;
-        let mut pull_from_mirror_set = None;
-        let mut too_many = None;
-        for (k, v) in t {
-            let kp = key_path(key, k);
-            match k.as_str() {
-                "prefix" => entry.prefix = self.prefix(&kp, v)?,
-                "location" => entry.location = self.location(&kp, v)?,
-                "insecure" => entry.insecure = self.boolean(&kp, v)?,
-                "blocked" => entry.blocked = self.boolean(&kp, v)?,
-                "mirror-by-digest-only" => by_digest_only = self.boolean(&kp, v)?,
-                "mirror" => {
-                    let mirrors = self.tables(&kp, v)?;
-                    if mirrors.len() > MAX_MIRRORS {
-                        // Refused below, once the prefix (which names the registry) is known.
-                        too_many = Some(mirrors.len());
-                        continue;
-                    }
-                    for (i, m) in mirrors.into_iter().enumerate() {
-                        let mkey = format!("{kp}[{i}]");
-                        if m.contains_key("pull-from-mirror") {
-                            pull_from_mirror_set = Some(format!("{mkey}.pull-from-mirror"));
-                        }
-                        entry.mirrors.push(self.mirror(&mkey, m)?);
-                    }
-                }
-                _ => return Err(self.invalid(&kp, "unknown key in a [[registry]]")),
-            }
-        }
-        if entry.prefix.is_empty() {
-            entry.prefix = entry.location.clone();
-        }
-        if entry.prefix.is_empty() {
-            return Err(self.invalid(key, "a [[registry]] needs a `prefix` or a `location`"));
-        }
-        if let Some(count) = too_many {
-            return Err(MirrorsError::TooManyMirrors {
-                path: self.path.to_owned(),
-                key: key.to_owned(),
-                prefix: entry.prefix,
-                count,
-            });
-        }
-        if entry.prefix.starts_with("*.") && !entry.location.is_empty() {
-            return Err(self.invalid(
-                &key_path(key, "location"),
-                "must not be set with a wildcard prefix",
-            ));
-        }
-        if by_digest_only {
-            if let Some(k) = pull_from_mirror_set {
-                return Err(self.invalid(
-                    &k,
-                    "cannot be set together with the registry's mirror-by-digest-only",
-                ));
-            }
-            for m in &mut entry.mirrors {
-                m.pull_from_mirror = PullFromMirror::DigestOnly;
-            }
-        }
-        Ok(entry)
-    }
-
-    /// Version 1: `[registries.insecure]` and `[registries.block]` (`registries = [...]`).
-    fn v1(&self, t: &toml::Table) -> Result<Vec<Entry>, MirrorsError> {
-        let mut entries: Vec<Entry> = Vec::new();
-        for (k, v) in t {
-            let kp = key_path("registries", k);
-            let (insecure, blocked) = match k.as_str() {
-                "search" => (false, false),
-                "insecure" => (true, false),
-                "block" => (false, true),
-                _ => return Err(self.invalid(&kp, "unknown key in the version 1 format")),
-            };
-            let table = v
-                .as_table()
-                .ok_or_else(|| self.invalid(&kp, "must be a table"))?;
-            for (k2, list) in table {
-                let kp2 = key_path(&kp, k2);
-                if k2 != "registries" {
-                    return Err(self.invalid(&kp2, "unknown key in the version 1 format"));
-                }
-                let list = list
-                    .as_array()
-                    .ok_or_else(|| self.invalid(&kp2, "must be an array of strings"))?;
-                for (i, host) in list.iter().enumerate() {
-                    let host = self.location(&format!("{kp2}[{i}]"), host)?;
-                    if !(insecure || blocked) {
-                        continue; // search: short names only
-                    }
-                    match entries.iter_mut().find(|e| e.prefix == host) {
-                        Some(e) => {
-                            e.insecure |= insecure;
-                            e.blocked |= blocked;
-                        }
-                        None => entries.push(Entry {
-                            prefix: host.clone(),
-                            location: host,
-                            insecure,
-                            blocked,
-                            mirrors: Vec::new(),
-                        }),
-                    }
-                }
-            }
-        }
-        Ok(entries)
-    }
-}
-
-/// Characters of the offending line quoted on each side of a TOML error's column.
-const EXCERPT_HALF: usize = 100;
-
-/// A TOML error as a [`MirrorsError::Toml`]: the line and column, the parser's message, and
-/// the line around the column, escaped and cut (toml's own message quotes the line whole).
-fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> MirrorsError {
-    let message = shown(&e.message().trim().replace('\n', "; "));
-    let Some(span) = e.span() else {
-        return MirrorsError::Toml {
-            path: path.to_owned(),
-            at: String::new(),
-            message,
-            excerpt: String::new(),
-        };
-    };
-    let mut at = span.start.min(text.len());
-    while !text.is_char_boundary(at) {
-        at -= 1;
-    }
-    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    let end = text[at..].find('\n').map_or(text.len(), |i| at + i);
-    let before: Vec<char> = text[start..at].chars().collect();
-    let from = before.len().saturating_sub(EXCERPT_HALF);
-    let head: String = before[from..].iter().collect();
-    let rest = &text[at..end];
-    let tail: String = rest.chars().take(EXCERPT_HALF).collect();
-    let cut_after = tail.len() < rest.len();
-    let excerpt = if from > 0 || cut_after {
-        let chars = before.len() + rest.chars().count();
-        format!(
-            "; the line ({chars} characters, cut to {} around the column) reads `{}{}{}{}`",
-            2 * EXCERPT_HALF,
-            if from > 0 { "…" } else { "" },
-            escaped(&head),
-            escaped(&tail),
-            if cut_after { "…" } else { "" },
-        )
-    } else {
-        format!("; the line reads `{}{}`", escaped(&head), escaped(&tail))
-    };
-    MirrorsError::Toml {
-        path: path.to_owned(),
-        at: format!(
-            "line {}, column {}: ",
-            text[..start].matches('\n').count() + 1,
-            before.len() + 1
-        ),
-        message,
-        excerpt,
-    }
-}
-
 impl MirrorConfig {
-    /// Reads and parses `path` (at most [`MAX_FILE`] bytes). Only a regular file is read, opened
-    /// without blocking: a FIFO or a device in its place is refused, naming it, instead of
-    /// hanging the run or reading forever.
+    /// Reads and parses one file, without drop-ins (at most [`MAX_FILE`] bytes; only a regular
+    /// file, opened without blocking).
     pub fn load(path: &Path) -> Result<MirrorConfig, MirrorsError> {
-        let read = |source| MirrorsError::Read {
-            path: path.to_owned(),
-            source,
-        };
-        let bytes = input::read_bounded(path, MAX_FILE, Symlinks::Follow).map_err(|e| {
-            match input::input_error(&e) {
-                Some(InputError::TooLarge { .. }) => MirrorsError::TooLarge {
-                    path: path.to_owned(),
-                },
-                _ => read(e),
-            }
-        })?;
-        let text = String::from_utf8(bytes).map_err(|e| {
-            read(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("not UTF-8 text (byte {})", e.utf8_error().valid_up_to()),
-            ))
-        })?;
-        MirrorConfig::parse(&text, path)
+        MirrorConfig::parse(&file::read(path)?, path)
     }
 
     /// Parses registries.conf text; `path` names it in errors.
     pub fn parse(text: &str, path: &Path) -> Result<MirrorConfig, MirrorsError> {
-        let table: toml::Table = toml::from_str(text).map_err(|e| toml_error(path, text, &e))?;
-        let r = Reader { path };
-        if table.contains_key("registries") {
-            if let Some(k) = table.keys().find(|k| *k != "registries") {
-                return Err(MirrorsError::Mixed {
-                    path: path.to_owned(),
-                    v2_key: shown(k),
-                });
-            }
-            let v1 = table["registries"]
-                .as_table()
-                .ok_or_else(|| r.invalid("registries", "must be a table"))?;
-            return Ok(MirrorConfig {
-                path: path.to_owned(),
-                entries: r.v1(v1)?,
-            });
-        }
-        let mut entries: Vec<Entry> = Vec::new();
-        let mut prefixes = HashSet::new();
-        for (k, v) in &table {
-            match k.as_str() {
-                "registry" => {
-                    for (i, t) in r.tables(k, v)?.into_iter().enumerate() {
-                        let key = format!("registry[{i}]");
-                        let entry = r.entry(&key, t)?;
-                        if !prefixes.insert(entry.prefix.clone()) {
-                            return Err(r.invalid(
-                                &key,
-                                format!("prefix `{}` is configured twice", shown(&entry.prefix)),
-                            ));
-                        }
-                        entries.push(entry);
-                    }
-                }
-                k if IGNORED_TOP.contains(&k) => {
-                    tracing::debug!("{}: `{k}` is about short names; ignored", path.display());
-                }
-                _ => return Err(r.invalid(k, "unknown key in a registries.conf")),
-            }
-        }
         Ok(MirrorConfig {
             path: path.to_owned(),
-            entries,
+            files: vec![path.to_owned()],
+            entries: file::parse(text, path, false)?,
         })
     }
 
-    /// The `[[registry]]` a reference (`host/repo[:tag][@digest]`) falls under, and the length
-    /// of the part of it the prefix matched.
+    /// Applies a drop-in file as containers/image does: each of its entries replaces the entry
+    /// with the same prefix (whole, mirrors included), the others are added; the result stays
+    /// sorted by prefix.
+    fn apply(&mut self, path: &Path, entries: Vec<Entry>) {
+        for e in entries {
+            match self.entries.iter_mut().find(|o| o.prefix == e.prefix) {
+                Some(old) => *old = e,
+                None => self.entries.push(e),
+            }
+        }
+        self.entries.sort_by(|a, b| a.prefix.cmp(&b.prefix));
+        self.files.push(path.to_owned());
+    }
+
+    /// The `[[registry]]` a name (`host/repository`) falls under, and the length of the part
+    /// of it the prefix matched. Ties go to the first entry in prefix order, as in
+    /// containers/image (a later entry wins only when strictly longer).
     fn matching(&self, name: &str) -> Option<(&Entry, usize)> {
         let host_end = name.find('/').unwrap_or(name.len());
         let mut best: Option<(&Entry, usize)> = None;
         for e in &self.entries {
             let len = if let Some(domain) = e.prefix.strip_prefix("*.") {
-                // The host without its port must end in `.domain`.
+                // The host without its port must end in `.domain`; the match covers the port
+                // (containers/image stops before it and then rewrites to a name that does not
+                // parse).
                 let host = &name[..host_end];
                 let bare = host.rsplit_once(':').map_or(host, |(h, _)| h);
                 let hit = bare.len() > domain.len() + 1
@@ -513,40 +181,41 @@ impl MirrorConfig {
                 }
                 host_end
             } else {
-                let Some(rest) = name.strip_prefix(e.prefix.as_str()) else {
-                    continue;
-                };
-                // A host-only prefix must end the host (`example.com` is not `example.com:5000`).
-                let separators: &[char] = if e.prefix.contains('/') {
-                    &['/', ':', '@']
-                } else {
-                    &['/']
-                };
-                if !(rest.is_empty() || rest.starts_with(separators)) {
-                    continue;
+                // `/` or the end after the prefix: a host-only prefix never matches another
+                // port (containers/image lets `example.com` match `example.com:5000`, marked
+                // "DON'T RELY" in its code).
+                match name.strip_prefix(e.prefix.as_str()) {
+                    Some(rest) if rest.is_empty() || rest.starts_with('/') => e.prefix.len(),
+                    _ => continue,
                 }
-                e.prefix.len()
             };
-            // The longest match wins; a wildcard's counts as its pattern's length, as
-            // containers/image compares the prefixes themselves.
-            let weight = e.prefix.len();
-            if best.is_none_or(|(b, _)| weight > b.prefix.len()) {
+            if best.is_none_or(|(b, _)| e.prefix.len() > b.prefix.len()) {
                 best = Some((e, len));
             }
         }
         best
     }
 
+    /// The entry that blocks a rewritten (physical) name, if one does. Only `blocked` is
+    /// looked up again: a source is `insecure` by its own entry alone (containers/image sets
+    /// a pull source's TLS settings from its endpoint, over what the lookup found).
+    fn blocking(&self, reference: &RegistryRef) -> Option<&Entry> {
+        self.matching(&name_of(reference))
+            .map(|(e, _)| e)
+            .filter(|e| e.blocked)
+    }
+
     /// The sources of `reference`, in the order to try them: the mirrors allowed for a
-    /// request by digest (`by_digest`) or by tag, then the primary location.
+    /// request by digest (`by_digest`) or by tag, then the primary location. A mirror whose
+    /// rewritten name is blocked is left out; a primary location that is blocked is left out
+    /// too, and refused when no mirror is left.
     pub fn pull_sources(
         &self,
         reference: &RegistryRef,
         by_digest: bool,
     ) -> Result<Vec<PullSource>, MirrorsError> {
         let shown = reference.to_string();
-        let name = &shown[SCHEME.len()..];
-        let Some((entry, matched)) = self.matching(name) else {
+        let Some((entry, matched)) = self.matching(&name_of(reference)) else {
             return Ok(vec![PullSource {
                 reference: reference.clone(),
                 insecure: false,
@@ -555,55 +224,82 @@ impl MirrorConfig {
         };
         if entry.blocked {
             return Err(MirrorsError::Blocked {
-                reference: shown.clone(),
+                reference: shown,
                 prefix: entry.prefix.clone(),
-                path: self.path.clone(),
+                path: entry.from.clone(),
             });
         }
-        let rest = &name[matched..];
+        let rest = &shown[SCHEME.len() + matched..];
         let rewrite = |location: &str| -> Result<RegistryRef, MirrorsError> {
             let rewritten = format!("{SCHEME}{location}{rest}");
             rewritten.parse().map_err(|_| MirrorsError::Rewrite {
                 reference: shown.clone(),
                 location: location.to_owned(),
                 rewritten: rewritten.clone(),
-                path: self.path.clone(),
+                path: entry.from.clone(),
             })
         };
         let mut out = Vec::new();
-        for m in &entry.mirrors {
-            if m.pull_from_mirror.allows(by_digest) {
-                out.push(PullSource {
-                    reference: rewrite(&m.location)?,
-                    insecure: m.insecure,
-                    mirror: true,
-                });
+        for m in entry
+            .mirrors
+            .iter()
+            .filter(|m| m.pull_from_mirror.allows(by_digest))
+        {
+            let r = rewrite(&m.location)?;
+            if let Some(p) = self.blocking(&r) {
+                tracing::debug!("mirror {r}: blocked by prefix `{}`; skipped", p.prefix);
+                continue;
             }
+            out.push(PullSource {
+                insecure: m.insecure,
+                reference: r,
+                mirror: true,
+            });
         }
-        out.push(PullSource {
-            reference: if entry.location.is_empty() {
-                reference.clone()
-            } else {
-                rewrite(&entry.location)?
-            },
-            insecure: entry.insecure,
-            mirror: false,
-        });
+        let r = if entry.location.is_empty() {
+            reference.clone()
+        } else {
+            rewrite(&entry.location)?
+        };
+        match self.blocking(&r) {
+            Some(p) if out.is_empty() => {
+                return Err(MirrorsError::BlockedLocation {
+                    location: name_of(&r),
+                    reference: shown.clone(),
+                    prefix: p.prefix.clone(),
+                    path: p.from.clone(),
+                })
+            }
+            Some(p) => tracing::debug!("{r}: blocked by prefix `{}`; only mirrors", p.prefix),
+            None => out.push(PullSource {
+                insecure: entry.insecure,
+                reference: r,
+                mirror: false,
+            }),
+        }
         Ok(out)
     }
+}
+
+/// `host[:port]/repository`: what a prefix is matched against.
+fn name_of(reference: &RegistryRef) -> String {
+    format!("{}/{}", reference.registry, reference.repository)
 }
 
 /// Where the registries configuration comes from (`--registries-conf`).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum MirrorsFrom {
-    /// [`DEFAULT_PATH`] if it exists, else none.
+    /// As containers/image finds it: the file `CONTAINERS_REGISTRIES_CONF` names, else
+    /// `$HOME/.config/containers/registries.conf`, else [`DEFAULT_PATH`] if it exists; with the
+    /// drop-ins (`locate`). None when no file exists.
     #[default]
     Default,
     /// No configuration: every reference from its own registry.
     None,
-    /// This file (it must exist).
+    /// This file (it must exist), with the drop-ins of the system's and the user's
+    /// `registries.conf.d/`, as skopeo's `--registries-conf` reads it.
     File(PathBuf),
-    /// This registries.conf text; `from` names it in errors (the writer's settings).
+    /// This registries.conf text, alone; `from` names it in errors (the writer's settings).
     Text {
         /// The TOML.
         text: String,
@@ -624,19 +320,16 @@ impl MirrorsFrom {
 
     /// The configuration, if there is one.
     pub fn load(&self) -> Result<Option<MirrorConfig>, MirrorsError> {
-        match self {
-            MirrorsFrom::None => Ok(None),
-            MirrorsFrom::File(p) => MirrorConfig::load(p).map(Some),
-            MirrorsFrom::Text { text, from } => MirrorConfig::parse(text, from).map(Some),
-            MirrorsFrom::Default => {
-                let p = Path::new(DEFAULT_PATH);
-                if p.exists() {
-                    MirrorConfig::load(p).map(Some)
-                } else {
-                    Ok(None)
-                }
-            }
-        }
+        let files = match self {
+            MirrorsFrom::None => return Ok(None),
+            MirrorsFrom::Text { text, from } => return MirrorConfig::parse(text, from).map(Some),
+            MirrorsFrom::File(p) => locate::Files::explicit(p, locate::home().as_deref()),
+            MirrorsFrom::Default => match std::env::var_os(ENV).filter(|v| !v.is_empty()) {
+                Some(p) => locate::Files::explicit(Path::new(&p), locate::home().as_deref()),
+                None => locate::Files::default_for(locate::home().as_deref()),
+            },
+        };
+        files.load()
     }
 }
 
@@ -749,22 +442,10 @@ location = "demo-cache.local/d"
             locations(&c, "oci://reg.example:5000/stacks/x:1", false),
             ["oci://reg.example:5000/stacks/x:1"]
         );
-        // A prefix naming a tag.
-        let c = conf(
-            r#"
-[[registry]]
-prefix = "reg.example/app:v1"
-location = "old.example/app:v1"
-"#,
-        );
-        assert_eq!(
-            locations(&c, "oci://reg.example/app:v1", false),
-            ["oci://old.example/app:v1"]
-        );
-        assert_eq!(
-            locations(&c, "oci://reg.example/app:v2", false),
-            ["oci://reg.example/app:v2"]
-        );
+        // A prefix naming a tag could never match: refused.
+        let e =
+            err("[[registry]]\nprefix = \"reg.example/app:v1\"\nlocation = \"old.example/app\"\n");
+        assert!(e.contains("without its tag or digest"), "{e}");
     }
 
     #[test]
@@ -792,9 +473,12 @@ location = "cache.local:5000"
             locations(&c, "oci://badexample.com/x:1", false),
             ["oci://badexample.com/x:1"]
         );
-        assert!(
-            err("[[registry]]\nprefix = \"*.example.com\"\nlocation = \"x\"\n")
-                .contains("wildcard")
+        // A wildcard with a location (accepted by containers/image too): the host and its
+        // port are replaced.
+        let c = conf("[[registry]]\nprefix = \"*.example.com\"\nlocation = \"x.local\"\n");
+        assert_eq!(
+            locations(&c, "oci://a.example.com:443/x/y:1", false),
+            ["oci://x.local/x/y:1"]
         );
     }
 
@@ -873,6 +557,77 @@ insecure = true
         assert!(s[0].insecure && !s[0].mirror);
     }
 
+    /// containers/image's rules: ties by prefix order, the first of a repeated prefix, a
+    /// conflict under one location refused, and every rewritten name looked up again for
+    /// `blocked` and `insecure`.
+    #[test]
+    fn containers_image_rules_for_ties_repeats_conflicts_and_rewritten_names() {
+        // `*.origin.invalid` sorts before `w.origin.invalid` (same length) and wins the tie.
+        let c = conf(
+            "[[registry]]\nprefix = \"w.origin.invalid\"\nlocation = \"exact.local\"\n\
+             [[registry]]\nprefix = \"*.origin.invalid\"\nlocation = \"wild.local\"\n",
+        );
+        assert_eq!(
+            locations(&c, "oci://w.origin.invalid/x:1", false),
+            ["oci://wild.local/x:1"]
+        );
+        // A repeated prefix: the first entry is used.
+        let c = conf(
+            "[[registry]]\nprefix = \"a.invalid\"\nlocation = \"first.local\"\n\
+             [[registry]]\nprefix = \"a.invalid\"\nlocation = \"second.local\"\n",
+        );
+        assert_eq!(
+            locations(&c, "oci://a.invalid/x:1", false),
+            ["oci://first.local/x:1"]
+        );
+        // One location, two `insecure` settings.
+        let e = err(
+            "[[registry]]\nprefix = \"a.invalid\"\nlocation = \"l.local\"\n\
+             [[registry]]\nprefix = \"b.invalid\"\nlocation = \"l.local\"\ninsecure = true\n",
+        );
+        assert!(e.contains("`l.local`") && e.contains("`insecure`"), "{e}");
+        // Rewritten names: a mirror under a blocked entry is skipped, an origin under one is
+        // blocked once no mirror is left; an entry marking the location insecure does not
+        // make the source insecure (its own entry does).
+        let c = conf(
+            r#"
+[[registry]]
+prefix = "origin.invalid"
+location = "real.local/o"
+[[registry.mirror]]
+location = "bad.local/m"
+[[registry.mirror]]
+location = "lab.local/m"
+[[registry]]
+prefix = "bad.local"
+location = "bad.local"
+blocked = true
+[[registry]]
+prefix = "lab.local"
+location = "lab.local"
+insecure = true
+[[registry]]
+prefix = "gone.invalid"
+location = "bad.local/g"
+"#,
+        );
+        let s = c
+            .pull_sources(&r("oci://origin.invalid/x:1"), false)
+            .unwrap();
+        let got: Vec<_> = s.iter().map(|s| (s.location(), s.insecure)).collect();
+        assert_eq!(
+            got,
+            [
+                ("lab.local/m/x".to_owned(), false),
+                ("real.local/o/x".to_owned(), false)
+            ]
+        );
+        let e = c
+            .pull_sources(&r("oci://gone.invalid/x:1"), false)
+            .unwrap_err();
+        assert!(e.to_string().contains("`bad.local/g/x` is blocked"), "{e}");
+    }
+
     #[test]
     fn version_1_alone_is_read_and_mixed_is_refused() {
         let c = conf(
@@ -903,183 +658,5 @@ registries = ['registry.untrusted.com']
             e.contains("mixes the version 1") && e.contains("`registry`"),
             "{e}"
         );
-    }
-
-    #[test]
-    fn hostile_files_are_named_errors() {
-        let e = err("[[registry]\nlocation = \"x\"");
-        assert!(e.contains("not a TOML"), "{e}");
-        let e = err("[[registry]]\nlocation = \"x\"\npul-from-mirror = \"all\"\n");
-        assert!(
-            e.contains("registry[0].pul-from-mirror") && e.contains("unknown"),
-            "{e}"
-        );
-        let e = err("[[registry]]\nlocation = \"x\"\n[[registry.mirror]]\ninsecure = true\n");
-        assert!(e.contains("needs a `location`"), "{e}");
-        let e = err("[[registry]]\nlocation = \"https://x\"\n");
-        assert!(e.contains("scheme"), "{e}");
-        let e = err("[[registry]]\ninsecure = true\n");
-        assert!(e.contains("`prefix` or a `location`"), "{e}");
-        let e = err("[[registry]]\nlocation = \"x\"\nblocked = \"yes\"\n");
-        assert!(
-            e.contains("registry[0].blocked") && e.contains("true or false"),
-            "{e}"
-        );
-        let e = err("[[registry]]\nlocation = \"x\"\n[[registry]]\nprefix = \"x\"\n");
-        assert!(e.contains("twice"), "{e}");
-        let e = err("mirror = 1\n");
-        assert!(e.contains("`mirror`"), "{e}");
-        // Ignored keys about short names.
-        conf("short-name-mode = \"enforcing\"\n[aliases]\nfoo = \"example.com/foo\"\n");
-    }
-
-    /// Issue 32, item 8: a FIFO hung `load` in its open (waiting for a writer). The load runs
-    /// in a thread with a deadline, so a regression fails here instead of hanging; opening the
-    /// writer end afterwards lets a hung open go.
-    #[test]
-    fn a_fifo_is_refused_without_waiting_for_a_writer() {
-        let dir = tempfile::tempdir().unwrap();
-        let fifo = dir.path().join("registries.conf");
-        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
-        assert!(made.unwrap().success());
-        let (tx, rx) = std::sync::mpsc::channel();
-        let path = fifo.clone();
-        std::thread::spawn(move || tx.send(MirrorsFrom::File(path).load().map(|_| ())));
-        let got = rx.recv_timeout(std::time::Duration::from_secs(20));
-        if got.is_err() {
-            drop(std::fs::OpenOptions::new().write(true).open(&fifo));
-            panic!("loading a FIFO as registries.conf still blocks after 20 s");
-        }
-        let e = got.unwrap().unwrap_err();
-        let s = crate::error_chain::text(&e);
-        assert!(
-            s.contains(&fifo.display().to_string()) && s.contains("a FIFO"),
-            "{s}"
-        );
-    }
-
-    /// Issue 32, item 9: 2,000 mirrors cost 37 s of setup, 20,000 never finished. One registry
-    /// lists at most [`MAX_MIRRORS`]; more is refused naming the registry, the count, the cap.
-    #[test]
-    fn mirrors_per_registry_are_capped() {
-        let file = |n: usize| {
-            let mut t = String::from("[[registry]]\nprefix = \"reg.example/stacks\"\n");
-            for i in 0..n {
-                t.push_str(&format!("[[registry.mirror]]\nlocation = \"m{i}.local\"\n"));
-            }
-            t
-        };
-        assert_eq!(
-            conf(&file(MAX_MIRRORS)).entries[0].mirrors.len(),
-            MAX_MIRRORS
-        );
-        for n in [MAX_MIRRORS + 1, 20_000] {
-            let e = err(&file(n));
-            assert!(
-                e.contains(&format!(
-                    "`registry[0]` (prefix `reg.example/stacks`) lists {n} mirrors, more than \
-                     the {MAX_MIRRORS} accepted"
-                )),
-                "{e}"
-            );
-        }
-    }
-
-    /// Issue 32, item 11: prefixes that can never match were kept silently. Each is refused,
-    /// naming the key, the prefix (escaped) and why; a location is held to the same grammar.
-    #[test]
-    fn prefixes_that_can_never_match_are_refused() {
-        for (prefix, why) in [
-            (
-                "*.",
-                "`*.` can never match a reference: `*.` needs a domain",
-            ),
-            ("REG.example", "upper-case `R`"),
-            ("reg.example/Stacks", "upper-case `S`"),
-            ("reg.example\\u0000", "`reg.example\\u{0}` can never match"),
-            (
-                "reg\\u001b[2J.example",
-                "`reg\\u{1b}[2J.example` can never match",
-            ),
-            ("reg..example", "empty label"),
-            ("reg.ex*ample", "leading `*.`"),
-            ("*.*.example", "after `*.`"),
-        ] {
-            let e = err(&format!(
-                "[[registry]]\nprefix = \"{prefix}\"\nlocation = \"x\"\n"
-            ));
-            assert!(
-                e.contains("`registry[0].prefix`") && e.contains(why),
-                "{prefix}: {e}"
-            );
-            assert!(!e.contains('\u{1b}') && !e.contains('\0'), "{e:?}");
-        }
-        let e =
-            err("[[registry]]\nlocation = \"r\"\n[[registry.mirror]]\nlocation = \"M.local\"\n");
-        assert!(
-            e.contains("registry[0].mirror[0].location") && e.contains("not a registry location"),
-            "{e}"
-        );
-        let e = err("[[registry]]\nprefix = \"r\"\nlocation = \"*.x\"\n");
-        assert!(e.contains("cannot have a wildcard"), "{e}");
-    }
-
-    /// Issue 32, item 11: a TOML error quoted its whole line (a megabyte, escape sequences and
-    /// all). Now 200 characters around the column, escaped, the cut said; an unknown key or a
-    /// bad value from the file is cut and escaped the same way.
-    #[test]
-    fn a_toml_error_quotes_a_short_escaped_excerpt() {
-        let mut text = String::from("[[registry]]\nlocation = \"x\"\nk = \"");
-        text.push_str(&"A".repeat(1 << 19));
-        text.push_str("\u{1b}]0;pwned\u{7}");
-        text.push_str(&"B".repeat(1 << 19));
-        text.push_str("\"\n");
-        let e = err(&text);
-        assert!(
-            e.len() < 1000,
-            "{} bytes: {}",
-            e.len(),
-            e.chars().take(1000).collect::<String>()
-        );
-        assert!(
-            e.contains(&format!("line 3, column {}", 6 + (1 << 19))),
-            "{e}"
-        );
-        assert!(e.contains("cut to 200 around the column"), "{e}");
-        assert!(e.contains("AAAA\\u{1b}]0;pwned\\u{7}BBBB"), "{e}");
-        assert!(!e.chars().any(|c| c.is_control() && c != '\n'), "{e:?}");
-        // A short line is quoted whole.
-        let e = err("[[registry]\nlocation = \"x\"");
-        assert!(
-            e.contains("line 1, column") && e.contains("reads `[[registry]`"),
-            "{e}"
-        );
-        // A megabyte-long key, or value, named in a refusal.
-        let key = format!("\"{}\\u001b\"", "k".repeat(1 << 19));
-        let e = err(&format!("[[registry]]\nlocation = \"x\"\n{key} = 1\n"));
-        assert!(e.len() < 1000 && e.contains("characters, cut"), "{e}");
-        let value = "p".repeat(1 << 19);
-        let e = err(&format!("[[registry]]\nlocation = \"x\"\n[[registry.mirror]]\nlocation = \"m\"\npull-from-mirror = \"{value}\"\n"));
-        assert!(e.len() < 1000 && e.contains("characters, cut"), "{e}");
-    }
-
-    #[test]
-    fn a_huge_file_is_refused_after_a_bounded_read() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("registries.conf");
-        let mut text = String::from("# ");
-        text.push_str(&"x".repeat(MAX_FILE as usize + 10));
-        std::fs::write(&path, text).unwrap();
-        let e = MirrorConfig::load(&path).unwrap_err();
-        assert!(matches!(e, MirrorsError::TooLarge { .. }), "{e}");
-        assert!(e.to_string().contains(&path.display().to_string()));
-        // A device in its place is not read.
-        let e = MirrorConfig::load(Path::new("/dev/zero")).unwrap_err();
-        assert!(e.to_string().contains("/dev/zero"), "{e}");
-        let e = MirrorsFrom::File(dir.path().join("none.conf"))
-            .load()
-            .unwrap_err();
-        assert!(e.to_string().contains("none.conf"), "{e}");
-        assert_eq!(MirrorsFrom::None.load().unwrap(), None);
     }
 }

@@ -116,6 +116,47 @@ pub enum MirrorsError {
         /// The first version 2 key found.
         v2_key: String,
     },
+    /// One location (a wildcard's prefix) under two prefixes with different settings.
+    #[error(
+        "{path}: `{}` is configured more than once with different `{setting}` settings \
+         (containers/image refuses this too)",
+        shown(.location)
+    )]
+    Conflict {
+        /// The file.
+        path: PathBuf,
+        /// The location.
+        location: String,
+        /// `insecure` or `blocked`.
+        setting: &'static str,
+    },
+    /// A drop-in directory could not be listed.
+    #[error("listing the registries.conf drop-in directory {path}")]
+    Dir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The location a reference is rewritten to is blocked by another entry, and no mirror is
+    /// left to try.
+    #[error(
+        "{reference}: its location `{}` is blocked by `prefix = \"{}\"` (blocked = true) in \
+         {path}",
+        shown(.location),
+        shown(.prefix)
+    )]
+    BlockedLocation {
+        /// The reference.
+        reference: String,
+        /// Where it was rewritten to.
+        location: String,
+        /// The prefix that blocks it.
+        prefix: String,
+        /// The file.
+        path: PathBuf,
+    },
     /// The configuration blocks the reference.
     #[error("{reference}: blocked by `prefix = \"{}\"` (blocked = true) in {path}", shown(.prefix))]
     Blocked {

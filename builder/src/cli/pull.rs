@@ -78,7 +78,8 @@ pub fn run(args: PullArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Print the manifest digest a registry reference names (the manifest is fetched, at most
-/// 4 MiB, and hashed).
+/// 4 MiB, and hashed), through the mirrors the registries configuration gives (`--json` says
+/// which source answered).
 ///
 /// Exit codes: 0 found; 2 bad reference; 6 authentication failed; 7 no such tag or manifest;
 /// 8 the registry kept failing.
@@ -86,7 +87,8 @@ pub fn run(args: PullArgs) -> anyhow::Result<ExitCode> {
 pub struct ResolveArgs {
     /// oci://HOST[:PORT]/REPO:TAG (or …@sha256:DIGEST, checked to exist).
     pub reference: String,
-    /// Print `{"reference": …, "digest": …}` instead of the digest.
+    /// Print `{"reference": …, "digest": …, "source": {"location": …, "mirror": …}}` instead
+    /// of the digest: `source` is where the manifest came from (a mirror or the origin).
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -105,18 +107,23 @@ pub fn run_resolve(args: ResolveArgs) -> anyhow::Result<ExitCode> {
     let options = args.registry.options()?;
     let result = Registry::connect(&reference, options).and_then(|reg| {
         // A digest is checked to exist by fetching the manifest.
-        match &reference.digest {
+        let digest = match &reference.digest {
             Some(_) => reg.fetch_manifest(&reference).map(|(_, d)| d),
             None => reg.resolve(&reference),
-        }
+        }?;
+        // The one source that sent the manifest (the others failed or lacked it).
+        let source = reg.served().into_iter().find(|s| s.bytes > 0);
+        Ok((digest, source))
     });
     match result {
-        Ok(d) if args.json => {
-            let v = serde_json::json!({"reference": reference.to_string(), "digest": d});
+        Ok((d, source)) if args.json => {
+            let source =
+                source.map(|s| serde_json::json!({"location": s.location, "mirror": s.mirror}));
+            let v = serde_json::json!({"reference": reference.to_string(), "digest": d, "source": source});
             println!("{}", serde_json::to_string_pretty(&v)?);
             Ok(ExitCode::SUCCESS)
         }
-        Ok(d) => {
+        Ok((d, _)) => {
             println!("{d}");
             Ok(ExitCode::SUCCESS)
         }

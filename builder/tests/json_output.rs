@@ -201,8 +201,10 @@ fn registry_commands(dir: &Path, layout: &Path, digest: &Value) {
     assert_eq!(again["blobsPushed"], 0);
 
     let resolved = json(&["resolve", &target, "--json"], 0);
-    assert_keys(&resolved, &["reference", "digest"]);
+    assert_keys(&resolved, &["reference", "digest", "source"]);
     assert_eq!(&resolved["digest"], digest);
+    assert_keys(&resolved["source"], &["location", "mirror"]);
+    assert_eq!(resolved["source"]["mirror"], false);
 
     let out = dir.join("pulled");
     let pulled = json(&["pull", &target, p(&out), "-q", "--json"], 0);

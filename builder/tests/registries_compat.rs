@@ -235,6 +235,12 @@ fn other_cases() -> Vec<Case> {
             ..flag("", &[], TAG)
         },
         Case {
+            name: "a prefix without a location",
+            files: &[(MAIN, "[[registry]]\nprefix = \"{R1}/x\"\n")],
+            departure: Some("a prefix without a location"),
+            ..flag("", &[], "{R1}/x/img:t")
+        },
+        Case {
             name: "a misspelt key",
             files: &[(MAIN, "[[registry]]\nprefix = \"origin.invalid/x\"\nlocation = \"{R0}/x\"\n[[registry.mirror]]\nlocation = \"{R1}/x\"\npul-from-mirror = \"digest-only\"\n")],
             departure: Some("an unknown key"),

@@ -43,7 +43,8 @@ pub struct PublishArgs {
     /// the tag `sha256-<HEX>.sig` of the same repository, appended to the signatures there
     /// (what `cosign verify --key`, a `policy.json` `sigstoreSigned` requirement and `ingot
     /// verify --trust-key cosign.pub` check). The password is COSIGN_PASSWORD's, or see
-    /// --cosign-password-file.
+    /// --cosign-password-file. With --json the result gains `cosignSignature` (`tag`, `digest`
+    /// of the signature manifest, `unchanged`).
     #[arg(long, value_name = "KEY")]
     pub cosign_key: Option<std::path::PathBuf>,
     /// Read the cosign key's password from this file (its first line) instead of COSIGN_PASSWORD.
@@ -60,7 +61,9 @@ fn read_cosign_key(
 ) -> anyhow::Result<SigningKey> {
     use anyhow::Context;
     let password = super::key::cosign_password(password_file, "--cosign-password-file")?;
-    let text = std::fs::read_to_string(path)
+    use ingot_artifact::cosign::private_key::MAX_KEY_FILE_SIZE;
+    use ingot_verity::input::{read_text_bounded, Symlinks};
+    let text = read_text_bounded(path, MAX_KEY_FILE_SIZE as u64, Symlinks::Follow)
         .with_context(|| format!("reading the cosign key {}", path.display()))?;
     Ok(SigningKey::from_encrypted_pem(
         &text,
@@ -144,19 +147,21 @@ pub fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
                 );
             }
             if args.json {
-                let v = serde_json::json!({
+                let mut v = serde_json::json!({
                     "reference": target.to_string(),
                     "digest": report.digest,
                     "unchanged": report.unchanged,
                     "blobsPushed": report.pushed.len(),
                     "bytesPushed": report.bytes_pushed(),
                     "blobsSkipped": report.skipped.len(),
-                    "cosignSignature": signed.as_ref().map(|s| serde_json::json!({
+                });
+                if let Some(s) = &signed {
+                    v["cosignSignature"] = serde_json::json!({
                         "tag": s.tag,
                         "digest": s.manifest_digest,
                         "unchanged": s.unchanged,
-                    })),
-                });
+                    });
+                }
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 println!("{}", report.digest);

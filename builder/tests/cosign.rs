@@ -417,6 +417,31 @@ fn ingot_checks_signatures_made_elsewhere() {
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["signature"]["status"], "verified", "{v}");
 
+    // The same signature in a layout: index.json names the `.sig` manifest by its tag.
+    let copy = dir.join("layout-signed");
+    common::cp_a(&layout, &copy);
+    let blobs = copy.join("blobs/sha256");
+    for b in [payload.as_bytes(), config, manifest.as_bytes()] {
+        fs::write(blobs.join(&sha256_digest(b)[7..]), b).unwrap();
+    }
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&fs::read(copy.join("index.json")).unwrap()).unwrap();
+    let stack_tag = index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    index["manifests"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": sha256_digest(manifest.as_bytes()), "size": manifest.len(),
+            "annotations": {"org.opencontainers.image.ref.name": tag},
+        }));
+    fs::write(copy.join("index.json"), index.to_string()).unwrap();
+    let in_layout = format!("oci:{}:{stack_tag}", copy.display());
+    ok(ingot(&["verify", &in_layout, "--trust-key", p(&ec_pub)]));
+
     let o = ingot(&["verify", &target, "--trust-key", p(&pk)]);
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
     let e = stderr(&o);

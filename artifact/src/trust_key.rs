@@ -120,3 +120,29 @@ pub fn first_of(explicit: Option<&Path>, builtin: Option<&str>) -> Result<Truste
         Err(KeyError::Missing)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn either_kind_of_key_is_read() {
+        let pem = crate::cosign::SigningKey::generate().public_key().to_pem();
+        assert!(matches!(
+            TrustedKey::parse(&pem, "cosign.pub"),
+            Ok(TrustedKey::Cosign(_))
+        ));
+        let minisign = crate::sign::SecretKey::generate()
+            .public_key()
+            .to_minisign();
+        assert!(matches!(
+            TrustedKey::parse(&minisign, "ingot.pub"),
+            Ok(TrustedKey::Minisign(_))
+        ));
+        let broken = pem.replace('A', "B");
+        let e = TrustedKey::parse(&broken, "cosign.pub")
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("cosign.pub: not a PEM `PUBLIC KEY`"), "{e}");
+    }
+}

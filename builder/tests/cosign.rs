@@ -282,6 +282,18 @@ fn skopeo_checks_what_ingot_signed() {
         text(&o)
     );
 
+    // Signing again appends to the signature manifest there; one good signature is enough.
+    let o = ingot(&["publish", p(&layout), &target, "--cosign-key", p(&sk)]);
+    assert!(
+        stderr(&o).contains("pushed (2 signature(s)"),
+        "{}",
+        text(&o)
+    );
+    let appended = SigManifest::parse(&raw_manifest(&format!("{repo}:{tag}"))).unwrap();
+    assert_eq!(appended.layers[0].digest, sha256_digest(&tampered));
+    assert_eq!(appended.layers[1], sigs.layers[0]);
+    ok(ingot(&["verify", &target, "--trust-key", p(&pk)]));
+
     // Other content under the tag, and the old signature under the new digest's tag: refused.
     let other = dir.join("other");
     ok(ingot(&[

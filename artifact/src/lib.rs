@@ -5,6 +5,7 @@
 //! artifacts with it; `ingot-writer` reads and checks them with it.
 
 pub mod compress;
+pub mod cosign;
 pub mod error_chain;
 pub mod image_file;
 pub mod layerfs;

@@ -1,7 +1,9 @@
 //! `ingot verify`: check a stack artifact end to end, trusting nothing before the signature.
 //!
 //! Order: read the manifest and the descriptor bytes it points at → check the minisign signature
-//! over those bytes with the trusted key → only then parse the descriptor → check the manifest
+//! over those bytes with the trusted key (or, when the trusted key is a cosign key, a cosign
+//! signature of the manifest digest under its `sha256-<HEX>.sig` tag: the manifest's config
+//! digest pins the descriptor) → only then parse the descriptor → check the manifest
 //! agrees with it → for every layer, fetch the hash, data and SBOM blobs by the digests the
 //! signed descriptor gives (digest and size), decompress the data, recompute the dm-verity tree and root
 //! hash and compare both. The first thing that is wrong stops the run and is named.
@@ -21,10 +23,12 @@ use ingot_verity::{HashAlgorithm, HashType, VerityParams};
 use tracing::{info, warn};
 
 use crate::compress::{self, FrameError};
+use crate::cosign::check::CosignCheckError;
 use crate::image_file::ImageFile;
 use crate::oci_layout::{sha256_digest, ImageManifest, Layout, LayoutError};
 use crate::sign::{signature_key_id, PublicKey, SignError};
 use crate::stack_format::{self, FormatError, SIGNATURE_ANNOTATION};
+use crate::trust_key::TrustedKey;
 
 /// Where a stack artifact is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +85,11 @@ pub trait ArtifactSource {
     fn blob_file_unhashed(&self, digest: &str, size: u64) -> Result<PathBuf, VerifyError> {
         self.blob_file(digest, size)
     }
+    /// The manifest a tag names beside the artifact (a cosign `sha256-<HEX>.sig` tag), if any:
+    /// its bytes and digest. A source without tags has none.
+    fn tagged_manifest(&self, _tag: &str) -> Result<Option<(Vec<u8>, String)>, VerifyError> {
+        Ok(None)
+    }
 }
 
 impl ArtifactSource for crate::registry::source::RegistrySource {
@@ -98,6 +107,17 @@ impl ArtifactSource for crate::registry::source::RegistrySource {
 
     fn blob_file(&self, digest: &str, size: u64) -> Result<PathBuf, VerifyError> {
         Ok(self.download_blob(digest, size)?)
+    }
+
+    fn tagged_manifest(&self, tag: &str) -> Result<Option<(Vec<u8>, String)>, VerifyError> {
+        match self
+            .registry()
+            .fetch_manifest(&self.reference().with_tag(tag))
+        {
+            Ok(found) => Ok(Some(found)),
+            Err(crate::registry::RegistryError::NotFound(_)) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 
@@ -161,6 +181,23 @@ impl ArtifactSource for LayoutSource {
             .present_blob(digest, size)
             .map_err(VerifyError::from)
     }
+
+    /// The manifest `index.json` names by this tag (`org.opencontainers.image.ref.name`).
+    fn tagged_manifest(&self, tag: &str) -> Result<Option<(Vec<u8>, String)>, VerifyError> {
+        let index = self.layout.index().map_err(VerifyError::from)?;
+        let Some(desc) = index
+            .manifests
+            .into_iter()
+            .find(|m| m.annotation(crate::oci_layout::REF_NAME) == Some(tag))
+        else {
+            return Ok(None);
+        };
+        let bytes = self
+            .layout
+            .read_small_blob(&desc.digest, desc.size)
+            .map_err(VerifyError::from)?;
+        Ok(Some((bytes, desc.digest)))
+    }
 }
 
 /// Open the store a reference names (a registry with the default options).
@@ -184,8 +221,8 @@ pub fn open_with(
 /// What to trust.
 #[derive(Debug, Clone)]
 pub struct Trust {
-    /// The public key signatures must verify with.
-    pub key: Option<PublicKey>,
+    /// The public key signatures must verify with (minisign or cosign).
+    pub key: Option<TrustedKey>,
     /// Accept an unsigned artifact, or one whose signature fails (reported, not fatal).
     pub allow_unsigned: bool,
 }
@@ -243,6 +280,9 @@ pub enum SignatureError {
         #[source]
         source: SignError,
     },
+    /// The trusted key is a cosign key and no cosign signature verifies with it.
+    #[error(transparent)]
+    Cosign(#[from] CosignCheckError),
 }
 
 /// The first thing found wrong. [`VerifyError::exit_code`] is computed from the variant and its
@@ -471,34 +511,17 @@ pub fn verify_metadata(
     let descriptor_digest = sha256_digest(&descriptor_bytes);
 
     // The signature, before anything in the descriptor is believed.
-    let refuse = |e| Err(VerifyError::Signature(e));
-    let signature = match (manifest.annotation(SIGNATURE_ANNOTATION), &trust.key) {
-        (None, _) if trust.allow_unsigned => {
-            warn!("the artifact is not signed (accepted: unsigned artifacts allowed)");
-            SignatureStatus::Unsigned
+    let signature = match &trust.key {
+        Some(TrustedKey::Cosign(key)) => {
+            cosign_status(source, key, &manifest_digest, trust.allow_unsigned)?
         }
-        (None, _) => return refuse(SignatureError::Unsigned),
-        (Some(_), None) if trust.allow_unsigned => SignatureStatus::NotChecked,
-        (Some(_), None) => return refuse(SignatureError::NoKey),
-        (Some(sig), Some(key)) => match key.verify(&descriptor_bytes, sig) {
-            Ok(comment) => SignatureStatus::Verified {
-                key_id: key.key_id(),
-                trusted_comment: comment,
-            },
-            Err(source) => {
-                let e = SignatureError::Rejected {
-                    key_id: signature_key_id(sig).unwrap_or_else(|| "?".to_owned()),
-                    source,
-                };
-                if trust.allow_unsigned {
-                    let msg = crate::error_chain::text(&e);
-                    warn!("signature: {msg} (accepted: --allow-unsigned)");
-                    SignatureStatus::Failed(msg)
-                } else {
-                    return refuse(e);
-                }
-            }
-        },
+        Some(TrustedKey::Minisign(key)) => minisign_status(
+            &manifest,
+            Some(key),
+            &descriptor_bytes,
+            trust.allow_unsigned,
+        )?,
+        None => minisign_status(&manifest, None, &descriptor_bytes, trust.allow_unsigned)?,
     };
 
     let descriptor = StackDescriptor::from_json(&descriptor_bytes)?;
@@ -512,6 +535,85 @@ pub fn verify_metadata(
         },
         manifest,
     ))
+}
+
+/// The minisign signature annotation over the descriptor's bytes, checked with `key`.
+fn minisign_status(
+    manifest: &ImageManifest,
+    key: Option<&PublicKey>,
+    descriptor_bytes: &[u8],
+    allow_unsigned: bool,
+) -> Result<SignatureStatus, VerifyError> {
+    let refuse = |e| Err(VerifyError::Signature(e));
+    Ok(match (manifest.annotation(SIGNATURE_ANNOTATION), key) {
+        (None, _) if allow_unsigned => {
+            warn!("the artifact is not signed (accepted: unsigned artifacts allowed)");
+            SignatureStatus::Unsigned
+        }
+        (None, _) => return refuse(SignatureError::Unsigned),
+        (Some(_), None) if allow_unsigned => SignatureStatus::NotChecked,
+        (Some(_), None) => return refuse(SignatureError::NoKey),
+        (Some(sig), Some(key)) => match key.verify(descriptor_bytes, sig) {
+            Ok(comment) => SignatureStatus::Verified {
+                key_id: key.key_id(),
+                trusted_comment: comment,
+            },
+            Err(source) => failed(
+                SignatureError::Rejected {
+                    key_id: signature_key_id(sig).unwrap_or_else(|| "?".to_owned()),
+                    source,
+                },
+                allow_unsigned,
+            )?,
+        },
+    })
+}
+
+/// A refused signature: the error, or with `--allow-unsigned` a warning and the status.
+fn failed(e: SignatureError, allow_unsigned: bool) -> Result<SignatureStatus, VerifyError> {
+    if !allow_unsigned {
+        return Err(VerifyError::Signature(e));
+    }
+    let msg = crate::error_chain::text(&e);
+    warn!("signature: {msg} (accepted: --allow-unsigned)");
+    Ok(SignatureStatus::Failed(msg))
+}
+
+/// The cosign signature of `manifest_digest` under its `.sig` tag, checked with `key`. The
+/// status names the key id and, as its "trusted comment", the tag and the signed repository.
+fn cosign_status(
+    source: &dyn ArtifactSource,
+    key: &crate::cosign::PublicKey,
+    manifest_digest: &str,
+    allow_unsigned: bool,
+) -> Result<SignatureStatus, VerifyError> {
+    let tag = crate::cosign::signature_tag(manifest_digest);
+    let sig_manifest = source
+        .tagged_manifest(&tag)
+        .map_err(|e| e.about(format!("the cosign signature manifest `{tag}`")))?;
+    let blob = |l: &crate::cosign::sig_manifest::SigLayer| {
+        source
+            .blob(&l.digest, l.size)
+            .map_err(|e| format!("its payload {}: {}", l.digest, e.full_text()))
+    };
+    let checked = crate::cosign::check::check(
+        key,
+        manifest_digest,
+        &tag,
+        &source.describe(),
+        sig_manifest.as_ref().map(|(b, _)| b.as_slice()),
+        &blob,
+    );
+    match checked {
+        Ok(signed) => Ok(SignatureStatus::Verified {
+            key_id: key.key_id(),
+            trusted_comment: format!(
+                "cosign signature `{tag}` (docker-reference {})",
+                signed.docker_reference
+            ),
+        }),
+        Err(e) => failed(SignatureError::Cosign(e), allow_unsigned),
+    }
 }
 
 /// Verify everything: signature, digests, and every layer's verity tree. `work` holds the

@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use crate::display::{safe, Safe};
 use ingot_artifact::sbom::DebPackage;
-use ingot_artifact::sign::PublicKey;
+use ingot_artifact::trust_key::TrustedKey;
 use ingot_artifact::verify::{
     layer_packages, verify_metadata, ArtifactSource, SignatureStatus, Trust, VerifyError,
 };
@@ -175,7 +175,7 @@ pub fn report(
 /// layer's SBOM blob (checked against its pinned digest).
 pub fn inspect(
     source: &dyn ArtifactSource,
-    key: Option<PublicKey>,
+    key: Option<TrustedKey>,
     machine: Option<&Machine>,
     packages: bool,
 ) -> Result<InspectReport, VerifyError> {

@@ -48,8 +48,10 @@ pub struct Cli {
     /// replaced.
     #[arg(long, value_name = "PATH", conflicts_with_all = ["bootstrap_data", "sysroot"])]
     pub target: Option<PathBuf>,
-    /// The minisign public key the stack must be signed with (else INGOT_TRUST_KEY, else the
-    /// key compiled in).
+    /// The public key the stack must be signed with (else INGOT_TRUST_KEY, else the key
+    /// compiled in): a minisign key checks the signature inside the artifact, a cosign PEM key
+    /// (`cosign.pub`) the cosign signature of its manifest under the `sha256-<HEX>.sig` tag
+    /// (docs/manifest.md, "Two signatures").
     #[arg(long, value_name = "PUB")]
     pub trust_key: Option<PathBuf>,
     /// This machine's role (default: from the bootstrap data when provisioning, else worker).

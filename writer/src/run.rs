@@ -92,13 +92,13 @@ impl Effective {
 
     /// The trusted key: `--trust-key`, else `INGOT_TRUST_KEY`, else the settings' `trust_key`,
     /// else the key compiled in.
-    fn key(&self, cli: &Cli) -> Result<ingot_artifact::sign::PublicKey> {
+    fn key(&self, cli: &Cli) -> Result<ingot_artifact::trust_key::TrustedKey> {
         match &self.file.trust_key {
             Some(text)
                 if cli.trust_key.is_none() && std::env::var_os("INGOT_TRUST_KEY").is_none() =>
             {
-                ingot_artifact::sign::PublicKey::from_minisign(text)
-                    .with_context(|| format!("the trust_key of {}", self.from.join(" and ")))
+                let from = format!("the trust_key of {}", self.from.join(" and "));
+                Ok(ingot_artifact::trust_key::TrustedKey::parse(text, &from)?)
             }
             _ => Ok(ingot_artifact::trust_key::first_of(
                 cli.trust_key.as_deref(),

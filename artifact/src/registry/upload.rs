@@ -91,6 +91,25 @@ impl Endpoint {
         .await
     }
 
+    /// Upload a small blob held in memory (a cosign payload or config), unless it is there.
+    pub(crate) async fn push_blob_bytes_async(
+        &self,
+        reference: &RegistryRef,
+        bytes: &[u8],
+    ) -> Result<(), RegistryError> {
+        let digest = sha256_digest(bytes);
+        if self.blob_exists_async(reference, &digest).await? {
+            return Ok(());
+        }
+        let oref = reference.to_oci();
+        let body = Bytes::copy_from_slice(bytes);
+        self.retry_oci(&format!("uploading blob {digest}"), || {
+            self.transport.oci.push_blob(&oref, body.clone(), &digest)
+        })
+        .await
+        .map(|_| ())
+    }
+
     /// Push a manifest's exact bytes under `reference`'s tag (or its digest). Returns the
     /// digest the registry stored it under, checked against the bytes' digest.
     pub(crate) async fn push_manifest_async(

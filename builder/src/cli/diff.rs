@@ -32,7 +32,8 @@ pub struct DiffArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Check both stacks' signatures with this minisign public key (file or base64).
+    /// Check both stacks' signatures with this public key (file or text): minisign, or a
+    /// cosign PEM key (`cosign.pub`: the cosign signature under `sha256-<HEX>.sig`).
     #[arg(long, value_name = "PUB")]
     pub trust_key: Option<String>,
     #[command(flatten)]

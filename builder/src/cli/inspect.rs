@@ -25,7 +25,9 @@ pub struct InspectArgs {
     /// SBOM blobs the descriptor pins (`packages` in the JSON).
     #[arg(long)]
     pub packages: bool,
-    /// Check the signature with this minisign public key (file or base64).
+    /// Check the signature with this public key (file or text): a minisign key checks the
+    /// signature over the descriptor, a cosign PEM key (`cosign.pub`) the cosign signature of
+    /// the manifest under its `sha256-<HEX>.sig` tag.
     #[arg(long, value_name = "PUB")]
     pub trust_key: Option<String>,
     /// The machine's role: show which layers it gets.

@@ -4,6 +4,8 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use ingot_artifact::cosign::attach::attach;
+use ingot_artifact::cosign::SigningKey;
 use ingot_artifact::registry::progress::throughput;
 use ingot_artifact::registry::push::publish_tagged;
 use ingot_artifact::registry::{Registry, RegistryError, RegistryRef};
@@ -36,8 +38,38 @@ pub struct PublishArgs {
     /// Print the result as one JSON object (camelCase keys) instead of the digest.
     #[arg(long)]
     pub json: bool,
+    /// After the manifest, push a cosign signature of its digest made with this cosign private
+    /// key (`cosign.key`, from `ingot key generate --cosign` or `cosign generate-key-pair`) under
+    /// the tag `sha256-<HEX>.sig` of the same repository, appended to the signatures there
+    /// (what `cosign verify --key`, a `policy.json` `sigstoreSigned` requirement and `ingot
+    /// verify --trust-key cosign.pub` check). The password is COSIGN_PASSWORD's, or see
+    /// --cosign-password-file. With --json the result gains `cosignSignature` (`tag`, `digest`
+    /// of the signature manifest, `unchanged`).
+    #[arg(long, value_name = "KEY")]
+    pub cosign_key: Option<std::path::PathBuf>,
+    /// Read the cosign key's password from this file (its first line) instead of COSIGN_PASSWORD.
+    #[arg(long, value_name = "FILE", requires = "cosign_key")]
+    pub cosign_password_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub registry: RegistryArgs,
+}
+
+/// Reads and decrypts a cosign private key, before anything is pushed.
+fn read_cosign_key(
+    path: &std::path::Path,
+    password_file: Option<&std::path::Path>,
+) -> anyhow::Result<SigningKey> {
+    use anyhow::Context;
+    let password = super::key::cosign_password(password_file, "--cosign-password-file")?;
+    use ingot_artifact::cosign::private_key::MAX_KEY_FILE_SIZE;
+    use ingot_verity::input::{read_text_bounded, Symlinks};
+    let text = read_text_bounded(path, MAX_KEY_FILE_SIZE as u64, Symlinks::Follow)
+        .with_context(|| format!("reading the cosign key {}", path.display()))?;
+    Ok(SigningKey::from_encrypted_pem(
+        &text,
+        &password,
+        &path.display().to_string(),
+    )?)
 }
 
 /// Print a registry error and turn it into its exit code.
@@ -72,13 +104,35 @@ pub fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
         Ok(r) => r,
         Err(e) => return Ok(fail("publish", &e)),
     };
+    let cosign_key = args
+        .cosign_key
+        .as_deref()
+        .map(|k| read_cosign_key(k, args.cosign_password_file.as_deref()))
+        .transpose()?;
     let options = args.registry.options()?;
     let what = format!("publish {} to {target}", layout.display());
     let result = Registry::connect(&target, options).and_then(|reg| {
-        publish_tagged(&reg, &layout, tag.as_deref(), &target, args.allow_overwrite)
+        let report = publish_tagged(&reg, &layout, tag.as_deref(), &target, args.allow_overwrite)?;
+        let signed = cosign_key
+            .as_ref()
+            .map(|key| attach(&reg, &target, &report.digest, key))
+            .transpose()?;
+        Ok((report, signed))
     });
     match result {
-        Ok(report) => {
+        Ok((report, signed)) => {
+            if let Some(s) = &signed {
+                eprintln!(
+                    "ingot: cosign signature {} {} ({} signature(s) under the tag)",
+                    s.tag,
+                    if s.unchanged {
+                        "already there"
+                    } else {
+                        "pushed"
+                    },
+                    s.signatures
+                );
+            }
             if report.unchanged {
                 eprintln!(
                     "ingot: {target} already names {}: unchanged, nothing pushed",
@@ -93,7 +147,7 @@ pub fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
                 );
             }
             if args.json {
-                let v = serde_json::json!({
+                let mut v = serde_json::json!({
                     "reference": target.to_string(),
                     "digest": report.digest,
                     "unchanged": report.unchanged,
@@ -101,6 +155,13 @@ pub fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
                     "bytesPushed": report.bytes_pushed(),
                     "blobsSkipped": report.skipped.len(),
                 });
+                if let Some(s) = &signed {
+                    v["cosignSignature"] = serde_json::json!({
+                        "tag": s.tag,
+                        "digest": s.manifest_digest,
+                        "unchanged": s.unchanged,
+                    });
+                }
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
                 println!("{}", report.digest);

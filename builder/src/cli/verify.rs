@@ -8,8 +8,9 @@ use clap::Args;
 use crate::display::{Safe, SafeText};
 use ingot_artifact::verify::{open_with, verify, SignatureStatus, StackRef, Trust, VerifyReport};
 
-/// Check a stack artifact end to end: the minisign signature over the stack descriptor first
-/// (nothing is trusted before it), then every blob's digest and size, then every layer:
+/// Check a stack artifact end to end: the signature first (minisign's over the stack
+/// descriptor, or with a cosign key cosign's over the manifest digest; nothing is trusted
+/// before it), then every blob's digest and size, then every layer:
 /// decompress it, recompute its dm-verity tree and root hash, compare with the signed
 /// descriptor. The first thing wrong is named.
 ///
@@ -19,7 +20,8 @@ use ingot_artifact::verify::{open_with, verify, SignatureStatus, StackRef, Trust
 /// signed root hash.
 #[derive(Args, Debug)]
 #[command(after_help = "\
-Checks the minisign signature over the stack descriptor first (nothing is trusted before it), \
+Checks the signature first (minisign's over the stack descriptor, or cosign's over the manifest \
+digest under its sha256-HEX.sig tag when --trust-key is a cosign.pub; nothing is trusted before it), \
 then every blob's digest and size, then every layer: decompress, recompute the dm-verity tree \
 and root hash, compare with the signed descriptor. The first thing wrong is named.
 
@@ -35,7 +37,10 @@ pub struct VerifyArgs {
     /// reference `oci://HOST[:PORT]/REPO:TAG` (or `…@sha256:DIGEST`; credentials from
     /// OCI_REGISTRY_AUTH_TOKEN or docker's config.json).
     pub stack: String,
-    /// The minisign public key to trust (a `.pub` file, or the base64 key itself).
+    /// The public key to trust (a file, or the key itself): a minisign `.pub` checks the
+    /// signature over the descriptor; a cosign PEM key (`cosign.pub`) checks the cosign
+    /// signature of the manifest digest under the `sha256-<HEX>.sig` tag instead, and the
+    /// descriptor is trusted through that digest.
     #[arg(long, value_name = "PUB")]
     pub trust_key: Option<String>,
     /// Accept an unsigned artifact, or one whose signature does not verify (reported, not

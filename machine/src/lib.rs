@@ -20,6 +20,7 @@
 //! (`ingot_testkit::machine::materialize`).
 //! The rules and the fixture layout are described in `docs/machine-checks.md`.
 
+pub mod aligned;
 mod detect;
 mod disks;
 mod error;

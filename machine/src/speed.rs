@@ -2,7 +2,6 @@
 //! start of the device for 3 seconds, at least 20,000 KiB/s on a rotational disk and 40,000 KiB/s
 //! on any other.
 
-use std::alloc::Layout;
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
@@ -10,15 +9,12 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use crate::aligned::AlignedBuf;
 use crate::gate::{GateDetail, GateFailure, GateReport, Reason, Warning};
 use crate::Disk;
 
 /// One request: large enough that per-request overhead does not dominate on NVMe.
 const REQUEST: usize = 4 << 20;
-/// `O_DIRECT` needs buffer, offset and length aligned to the logical block size; 4 KiB covers
-/// every block size in use.
-const ALIGN: usize = 4096;
-
 /// CAPH's thresholds: 20,000 KiB/s for a rotational disk, 40,000 KiB/s otherwise.
 pub fn default_min_kib_s(disk: &Disk) -> u64 {
     if disk.rotational {
@@ -43,39 +39,6 @@ pub struct ReadSpeed {
     pub direct: bool,
     /// Stopped because the device ended before `duration` was up.
     pub reached_end: bool,
-}
-
-/// An aligned heap buffer for `O_DIRECT` reads.
-struct AlignedBuf {
-    ptr: *mut u8,
-    layout: Layout,
-}
-
-// An aligned allocation is the one thing std has no safe constructor for.
-#[allow(unsafe_code)]
-impl AlignedBuf {
-    fn new(len: usize) -> Self {
-        let layout = Layout::from_size_align(len, ALIGN).expect("constant layout");
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        AlignedBuf { ptr, layout }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: ptr is a live, initialised allocation of layout.size() bytes owned by self.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
-    }
-}
-
-#[allow(unsafe_code)] // freeing the allocation made in `AlignedBuf::new`
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { std::alloc::dealloc(self.ptr, self.layout) }
-    }
 }
 
 /// Read `disk` sequentially from its start with `O_DIRECT` for `duration` (CAPH: 3 s) or until
@@ -107,7 +70,7 @@ pub fn gate_read_speed(
     let mut reached_end = false;
     let start = Instant::now();
     while start.elapsed() < duration {
-        let n = match file.read(buf.as_mut_slice()) {
+        let n = match file.read(&mut buf[..]) {
             Ok(n) => n,
             // Some filesystems accept O_DIRECT at open and refuse it at the first read.
             Err(e) if direct && bytes == 0 && e.raw_os_error() == Some(libc::EINVAL) => {

@@ -16,6 +16,10 @@ use std::process::{Command, ExitStatus, Output};
 pub trait Host: Debug + Send + Sync {
     /// Runs `program` with `args` to its end and returns what it printed and its status.
     fn run(&self, program: &str, args: &[&str]) -> std::io::Result<Output>;
+
+    /// Starts `program` with `args` in its own session, its output discarded, and returns at
+    /// once: it outlives this process (the delayed reboot after a run).
+    fn spawn_detached(&self, program: &str, args: &[&str]) -> std::io::Result<()>;
 }
 
 /// The machine this runs on: programs from `PATH`.
@@ -25,6 +29,26 @@ pub struct Live;
 impl Host for Live {
     fn run(&self, program: &str, args: &[&str]) -> std::io::Result<Output> {
         Command::new(program).args(args).output()
+    }
+
+    #[allow(unsafe_code)] // setsid in the child between fork and exec
+    fn spawn_detached(&self, program: &str, args: &[&str]) -> std::io::Result<()> {
+        use std::os::unix::process::CommandExt;
+        use std::process::Stdio;
+        let mut cmd = Command::new(program);
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: setsid is async-signal-safe; it detaches the child from our session so it
+        // outlives us (CAPH runs the writer under nohup over SSH).
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        cmd.spawn().map(drop)
     }
 }
 
@@ -37,7 +61,8 @@ impl Host for Live {
 ///   as the kernel's does;
 /// - any other program: succeeds and prints nothing.
 ///
-/// Every command is appended to `<root>/host/ran`, one line each. A program named by a file
+/// Every command (a detached one too, which is never started) is appended to
+/// `<root>/host/ran`, one line each. A program named by a file
 /// `<root>/host/fail/PROGRAM` fails instead: exit status 1, the file's text on stderr.
 #[derive(Debug, Clone)]
 pub struct Fixture {
@@ -105,6 +130,18 @@ impl Fixture {
 }
 
 impl Host for Fixture {
+    /// Recorded like [`Host::run`], never started; a program the fixture fails cannot start.
+    fn spawn_detached(&self, program: &str, args: &[&str]) -> std::io::Result<()> {
+        let out = self.run(program, args)?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(
+                String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+            ))
+        }
+    }
+
     fn run(&self, program: &str, args: &[&str]) -> std::io::Result<Output> {
         self.record(program, args)?;
         let fail = self.root.join("host/fail").join(program);

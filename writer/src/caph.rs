@@ -37,7 +37,8 @@ pub fn provision(
         Ok(done) => {
             let msg = steps::finish::provisioned(&done, reporter);
             if reboot.enabled {
-                crate::reboot::schedule(reboot.delay).context("starting the delayed reboot")?;
+                crate::reboot::schedule(req.host.as_ref(), reboot.delay)
+                    .context("starting the delayed reboot")?;
                 println!("rebooting in {} s", reboot.delay);
             }
             println!("IMAGE_URL_DONE {msg}");

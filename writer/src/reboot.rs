@@ -1,25 +1,27 @@
 //! The reboot after a successful provisioning run.
-#![allow(unsafe_code)] // setsid in the child between fork and exec; see `schedule`.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
+use ingot_machine::host::Host;
 
-/// Reboots after `delay` seconds, from a detached shell, so this process can exit and the
-/// provisioner can read its result first.
-pub fn schedule(delay: u64) -> std::io::Result<()> {
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", &format!("sleep {delay}; sync; reboot")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    // SAFETY: setsid is async-signal-safe; it detaches the shell from our session so it
-    // outlives us (CAPH runs us under nohup over SSH).
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
+/// Reboots after `delay` seconds, from a detached shell started through the host seam, so
+/// this process can exit and the provisioner can read its result first.
+pub fn schedule(host: &dyn Host, delay: u64) -> std::io::Result<()> {
+    host.spawn_detached("sh", &["-c", &format!("sleep {delay}; sync; reboot")])
+}
+
+#[cfg(test)]
+mod tests {
+    use ingot_machine::host::Fixture;
+
+    #[test]
+    fn the_reboot_goes_through_the_host_and_a_failure_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Fixture::new(dir.path());
+        super::schedule(&host, 3).unwrap();
+        let ran = std::fs::read_to_string(dir.path().join("host/ran")).unwrap();
+        assert_eq!(ran, "sh -c sleep 3; sync; reboot\n");
+        std::fs::create_dir_all(dir.path().join("host/fail")).unwrap();
+        std::fs::write(dir.path().join("host/fail/sh"), "no shell").unwrap();
+        let e = super::schedule(&host, 3).unwrap_err();
+        assert!(e.to_string().contains("no shell"), "{e}");
     }
-    cmd.spawn()?;
-    Ok(())
 }

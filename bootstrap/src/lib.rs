@@ -30,6 +30,7 @@ mod parse;
 mod preload;
 mod rescue_net;
 pub mod secrets;
+mod shell;
 mod stage;
 
 pub use kubelet::serving_cert_warnings;

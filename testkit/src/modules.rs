@@ -111,6 +111,21 @@ pub fn graph(src: &Path) -> Graph {
     graph
 }
 
+/// `graph` with every module folded into its crate-level ancestor (`steps::plan` into
+/// `steps`): a directory of modules is one unit, so a circle that passes through different
+/// submodules of one (`kubelet` → `parse::yaml` → `stage` → `kubelet`) is a circle here.
+/// Edges inside one unit are dropped.
+pub fn folded(graph: &Graph) -> Graph {
+    let top = |m: &str| m.split("::").next().unwrap_or("").to_owned();
+    let mut out = Graph::new();
+    for (from, targets) in graph {
+        let unit = top(from);
+        let edges = out.entry(unit.clone()).or_default();
+        edges.extend(targets.iter().map(|t| top(t)).filter(|t| *t != unit));
+    }
+    out
+}
+
 /// Every set of two or more modules that name each other in a circle (Tarjan's strongly
 /// connected components), each sorted.
 pub fn cycles(graph: &Graph) -> Vec<Vec<String>> {
@@ -184,6 +199,24 @@ mod tests {
             std::fs::write(p, text).unwrap();
         }
         dir
+    }
+
+    #[test]
+    fn folding_finds_a_circle_through_submodules() {
+        let graph: Graph = [
+            ("kubelet", vec!["parse::yaml"]),
+            ("parse::yaml", vec!["stage::units"]),
+            ("stage::units", vec![]),
+            ("stage", vec!["kubelet"]),
+        ]
+        .into_iter()
+        .map(|(m, t)| (m.to_owned(), t.into_iter().map(str::to_owned).collect()))
+        .collect();
+        assert!(cycles(&graph).is_empty());
+        assert_eq!(
+            cycles(&folded(&graph)),
+            vec![vec!["kubelet", "parse", "stage"]]
+        );
     }
 
     #[test]

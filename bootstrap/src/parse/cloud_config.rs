@@ -11,7 +11,7 @@ use super::{
     base64_decode, check_path, kubeadm_action, numeric_mode, octal_mode, Budget, ParseError,
 };
 use crate::model::{Bootstrap, FileSpec, Format, GroupSpec, IdOrName, Owner, UserSpec};
-use crate::stage::shell_quote;
+use crate::shell::shell_quote;
 
 /// Keys cloud-init knows that ingot deliberately does not apply, with the reason.
 const NOT_APPLIED: &[(&str, &str)] = &[

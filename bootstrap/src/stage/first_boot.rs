@@ -9,8 +9,9 @@ use super::data::Deferred;
 use super::jinja::render_jinja;
 use super::relocate;
 use super::tree::Tree;
-use super::{shell_quote, StageError, StageInput, RELOCATED_DIRS};
+use super::{StageError, StageInput, RELOCATED_DIRS};
 use crate::model::Format;
+use crate::shell::shell_quote;
 
 const SCRIPT: &str = "/etc/ingot/bootstrap.sh";
 const UNIT: &str = "/etc/systemd/system/ingot-bootstrap.service";

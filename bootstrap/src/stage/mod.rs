@@ -209,19 +209,6 @@ pub enum StageError {
     },
 }
 
-/// Quotes a word for `sh`.
-pub(crate) fn shell_quote(word: &str) -> String {
-    let safe = !word.is_empty()
-        && word
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
-    if safe {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', r"'\''"))
-    }
-}
-
 /// Stages the per-node layer's files.
 ///
 /// `rng` provides the machine-id and the SSH host keys; it must be a cryptographic RNG (the

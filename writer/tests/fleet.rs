@@ -234,14 +234,9 @@ fn ten_writers_at_once_through_a_pull_through_cache() {
     );
 }
 
-/// A first mirror whose port is closed: the writer warns naming it, goes on with the next
-/// mirror, and output.json says who served what. CAPH's token goes to the origin only: the
-/// mirror (another host) never sees it.
-#[test]
-fn a_stopped_first_mirror_falls_back_and_the_token_stays_with_the_origin() {
-    if !usable(ingot_testkit::test_name!()) {
-        return;
-    }
+/// The demo stack published to an origin registry, and a front on it that demands CAPH's token
+/// (as bearer `base64(TOKEN)`, returned): (stack, work dir, origin, front, bearer).
+fn origin_behind_token() -> (common::Stack, tempfile::TempDir, Registry, Front, String) {
     let stack = common::demo();
     let work = tempfile::tempdir().unwrap();
     let reg = Registry::start(&work.path().join("origin"), None);
@@ -255,6 +250,18 @@ fn a_stopped_first_mirror_falls_back_and_the_token_stays_with_the_origin() {
             rate: None,
         },
     );
+    (stack, work, reg, front, bearer)
+}
+
+/// A first mirror whose port is closed: the writer warns naming it, goes on with the next
+/// mirror, and output.json says who served what. CAPH's token goes to the origin only: the
+/// mirror (another host) never sees it.
+#[test]
+fn a_stopped_first_mirror_falls_back_and_the_token_stays_with_the_origin() {
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    let (stack, work, reg, front, bearer) = origin_behind_token();
     // The second mirror: the same content, anonymous, recording every Authorization header.
     let mirror = Proxy::start(addr(0), addr(reg.port), Faults::default()).unwrap();
     let dead = format!("127.0.0.1:{}", free_port());
@@ -323,19 +330,7 @@ fn a_plain_http_cache_marked_insecure_serves_the_writer_without_the_origins_toke
         ingot_testkit::skip::skip(test, "this machine has no non-loopback IPv4 address");
         return;
     };
-    let stack = common::demo();
-    let work = tempfile::tempdir().unwrap();
-    let reg = Registry::start(&work.path().join("origin"), None);
-    publish(&stack.layout, &reg);
-    use base64::Engine;
-    let bearer = base64::engine::general_purpose::STANDARD.encode(TOKEN);
-    let front = Front::start(
-        reg.port,
-        FrontOptions {
-            bearer: Some(bearer.clone()),
-            rate: None,
-        },
-    );
+    let (stack, work, reg, front, bearer) = origin_behind_token();
     // The cache has its own way to the origin; the writer reaches it on `ip`, recorded.
     let cache = Registry::start_cache(
         &work.path().join("cache"),

@@ -337,11 +337,13 @@ impl MirrorsFrom {
 mod tests {
     use super::*;
 
-    fn conf(text: &str) -> MirrorConfig {
+    /// `text` parsed as `/t/registries.conf` (also for `file`'s tests).
+    pub(super) fn conf(text: &str) -> MirrorConfig {
         MirrorConfig::parse(text, Path::new("/t/registries.conf")).unwrap()
     }
 
-    fn err(text: &str) -> String {
+    /// Why `text` is refused, the file named (also for `file`'s tests).
+    pub(super) fn err(text: &str) -> String {
         let e = MirrorConfig::parse(text, Path::new("/t/registries.conf")).unwrap_err();
         let s = crate::error_chain::text(&e);
         assert!(s.contains("/t/registries.conf"), "{s}");

@@ -425,19 +425,9 @@ fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> MirrorsError {
 mod tests {
     use std::path::Path;
 
+    use super::super::tests::{conf, err};
     use super::super::{MirrorConfig, MirrorsFrom};
     use super::*;
-
-    fn conf(text: &str) -> MirrorConfig {
-        MirrorConfig::parse(text, Path::new("/t/registries.conf")).unwrap()
-    }
-
-    fn err(text: &str) -> String {
-        let e = MirrorConfig::parse(text, Path::new("/t/registries.conf")).unwrap_err();
-        let s = crate::error_chain::text(&e);
-        assert!(s.contains("/t/registries.conf"), "{s}");
-        s
-    }
 
     #[test]
     fn hostile_files_are_named_errors() {

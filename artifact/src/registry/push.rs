@@ -103,30 +103,62 @@ pub fn publish_tagged(
         skipped: vec![],
         elapsed: Duration::ZERO,
     };
-    if target.tag.is_some() {
-        let tag_ref = RegistryRef {
-            digest: None,
-            ..target.clone()
-        };
-        match reg.try_resolve_at_origin(&tag_ref)? {
-            Some(existing) if existing == digest => {
-                info!("{tag_ref} already names {digest}: nothing to push");
-                report.unchanged = true;
-                report.elapsed = start.elapsed();
-                return Ok(report);
-            }
-            Some(existing) if !allow_overwrite => {
-                return Err(RegistryError::Conflict {
-                    reference: tag_ref.to_string(),
-                    existing,
-                    ours: digest,
-                })
-            }
-            _ => {}
-        }
+    if tag_names_it_already(reg, target, &digest, allow_overwrite)? {
+        report.unchanged = true;
+        report.elapsed = start.elapsed();
+        return Ok(report);
     }
+    let blobs = layout_blobs(&layout, &manifest)?;
+    push_blobs(reg, target, &blobs, &mut report)?;
+    let media_type = manifest
+        .media_type
+        .clone()
+        .unwrap_or_else(|| MANIFEST_MEDIA_TYPE.to_owned());
+    let stored = reg.block_on(reg.origin.push_manifest_async(
+        target,
+        &manifest_bytes,
+        &media_type,
+    ))?;
+    debug_assert_eq!(stored, digest);
+    report.elapsed = start.elapsed();
+    Ok(report)
+}
 
-    // Config first, then layers; each digest once.
+/// Whether `target`'s tag already names `digest` (nothing to push). A tag naming other content
+/// is refused unless `allow_overwrite`.
+fn tag_names_it_already(
+    reg: &Registry,
+    target: &RegistryRef,
+    digest: &str,
+    allow_overwrite: bool,
+) -> Result<bool, RegistryError> {
+    if target.tag.is_none() {
+        return Ok(false);
+    }
+    let tag_ref = RegistryRef {
+        digest: None,
+        ..target.clone()
+    };
+    match reg.try_resolve_at_origin(&tag_ref)? {
+        Some(existing) if existing == digest => {
+            info!("{tag_ref} already names {digest}: nothing to push");
+            Ok(true)
+        }
+        Some(existing) if !allow_overwrite => Err(RegistryError::Conflict {
+            reference: tag_ref.to_string(),
+            existing,
+            ours: digest.to_owned(),
+        }),
+        _ => Ok(false),
+    }
+}
+
+/// The manifest's blobs in the layout, config first, then layers, each digest once, each
+/// present with its size: (digest, size, path).
+fn layout_blobs(
+    layout: &Layout,
+    manifest: &ImageManifest,
+) -> Result<Vec<(String, u64, PathBuf)>, RegistryError> {
     let mut blobs: Vec<(String, u64, PathBuf)> = Vec::new();
     for d in std::iter::once(&manifest.config).chain(manifest.layers.iter()) {
         if blobs.iter().any(|(x, _, _)| x == &d.digest) {
@@ -148,7 +180,17 @@ pub fn publish_tagged(
         }
         blobs.push((d.digest.clone(), d.size, path));
     }
+    Ok(blobs)
+}
 
+/// Pushes the blobs the registry lacks (a HEAD request first, several at once), recording in
+/// `report` which were pushed and which were already there.
+fn push_blobs(
+    reg: &Registry,
+    target: &RegistryRef,
+    blobs: &[(String, u64, PathBuf)],
+    report: &mut PublishReport,
+) -> Result<(), RegistryError> {
     let progress = Progress::new(reg.options.progress);
     let concurrency = reg.options.concurrency.max(1);
     let results: Vec<Result<(String, u64, bool), RegistryError>> = reg.block_on(async {
@@ -178,16 +220,5 @@ pub fn publish_tagged(
             report.skipped.push((d, size));
         }
     }
-    let media_type = manifest
-        .media_type
-        .clone()
-        .unwrap_or_else(|| MANIFEST_MEDIA_TYPE.to_owned());
-    let stored = reg.block_on(reg.origin.push_manifest_async(
-        target,
-        &manifest_bytes,
-        &media_type,
-    ))?;
-    debug_assert_eq!(stored, digest);
-    report.elapsed = start.elapsed();
-    Ok(report)
+    Ok(())
 }

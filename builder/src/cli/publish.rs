@@ -113,10 +113,20 @@ pub fn run(args: PublishArgs) -> anyhow::Result<ExitCode> {
     let what = format!("publish {} to {target}", layout.display());
     let result = Registry::connect(&target, options).and_then(|reg| {
         let report = publish_tagged(&reg, &layout, tag.as_deref(), &target, args.allow_overwrite)?;
+        // The manifest is up: a signature that cannot be pushed now must say so, not read as
+        // if nothing was published.
         let signed = cosign_key
             .as_ref()
             .map(|key| attach(&reg, &target, &report.digest, key))
-            .transpose()?;
+            .transpose()
+            .inspect_err(|_| {
+                eprintln!(
+                    "ingot: {target} now names {}, but its cosign signature was not pushed \
+                     (below); run the same publish again: nothing else is pushed, the signature \
+                     is added",
+                    report.digest
+                )
+            })?;
         Ok((report, signed))
     });
     match result {

@@ -1,4 +1,4 @@
-//! The proxy environment variables, as reqwest (under oci-client and ingot's own manifest reads)
+//! The proxy environment variables, as reqwest (the one HTTP client of every registry request)
 //! reads them: `ingot pull` and `ingot resolve` against a real `docker-registry` go through an
 //! HTTP proxy (`ingot-testproxy`, which counts the requests and bytes it forwards) named by
 //! `HTTP_PROXY` or `http_proxy`, and not when `NO_PROXY` names the registry host. reqwest has no

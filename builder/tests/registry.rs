@@ -401,6 +401,60 @@ fn bearer_token_from_env_reaches_the_registry_and_never_the_output() {
     );
 }
 
+/// One authorization path: a `401` naming a token realm other than the one `/v2/` named (a token
+/// that expired, a repository behind another token service) is answered the same way for a push
+/// and a pull: a token from the realm the `401` names, for the access the request needs, and the
+/// request once more. The front passes nothing without realm `b`'s token, which only that answer
+/// obtains.
+#[test]
+fn a_401_naming_a_new_token_realm_is_answered_alike_for_a_push_and_a_pull() {
+    let test = ingot_testkit::test_name!();
+    if !have_registry(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, pk) = demo_build(tmp.path());
+    let reg = Registry::start(&tmp.path().join("reg"), None);
+    let front = Front::start_with_realms(reg.port);
+    let target = front.url("stacks/demo:1.0.0");
+    let issued = || std::mem::take(&mut *front.tokens.lock().unwrap());
+
+    ok(ingot_with(
+        &["publish", p(&layout), &target, "-q"],
+        &[],
+        None,
+    ));
+    let pushed = issued();
+    let pulled_dir = tmp.path().join("pulled");
+    ok(ingot_with(
+        &["pull", &target, p(&pulled_dir), "-q"],
+        &[],
+        None,
+    ));
+    let pulled = issued();
+    ok(ingot_with(
+        &["verify", &target, "--trust-key", p(&pk)],
+        &[],
+        None,
+    ));
+
+    let scope = "repository:stacks/demo";
+    assert!(
+        pushed.contains(&format!("b {scope}:pull,push")),
+        "the push asked realm b for no push token: {pushed:?}"
+    );
+    assert!(
+        pulled.contains(&format!("b {scope}:pull")),
+        "the pull asked realm b for no pull token: {pulled:?}"
+    );
+    assert!(
+        !pulled.iter().any(|t| t.ends_with("push")),
+        "a pull asked for push access: {pulled:?}"
+    );
+    assert!(front.refused.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    assert_eq!(tree_digests(&pulled_dir), tree_digests(&layout));
+}
+
 /// A signed stack with a layer of `bytes` random bytes (`bulk_manifest`), built in `dir` and
 /// published to a fresh registry as `stacks/bulk:1.0.0`: (layout, public key, registry).
 fn published_bulk(dir: &Path, bytes: usize) -> (PathBuf, PathBuf, Registry) {

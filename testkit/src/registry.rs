@@ -196,6 +196,9 @@ pub struct Front {
     pub refused: Arc<AtomicUsize>,
     /// What went through: response bytes, and requests that carried a `Range` header.
     pub traffic: Arc<Traffic>,
+    /// The tokens handed out by a front with token realms ([`Front::start_with_realms`]), as
+    /// `REALM SCOPE` (`b repository:stacks/demo:pull,push`).
+    pub tokens: Arc<Mutex<Vec<String>>>,
     _server: Server,
 }
 
@@ -211,10 +214,11 @@ pub struct Traffic {
 impl Front {
     pub fn start(upstream: u16, options: FrontOptions) -> Front {
         let counters = Counters::default();
-        let (auth_seen, refused, traffic) = (
+        let (auth_seen, refused, traffic, tokens) = (
             counters.seen.clone(),
             counters.refused.clone(),
             counters.traffic.clone(),
+            counters.tokens.clone(),
         );
         let upstream = SocketAddr::from(([127, 0, 0, 1], upstream));
         let server = Server::local(move |conn| serve(conn, upstream, &options, &counters))
@@ -224,6 +228,33 @@ impl Front {
             auth_seen,
             refused,
             traffic,
+            tokens,
+            _server: server,
+        }
+    }
+
+    /// A front that is its own token service, in two realms: `/v2/` names realm `a`
+    /// (`http://HOST/token/a`), whose tokens open `/v2/` alone; every repository request without
+    /// realm `b`'s token is answered `401` naming realm `b`: the new realm a registry names when
+    /// a token expired or a repository is served by another token service. A client passes only
+    /// by answering a `401` with a token from the realm it names.
+    pub fn start_with_realms(upstream: u16) -> Front {
+        let counters = Counters::default();
+        let (auth_seen, refused, traffic, tokens) = (
+            counters.seen.clone(),
+            counters.refused.clone(),
+            counters.traffic.clone(),
+            counters.tokens.clone(),
+        );
+        let upstream = SocketAddr::from(([127, 0, 0, 1], upstream));
+        let server = Server::local(move |conn| serve_realms(conn, upstream, &counters))
+            .expect("starting the registry front");
+        Front {
+            port: server.port(),
+            auth_seen,
+            refused,
+            traffic,
+            tokens,
             _server: server,
         }
     }
@@ -239,6 +270,54 @@ struct Counters {
     seen: Arc<Mutex<Vec<String>>>,
     refused: Arc<AtomicUsize>,
     traffic: Arc<Traffic>,
+    tokens: Arc<Mutex<Vec<String>>>,
+}
+
+/// [`Front::start_with_realms`]'s behaviour.
+fn serve_realms(conn: &mut Conn, upstream: SocketAddr, counters: &Counters) -> std::io::Result<()> {
+    let request = &conn.request;
+    let path = request.path().to_owned();
+    let host = request.header("host").unwrap_or("127.0.0.1").to_owned();
+    if let Some(rest) = path.strip_prefix("/token/") {
+        let (realm, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let scope = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("scope="))
+            .map(|s| {
+                s.replace("%3A", ":")
+                    .replace("%2F", "/")
+                    .replace("%2C", ",")
+            })
+            .unwrap_or_default();
+        counters
+            .tokens
+            .lock()
+            .unwrap()
+            .push(format!("{realm} {scope}"));
+        let body = format!(r#"{{"token":"tok-{realm}"}}"#);
+        let json = ["Content-Type: application/json".to_owned()];
+        return conn.respond("200 OK", &json, body.as_bytes(), false);
+    }
+    let authorization = request.header("authorization").unwrap_or("").to_owned();
+    if !authorization.is_empty() {
+        counters.seen.lock().unwrap().push(authorization.clone());
+    }
+    let (wanted, realm) = if path == "/v2/" {
+        (&["Bearer tok-a", "Bearer tok-b"][..], "a")
+    } else {
+        (&["Bearer tok-b"][..], "b")
+    };
+    if !wanted.contains(&authorization.as_str()) {
+        counters.refused.fetch_add(1, Ordering::Relaxed);
+        let challenge = format!(
+            "WWW-Authenticate: Bearer realm=\"http://{host}/token/{realm}\",service=\"front\""
+        );
+        let body = r#"{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}"#;
+        let headers = [challenge, "Content-Type: application/json".to_owned()];
+        let head_only = request.method() == "HEAD";
+        return conn.respond("401 Unauthorized", &headers, body.as_bytes(), head_only);
+    }
+    forward(conn, upstream, &FrontOptions::default(), counters)
 }
 
 fn serve(
@@ -263,6 +342,16 @@ fn serve(
             return conn.respond("401 Unauthorized", &json, body.as_bytes(), false);
         }
     }
+    forward(conn, upstream, options, counters)
+}
+
+/// Sends the request on to the registry and its answer back, throttled if asked.
+fn forward(
+    conn: &mut Conn,
+    upstream: SocketAddr,
+    options: &FrontOptions,
+    counters: &Counters,
+) -> std::io::Result<()> {
     let Ok(mut up) = conn.forward(upstream) else {
         return conn.respond("502 Bad Gateway", &[], b"", false);
     };

@@ -17,7 +17,6 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
-use oci_client::secrets::RegistryAuth;
 use serde::Deserialize;
 
 use super::error::RegistryError;
@@ -70,16 +69,6 @@ pub enum Credentials {
 }
 
 impl Credentials {
-    pub(crate) fn to_oci(&self) -> RegistryAuth {
-        match self {
-            Credentials::Anonymous => RegistryAuth::Anonymous,
-            Credentials::Basic { username, password } => {
-                RegistryAuth::Basic(username.clone(), password.expose().to_owned())
-            }
-            Credentials::Bearer(t) => RegistryAuth::Bearer(t.expose().to_owned()),
-        }
-    }
-
     /// All secret strings in these credentials (to scrub them from text that came from
     /// elsewhere, e.g. a registry's error body).
     pub fn secrets(&self) -> Vec<&str> {
@@ -204,8 +193,8 @@ pub fn credentials_from_docker_config(
                 password: Secret::new(password),
             }))
         }
-        // An OAuth2 refresh token; registries exchange it at their token endpoint. oci-client
-        // does not implement that exchange, so say so instead of failing obscurely.
+        // An OAuth2 refresh token; registries exchange it at their token endpoint (a POST
+        // ingot does not make yet), so say so instead of failing obscurely.
         Ok(DockerCredential::IdentityToken(_)) => Err(bad(
             "holds an identity token, which ingot does not support; use --username and \
              --password-stdin"

@@ -13,7 +13,7 @@ use std::io::Write;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use indicatif::ProgressBar;
-use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_RANGE, RANGE};
+use reqwest::header::{HeaderValue, CONTENT_RANGE, RANGE};
 use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
@@ -23,7 +23,8 @@ use super::error::{Cause, RegistryError};
 use super::http::error_answer;
 use super::limits::Throughput;
 use super::reference::RegistryRef;
-use super::retry::{classify_http, Budget, Failure};
+use super::retry::{Budget, Failure};
+use super::token::Access;
 
 /// The largest blob [`Registry::fetch_blob`] reads into memory.
 pub const MAX_IN_MEMORY_BLOB: u64 = 64 << 20;
@@ -159,12 +160,7 @@ impl Endpoint {
         what: &str,
     ) -> Result<Answer, Failure> {
         let ctx = self.ctx();
-        let authorization = self.pull_authorization(blob.reference).await?;
         let url = format!("{}/blobs/{}", self.repo_url(blob.reference), blob.digest);
-        let mut request = self.transport.http.get(&url);
-        if let Some(a) = authorization {
-            request = request.header(AUTHORIZATION, a);
-        }
         let range = match length {
             Some(len) => Some(format!(
                 "bytes={offset}-{}",
@@ -173,13 +169,14 @@ impl Endpoint {
             None if offset > 0 => Some(format!("bytes={offset}-")),
             None => None,
         };
-        if let Some(r) = &range {
-            request = request.header(RANGE, r.as_str());
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|e| classify_http(&ctx, what, e))?;
+        let build = || {
+            let request = self.transport.http.get(&url);
+            match &range {
+                Some(r) => request.header(RANGE, r.as_str()),
+                None => request,
+            }
+        };
+        let (response, _) = self.send(blob.reference, Access::Pull, what, build).await?;
         match response.status() {
             StatusCode::OK => Ok(Answer::Full(response)),
             StatusCode::PARTIAL_CONTENT => {

@@ -3,7 +3,7 @@
 //! source is first tried (a registries.conf may name thousands of mirrors; a run pays only for
 //! those it asks). An endpoint's jobs are in their own modules, each an `impl Endpoint` block or
 //! free functions: `http` (the one HTTP configuration), `retry`, `token`, `manifest`, `blob`,
-//! `partial` and `upload`; trying the sources in order, and recording what each served and why
+//! `partial` and `upload`, every request authorized by `token`; trying the sources in order, and recording what each served and why
 //! one failed ([`SourceLog`]), is `fallback`'s.
 
 use std::collections::{HashMap, HashSet};
@@ -84,12 +84,11 @@ impl Endpoint {
 
     /// `…/v2/REPO/` of `reference`'s repository.
     pub(crate) fn repo_url(&self, reference: &RegistryRef) -> String {
-        let oref = reference.to_oci();
         format!(
             "{}://{}/v2/{}",
             self.transport.scheme,
-            oref.resolve_registry(),
-            oref.repository()
+            reference.api_host(),
+            reference.repository
         )
     }
 }

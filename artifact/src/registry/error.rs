@@ -161,9 +161,6 @@ pub enum Cause {
     /// failed): not retried.
     #[error("no connection could be made")]
     Connect(#[source] reqwest::Error),
-    /// `oci-client` failed (an upload, a HEAD request).
-    #[error("the request failed")]
-    Oci(#[source] oci_client::errors::OciDistributionError),
     /// A response ended before the bytes it promised.
     #[error("the response ended at byte {at} of {size}")]
     Truncated {

@@ -1,8 +1,11 @@
-//! The one HTTP configuration every request uses: timeouts, user agent, TLS trust
-//! (`--ca-file`, `--insecure`), plain HTTP or HTTPS. It builds both clients: ingot's own
-//! `reqwest` client (manifests, blobs, tokens: everything a pull reads) and `oci-client`'s
-//! (uploads and HEAD requests), so the two cannot drift apart. Proxies come from the
-//! environment (`HTTP_PROXY`, `HTTPS_PROXY`, `NO_PROXY`, …), read by `reqwest` in both.
+//! The one HTTP client every request uses (manifests, blobs, tokens, uploads, HEAD requests):
+//! timeouts, user agent, TLS trust (`--ca-file`, `--insecure`), plain HTTP or HTTPS. Proxies come
+//! from the environment (`HTTP_PROXY`, `HTTPS_PROXY`, `NO_PROXY`, …), read by `reqwest`.
+//!
+//! ingot speaks the distribution API itself rather than through `oci-client`: a pull must cap
+//! every body it reads (a manifest, an error, a token answer) and resume a blob from its last good
+//! byte, which `oci-client` does not do, and one client means one authorization path
+//! (`token`) and one failure classification (`retry`) for pulls and pushes alike.
 //!
 //! Every body ingot reads into memory goes through [`read_capped`]: a registry decides neither
 //! how much memory an error body, a token answer or a manifest takes, nor how long it takes.
@@ -10,7 +13,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};
 use tokio::time::Instant;
 
 use super::error::{Cause, RegistryError};
@@ -32,16 +34,13 @@ pub const TOKEN_BODY_CAP: u64 = 1 << 20;
 /// How long reading an error body or a token answer may take.
 pub const SMALL_BODY_DEADLINE: Duration = Duration::from_secs(30);
 
-/// The clients, both built from one configuration; cloning shares them (and their connection
-/// pools).
+/// The client and the scheme it speaks; cloning shares the client (and its connection pool).
 #[derive(Clone)]
 pub(crate) struct Transport {
     /// `http` or `https`.
     pub scheme: &'static str,
-    /// Manifests, blobs and tokens.
+    /// Every request.
     pub http: reqwest::Client,
-    /// Uploads and HEAD requests.
-    pub oci: oci_client::Client,
 }
 
 /// A `--ca-file`: PEM, checked here so a wrong file is named rather than failing every request.
@@ -62,7 +61,7 @@ pub(crate) fn is_plain(reference: &RegistryRef, options: &RegistryOptions) -> bo
     options.plain_http || (reference.is_loopback() && !tls_asked)
 }
 
-/// Both clients for the registry `reference` names (`mirror`: a mirror's, which waits less for
+/// The client for the registry `reference` names (`mirror`: a mirror's, which waits less for
 /// a connection).
 pub(crate) fn transport(
     reference: &RegistryRef,
@@ -98,36 +97,9 @@ pub(crate) fn transport(
         source: Box::new(e),
     })?;
 
-    let config = ClientConfig {
-        protocol: if plain {
-            ClientProtocol::Http
-        } else {
-            ClientProtocol::Https
-        },
-        use_monolithic_push: !options.chunked,
-        read_timeout: Some(READ_TIMEOUT),
-        connect_timeout: Some(connect_timeout),
-        max_concurrent_download: options.concurrency.max(1),
-        max_concurrent_upload: options.concurrency.max(1),
-        user_agent: crate::version::USER_AGENT,
-        accept_invalid_certificates: options.insecure,
-        extra_root_certificates: ca
-            .into_iter()
-            .map(|(_, data)| Certificate {
-                encoding: CertificateEncoding::Pem,
-                data,
-            })
-            .collect(),
-        ..Default::default()
-    };
-    let oci = oci_client::Client::try_from(config).map_err(|e| RegistryError::Setup {
-        what: "the HTTP client",
-        source: Box::new(e),
-    })?;
     Ok(Transport {
         scheme: if plain { "http" } else { "https" },
         http,
-        oci,
     })
 }
 

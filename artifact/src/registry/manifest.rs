@@ -1,10 +1,9 @@
-//! Manifests, read by ingot itself rather than `oci-client` (which reads a body whole), so that
-//! neither their size nor their pace is the registry's choice ([`super::limits`]): at most
+//! Manifests, read with a cap, so that neither their size nor their pace is the registry's choice ([`super::limits`]): at most
 //! [`MAX_MANIFEST_SIZE`] bytes, within [`REQUEST_DEADLINE`], at the minimum speed. A tag is
 //! resolved by fetching its manifest and hashing it.
 
 use bytes::Bytes;
-use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_LENGTH};
+use reqwest::header::{HeaderValue, ACCEPT, CONTENT_LENGTH};
 
 use super::client::Endpoint;
 use super::error::{Cause, RegistryError};
@@ -12,9 +11,10 @@ use super::http::error_answer;
 use super::limits::{SpeedLimit, Throughput, MAX_MANIFEST_SIZE, REQUEST_DEADLINE};
 use super::reference::RegistryRef;
 use super::retry::{classify_http, retry, Context, Failure};
+use super::token::Access;
 use crate::oci_layout::{sha256_digest, ImageManifest, INDEX_MEDIA_TYPE, MANIFEST_MEDIA_TYPE};
 
-/// The media types a tag may resolve to (what `oci-client` asks for in a HEAD request).
+/// The media types a tag may resolve to (the manifest and index types of OCI and docker).
 const ANY_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json, \
      application/vnd.oci.image.index.v1+json, \
      application/vnd.docker.distribution.manifest.v2+json, \
@@ -51,12 +51,8 @@ struct Get<'a> {
 impl Get<'_> {
     /// `GET url`, reading at most [`MAX_MANIFEST_SIZE`] bytes of body, within
     /// [`REQUEST_DEADLINE`] and the minimum speed.
-    async fn send(
-        &self,
-        http: &reqwest::Client,
-        authorization: Option<HeaderValue>,
-    ) -> Result<Got, Failure> {
-        match tokio::time::timeout(REQUEST_DEADLINE, self.send_inner(http, authorization)).await {
+    async fn send(&self, endpoint: &Endpoint, reference: &RegistryRef) -> Result<Got, Failure> {
+        match tokio::time::timeout(REQUEST_DEADLINE, self.send_inner(endpoint, reference)).await {
             Ok(r) => r,
             Err(_) => Err(Failure::TooSlow(Cause::TooSlow(format!(
                 "no complete answer within {REQUEST_DEADLINE:?}"
@@ -70,23 +66,16 @@ impl Get<'_> {
 
     async fn send_inner(
         &self,
-        http: &reqwest::Client,
-        authorization: Option<HeaderValue>,
+        endpoint: &Endpoint,
+        reference: &RegistryRef,
     ) -> Result<Got, Failure> {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            ACCEPT,
-            HeaderValue::from_str(self.accept).expect("media types are header-safe"),
-        );
-        if let Some(a) = authorization {
-            headers.insert(AUTHORIZATION, a);
-        }
-        let mut response = http
-            .get(self.url)
-            .headers(headers)
-            .send()
-            .await
-            .map_err(|e| classify_http(&self.ctx, self.what, e))?;
+        let accept = HeaderValue::from_str(self.accept).expect("media types are header-safe");
+        let http = &endpoint.transport.http;
+        let (mut response, _) = endpoint
+            .send(reference, Access::Pull, self.what, || {
+                http.get(self.url).header(ACCEPT, accept.clone())
+            })
+            .await?;
         if !response.status().is_success() {
             return Err(error_answer(&self.ctx, self.what, response).await);
         }
@@ -171,11 +160,7 @@ impl Endpoint {
             accept,
             speed: self.options.speed,
         };
-        let got = retry(self.options.retry, &what, || async {
-            let authorization = self.pull_authorization(reference).await?;
-            get.send(&self.transport.http, authorization).await
-        })
-        .await?;
+        let got = retry(self.options.retry, &what, || get.send(self, reference)).await?;
         let actual = sha256_digest(&got.body);
         for (whose, claimed) in [
             ("the reference", reference.digest.as_ref()),

@@ -12,17 +12,18 @@
 //!   whose bytes failed ([`SourcedWrite`], [`Registry::refuse`]). An endpoint's jobs, each an
 //!   `impl Endpoint` block or free functions in
 //!   its own module:
-//!   - `http`: the one HTTP configuration (timeouts, TLS trust, plain HTTP) both clients are
-//!     built from (ingot's `reqwest` for everything a pull reads, `oci-client` for uploads),
-//!     and every body read into memory read with a cap;
+//!   - `http`: the one HTTP client (timeouts, TLS trust, plain HTTP) every request goes through,
+//!     and every body read into memory read with a cap (why ingot speaks the distribution API
+//!     itself, not through `oci-client`, is said there);
 //!   - [`retry`]: which failures are worth another attempt, and how many attempts to make;
-//!   - `token`: the `Authorization` of a pull (the distribution token flow, its answers capped);
+//!   - `token`: the one authorization path: the `Authorization` of every request (the
+//!     distribution token flow, its answers capped, a `401` naming a new token service answered);
 //!   - `manifest`: manifests, read with a cap; tags resolved;
 //!   - `blob`: one blob to a sink, its digest checked, an interrupted transfer resumed with an
 //!     HTTP `Range` request from the last good byte, the minimum speed held per blob;
 //!   - `partial`: a blob into a file through its `.partial-<hex>` file, resuming from one an
 //!     interrupted run left;
-//!   - `upload`: blobs and manifests up, through `oci-client`.
+//!   - `upload`: blobs and manifests up (the distribution spec's upload sessions).
 //! - [`frames`]: [`frames::BlobFrames`], a layer's data blob one zstd frame at a time for
 //!   `layerfs`, a source whose bytes fail the layer's check refused for the blob.
 //! - [`error`]: [`RegistryError`] and the typed [`Cause`] of a last failed attempt.

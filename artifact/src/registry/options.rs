@@ -5,8 +5,8 @@ use super::auth::ExplicitAuth;
 use super::limits::SpeedLimit;
 use super::retry::RetryPolicy;
 
-/// Default size of the items a blob upload is streamed in (with `chunked`, `oci-client` sends
-/// at most 4 MiB per PATCH; larger items are split without copying).
+/// Default size of the items a blob upload is streamed in (with `chunked`, one `PATCH` request
+/// per item).
 pub const DEFAULT_PUSH_ITEM: usize = 8 << 20;
 
 /// How to talk to a registry.

@@ -178,32 +178,12 @@ impl RegistryRef {
         matches!(host, "localhost" | "[::1]") || host.starts_with("127.")
     }
 
-    /// The reference in `oci-client`'s terms. The tag wins for pushes of a manifest; a digest
-    /// alone addresses content.
-    pub(crate) fn to_oci(&self) -> oci_client::Reference {
-        match (&self.tag, &self.digest) {
-            (Some(t), Some(d)) => oci_client::Reference::with_tag_and_digest(
-                self.registry.clone(),
-                self.repository.clone(),
-                t.clone(),
-                d.clone(),
-            ),
-            (None, Some(d)) => oci_client::Reference::with_digest(
-                self.registry.clone(),
-                self.repository.clone(),
-                d.clone(),
-            ),
-            (Some(t), None) => oci_client::Reference::with_tag(
-                self.registry.clone(),
-                self.repository.clone(),
-                t.clone(),
-            ),
-            // Repository-level operations (blobs) need some reference; the tag is unused there.
-            (None, None) => oci_client::Reference::with_tag(
-                self.registry.clone(),
-                self.repository.clone(),
-                "latest".to_owned(),
-            ),
+    /// The host the registry API is asked at: `docker.io` answers at `index.docker.io`, as
+    /// docker's clients have it; every other host at itself.
+    pub(crate) fn api_host(&self) -> &str {
+        match self.registry.as_str() {
+            "docker.io" => "index.docker.io",
+            host => host,
         }
     }
 }

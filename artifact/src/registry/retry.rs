@@ -1,5 +1,5 @@
-//! Whether a failure is worth another attempt ([`classify_status`], [`classify_http`],
-//! [`classify_oci`]: pure functions of the failure), and how many attempts to make
+//! Whether a failure is worth another attempt ([`classify_status`], [`classify_http`]: pure
+//! functions of the failure, the one classification of every request), and how many attempts to make
 //! ([`RetryPolicy`], [`Budget`], [`retry`]).
 //!
 //! Transient: connection refused or reset, timeouts, a body cut short, an error body too long to
@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use oci_client::errors::{OciDistributionError, OciEnvelope, OciErrorCode};
+use serde::Deserialize;
 use tracing::warn;
 
 use super::error::{Cause, RegistryError};
@@ -167,7 +167,7 @@ pub(crate) fn classify_status(ctx: &Context<'_>, what: &str, code: u16, body: &[
         return ctx.auth_failed(format!("HTTP 401 Unauthorized for {what}"));
     }
     if (400..500).contains(&code) {
-        if let Ok(envelope) = serde_json::from_slice::<OciEnvelope>(body) {
+        if let Ok(envelope) = serde_json::from_slice::<Envelope>(body) {
             if let Some(f) = classify_envelope(ctx, what, code, &envelope) {
                 return f;
             }
@@ -191,34 +191,60 @@ pub(crate) fn classify_status(ctx: &Context<'_>, what: &str, code: u16, body: &[
     }
 }
 
+/// The distribution spec's error body: `{"errors":[{"code","message","detail"}]}`.
+#[derive(Deserialize)]
+struct Envelope {
+    errors: Vec<EnvelopeError>,
+}
+
+#[derive(Deserialize)]
+struct EnvelopeError {
+    code: String,
+    #[serde(default)]
+    message: String,
+}
+
+impl Envelope {
+    /// `CODE: message; …`, for a message.
+    fn text(&self) -> String {
+        let each: Vec<String> = self
+            .errors
+            .iter()
+            .map(|e| format!("{}: {}", e.code, e.message))
+            .collect();
+        each.join("; ")
+    }
+}
+
 /// The distribution spec's error codes; `None` when they say nothing the status does not.
 fn classify_envelope(
     ctx: &Context<'_>,
     what: &str,
     code: u16,
-    envelope: &OciEnvelope,
+    envelope: &Envelope,
 ) -> Option<Failure> {
-    let codes: Vec<&OciErrorCode> = envelope.errors.iter().map(|e| &e.code).collect();
-    let text = ctx.text(envelope.to_string().as_bytes());
-    let any = |f: fn(&OciErrorCode) -> bool| codes.iter().any(|c| f(c));
-    if any(|c| matches!(c, OciErrorCode::Unauthorized | OciErrorCode::Denied)) {
+    let text = ctx.text(envelope.text().as_bytes());
+    let any = |names: &[&str]| {
+        envelope
+            .errors
+            .iter()
+            .any(|e| names.contains(&e.code.as_str()))
+    };
+    if any(&["UNAUTHORIZED", "DENIED"]) {
         Some(ctx.auth_failed(format!("{what}: {text}")))
-    } else if any(|c| {
-        matches!(
-            c,
-            OciErrorCode::BlobUnknown
-                | OciErrorCode::ManifestUnknown
-                | OciErrorCode::NameUnknown
-                | OciErrorCode::NotFound
-        )
-    }) {
+    } else if any(&[
+        "BLOB_UNKNOWN",
+        "MANIFEST_UNKNOWN",
+        "NAME_UNKNOWN",
+        "NOT_FOUND",
+    ]) {
         Some(Failure::Fatal(RegistryError::NotFound(what.to_owned())))
-    } else if any(|c| matches!(c, OciErrorCode::Toomanyrequests)) {
+    } else if any(&["TOOMANYREQUESTS"]) {
         Some(Failure::Transient(Cause::Status {
             status: code,
             body: text,
         }))
-    } else if codes.is_empty() {
+    } else if envelope.errors.is_empty() {
         None
     } else {
         Some(Failure::Fatal(RegistryError::Refused {
@@ -257,43 +283,6 @@ pub(crate) fn classify_http(ctx: &Context<'_>, what: &str, e: reqwest::Error) ->
             last: Cause::Connect(e),
         }),
         None => Failure::Transient(Cause::Http(e)),
-    }
-}
-
-/// A failure `oci-client` reported (uploads, HEAD requests).
-pub(crate) fn classify_oci(ctx: &Context<'_>, what: &str, e: OciDistributionError) -> Failure {
-    match e {
-        OciDistributionError::AuthenticationFailure(m) => ctx.auth_failed(format!(
-            "the token service refused: {}",
-            ctx.text(m.trim().as_bytes())
-        )),
-        OciDistributionError::UnauthorizedError { .. } => {
-            ctx.auth_failed(format!("HTTP 401 Unauthorized for {what}"))
-        }
-        OciDistributionError::RegistryError { envelope, .. } => {
-            classify_envelope(ctx, what, 400, &envelope).unwrap_or_else(|| {
-                Failure::Fatal(RegistryError::Refused {
-                    what: what.to_owned(),
-                    cause: Cause::Answer(ctx.text(envelope.to_string().as_bytes())),
-                })
-            })
-        }
-        OciDistributionError::ServerError { code, message, .. } => {
-            classify_status(ctx, what, code, message.as_bytes())
-        }
-        OciDistributionError::RequestError(re) => classify_http(ctx, what, re),
-        e @ OciDistributionError::IoError(_) => Failure::Transient(Cause::Oci(e)),
-        OciDistributionError::ImageManifestNotFoundError(_) => {
-            Failure::Fatal(RegistryError::NotFound(what.to_owned()))
-        }
-        OciDistributionError::DigestError(d) => Failure::Fatal(RegistryError::Integrity {
-            blob: what.to_owned(),
-            detail: d.to_string(),
-        }),
-        other => Failure::Fatal(RegistryError::Refused {
-            what: what.to_owned(),
-            cause: Cause::Oci(other),
-        }),
     }
 }
 
@@ -361,45 +350,9 @@ mod tests {
             let f = classify_status(&ctx, "blob x", *code, body.as_bytes());
             assert_eq!(kind(&f), *want, "HTTP {code} {body}: {f:?}");
         }
-        for (e, want) in [
-            (
-                OciDistributionError::AuthenticationFailure("no".into()),
-                "auth",
-            ),
-            (
-                OciDistributionError::UnauthorizedError { url: "u".into() },
-                "auth",
-            ),
-            (
-                OciDistributionError::ServerError {
-                    code: 503,
-                    url: "u".into(),
-                    message: String::new(),
-                },
-                "retry",
-            ),
-            (
-                OciDistributionError::IoError(std::io::ErrorKind::ConnectionReset.into()),
-                "retry",
-            ),
-            (
-                OciDistributionError::ImageManifestNotFoundError("m".into()),
-                "not-found",
-            ),
-            (
-                OciDistributionError::DigestError(
-                    oci_client::errors::DigestError::MissingAlgorithm,
-                ),
-                "integrity",
-            ),
-            (
-                OciDistributionError::SpecViolationError("s".into()),
-                "fatal",
-            ),
-        ] {
-            let shown = format!("{e:?}");
-            assert_eq!(kind(&classify_oci(&ctx, "blob x", e)), want, "{shown}");
-        }
+        // A code the spec does not list still decides over the status.
+        let f = classify_status(&ctx, "blob x", 404, envelope("SOMETHING_NEW").as_bytes());
+        assert_eq!(kind(&f), "fatal", "{f:?}");
     }
 
     #[test]

@@ -1,11 +1,16 @@
-//! The `Authorization` header of a pull, by the distribution token flow, done here rather than
-//! by `oci-client` so that every answer is read with a cap ([`super::http::read_capped`]): a
-//! token service that never stops answering costs at most [`TOKEN_BODY_CAP`] bytes.
+//! The one authorization path of every request (pull, push, HEAD, mirrors): the `Authorization`
+//! header by the distribution token flow, and [`Endpoint::send`], which sends a request with it
+//! and answers a `401` that names a token service. Every token answer is read with a cap
+//! ([`super::http::read_capped`]): a token service that never stops answering costs at most
+//! [`TOKEN_BODY_CAP`] bytes.
 //!
 //! A CAPH bearer token is sent as is. Otherwise `GET /v2/` says what the registry wants: no
 //! challenge (or a `Basic` one) means basic credentials, if there are any; a `Bearer` challenge
-//! names the token service (`realm`), asked for a pull token of the repository with the basic
-//! credentials. A realm that is not an `http(s)` URL is refused for good.
+//! names the token service (`realm`), asked for a token of the repository ([`Access`]: `pull`,
+//! or `pull,push`) with the basic credentials. A request answered `401` with a `Bearer`
+//! challenge (a token that expired, a repository served by another token service than `/v2/`
+//! names) gets a token from that challenge's realm and is sent once more. A realm that is not an
+//! `http(s)` URL is refused for good.
 
 use base64::Engine;
 use reqwest::header::{HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
@@ -26,6 +31,24 @@ struct TokenAnswer {
     token: Option<String>,
     #[serde(default)]
     access_token: Option<String>,
+}
+
+/// What a request does in a repository: the actions of its token's scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// Manifests, blobs and HEAD requests.
+    Pull,
+    /// Uploads (a push token also reads, which the blob checks of an upload need).
+    Push,
+}
+
+impl Access {
+    fn actions(self) -> &'static str {
+        match self {
+            Access::Pull => "pull",
+            Access::Push => "pull,push",
+        }
+    }
 }
 
 /// The parameters of a `Bearer` challenge.
@@ -53,6 +76,25 @@ fn bearer_challenge(value: &str) -> Option<Challenge> {
         })
 }
 
+/// The `Bearer` challenge of an answer's `WWW-Authenticate`, if it has one.
+fn challenge_of(answer: &reqwest::Response) -> Option<Challenge> {
+    answer
+        .headers()
+        .get(WWW_AUTHENTICATE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer_challenge)
+}
+
+fn with_authorization(
+    request: reqwest::RequestBuilder,
+    authorization: Option<HeaderValue>,
+) -> reqwest::RequestBuilder {
+    match authorization {
+        Some(a) => request.header(AUTHORIZATION, a),
+        None => request,
+    }
+}
+
 fn header(value: String) -> Result<Option<HeaderValue>, Failure> {
     let mut value = HeaderValue::from_str(&value).map_err(|_| {
         Failure::Fatal(RegistryError::Protocol(
@@ -78,11 +120,47 @@ impl Endpoint {
         }
     }
 
-    /// `Authorization` for a pull from `reference`'s repository: a bearer token (the given one,
-    /// or one from the registry's token service), else the basic credentials, else none.
-    pub(crate) async fn pull_authorization(
+    /// Sends the request `build` makes, with the `Authorization` for `access` to `reference`'s
+    /// repository. A `401` naming a `Bearer` token service gets a token from it and the request
+    /// once more (`build` is called again). Returns the answer, whatever its status, and the
+    /// `Authorization` it was sent with (an upload's next requests carry it too).
+    pub(crate) async fn send(
         &self,
         reference: &RegistryRef,
+        access: Access,
+        what: &str,
+        build: impl Fn() -> reqwest::RequestBuilder,
+    ) -> Result<(reqwest::Response, Option<HeaderValue>), Failure> {
+        let ctx = self.ctx();
+        let authorization = self.authorization(reference, access).await?;
+        let answer = with_authorization(build(), authorization.clone())
+            .send()
+            .await
+            .map_err(|e| classify_http(&ctx, what, e))?;
+        let challenge = match (&self.auth.credentials, answer.status()) {
+            // A token given as is cannot be renewed here.
+            (Credentials::Bearer(_), _) => None,
+            (_, reqwest::StatusCode::UNAUTHORIZED) => challenge_of(&answer),
+            _ => None,
+        };
+        let Some(challenge) = challenge else {
+            return Ok((answer, authorization));
+        };
+        drop(answer);
+        let authorization = self.token(reference, &challenge, access).await?;
+        let answer = with_authorization(build(), authorization.clone())
+            .send()
+            .await
+            .map_err(|e| classify_http(&ctx, what, e))?;
+        Ok((answer, authorization))
+    }
+
+    /// `Authorization` for `access` to `reference`'s repository: a bearer token (the given one,
+    /// or one from the registry's token service), else the basic credentials, else none.
+    pub(crate) async fn authorization(
+        &self,
+        reference: &RegistryRef,
+        access: Access,
     ) -> Result<Option<HeaderValue>, Failure> {
         if let Credentials::Bearer(t) = &self.auth.credentials {
             return header(format!("Bearer {}", t.expose()));
@@ -98,23 +176,20 @@ impl Endpoint {
             .send()
             .await
             .map_err(|e| classify_http(&ctx, &what, e))?;
-        let challenge = answer
-            .headers()
-            .get(WWW_AUTHENTICATE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(bearer_challenge);
+        let challenge = challenge_of(&answer);
         drop(answer);
         let Some(challenge) = challenge else {
             return self.basic();
         };
-        self.token(reference, &challenge).await
+        self.token(reference, &challenge, access).await
     }
 
-    /// A pull token from the token service `challenge` names.
+    /// A token for `access` from the token service `challenge` names.
     async fn token(
         &self,
         reference: &RegistryRef,
         challenge: &Challenge,
+        access: Access,
     ) -> Result<Option<HeaderValue>, Failure> {
         let ctx = self.ctx();
         let realm = ctx.text(challenge.realm.as_bytes());
@@ -128,7 +203,7 @@ impl Endpoint {
                 }))
             }
         };
-        let scope = format!("repository:{}:pull", reference.to_oci().repository());
+        let scope = format!("repository:{}:{}", reference.repository, access.actions());
         url.query_pairs_mut().append_pair("scope", &scope);
         if let Some(s) = &challenge.service {
             url.query_pairs_mut().append_pair("service", s);
@@ -143,7 +218,7 @@ impl Endpoint {
             .map_err(|e| classify_http(&ctx, &what, e))?;
         if !answer.status().is_success() {
             return Err(match error_answer(&ctx, &what, answer).await {
-                // Any refusal by the token service is about the credentials (as oci-client has it).
+                // Any refusal by the token service is about the credentials.
                 Failure::Fatal(_) | Failure::Transient(Cause::Status { .. }) => {
                     ctx.auth_failed(format!("the token service {realm} refused"))
                 }

@@ -53,8 +53,8 @@ trap cleanup EXIT
 # minutes and is not what this bench measures).
 # Keyed by the sources that decide the layout's bytes (the binary itself changes with every
 # commit, as its version names the commit).
-key=$( (cd "$root" && git rev-parse HEAD:layers HEAD:artifact HEAD:builder HEAD:verity \
-    && git diff HEAD -- layers artifact builder verity) 2>/dev/null | sha256sum | cut -c1-16)
+key=$( (cd "$root" && git rev-parse HEAD:layers HEAD:registry HEAD:artifact HEAD:builder HEAD:verity \
+    && git diff HEAD -- layers registry artifact builder verity) 2>/dev/null | sha256sum | cut -c1-16)
 built=$CACHE/provision-layout-$key
 if [ ! -f "$built/done" ]; then
     rm -rf "$CACHE"/provision-layout-*

@@ -17,6 +17,3 @@ pub const VERSION: &str = concat!(
 pub fn builder_id() -> String {
     format!("ingot {VERSION}")
 }
-
-/// The registry client's `User-Agent`.
-pub const USER_AGENT: &str = concat!("ingot/", env!("CARGO_PKG_VERSION"));

@@ -5,8 +5,8 @@
 
 use std::process::Command;
 
-/// The ingot crates in `cargo tree -e normal` of `package`.
-fn normal_deps(package: &str) -> Vec<String> {
+/// Every crate (any name) in `cargo tree -e normal` of `package`.
+fn all_normal_deps(package: &str) -> Vec<String> {
     let out = Command::new(env!("CARGO"))
         .args([
             "tree",
@@ -26,15 +26,32 @@ fn normal_deps(package: &str) -> Vec<String> {
         "cargo tree -p {package}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut crates: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    String::from_utf8_lossy(&out.stdout)
         .lines()
-        .filter_map(|l| l.split_whitespace().next())
-        .filter(|name| *name == "ingot" || name.starts_with("ingot-"))
-        .map(str::to_string)
+        .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+/// The ingot crates in `cargo tree -e normal` of `package`.
+fn normal_deps(package: &str) -> Vec<String> {
+    let mut crates: Vec<String> = all_normal_deps(package)
+        .into_iter()
+        .filter(|name| name == "ingot" || name.starts_with("ingot-"))
         .collect();
     crates.sort();
     crates.dedup();
     crates
+}
+
+/// The registry is one crate with one transport: no client library with an upload path and
+/// an authorization flow of its own reaches the writer.
+#[test]
+fn the_writer_links_one_registry_client_and_no_upload_library() {
+    let deps = all_normal_deps("ingot-writer");
+    assert!(deps.iter().any(|d| d == "ingot-registry"), "{deps:?}");
+    for other in ["oci-client", "oci-distribution", "oci-spec"] {
+        assert!(!deps.iter().any(|d| d == other), "the writer links {other}");
+    }
 }
 
 #[test]
@@ -56,8 +73,17 @@ fn the_lower_crates_use_nothing_above_them() {
         ),
         ("ingot-machine", &["ingot-machine"]),
         (
+            "ingot-registry",
+            &["ingot-registry", "ingot-layers", "ingot-verity"],
+        ),
+        (
             "ingot-artifact",
-            &["ingot-artifact", "ingot-layers", "ingot-verity"],
+            &[
+                "ingot-artifact",
+                "ingot-registry",
+                "ingot-layers",
+                "ingot-verity",
+            ],
         ),
     ] {
         let deps = normal_deps(package);
@@ -124,6 +150,7 @@ const LINED_CRATES: &[&str] = &[
     "layers",
     "bootstrap",
     "machine",
+    "registry",
     "artifact",
     "builder",
     "writer",

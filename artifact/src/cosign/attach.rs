@@ -53,20 +53,16 @@ pub fn attach(
         signatures: sigs.signatures().len(),
     };
     if added {
-        done.manifest_digest = reg.block_on(async {
-            reg.origin.push_blob_bytes_async(&sig_ref, &payload).await?;
-            reg.origin.push_blob_bytes_async(&sig_ref, &config).await?;
-            reg.origin
-                .push_manifest_async(&sig_ref, &manifest, MANIFEST_MEDIA_TYPE)
-                .await
-        })?;
+        reg.push_blob_bytes(&sig_ref, &payload)?;
+        reg.push_blob_bytes(&sig_ref, &config)?;
+        done.manifest_digest = reg.push_manifest(&sig_ref, &manifest, MANIFEST_MEDIA_TYPE)?;
     }
     Ok(done)
 }
 
 /// The signature manifest at the origin under `sig_ref`'s tag, or an empty one.
 fn existing(reg: &Registry, sig_ref: &RegistryRef) -> Result<SigManifest, RegistryError> {
-    match reg.block_on(reg.origin.fetch_manifest_async(sig_ref)) {
+    match reg.fetch_manifest_at_origin(sig_ref) {
         Ok((bytes, _)) => SigManifest::parse(&bytes).map_err(|e| {
             RegistryError::Protocol(format!(
                 "{sig_ref} holds no cosign signature manifest ({e}): refusing to replace it"

@@ -13,8 +13,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use tracing::warn;
 
-use super::error::{Cause, RegistryError};
-use super::scrub::Scrubber;
+use crate::error::{Cause, RegistryError};
+use crate::scrub::Scrubber;
 
 /// How often and how patiently to retry.
 #[derive(Debug, Clone, Copy)]
@@ -289,7 +289,7 @@ pub(crate) fn classify_http(ctx: &Context<'_>, what: &str, e: reqwest::Error) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::auth::{Credentials, Secret};
+    use crate::auth::{Credentials, Secret};
 
     fn scrubber() -> Scrubber {
         Scrubber::new(&Credentials::Basic {

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use base64::Engine;
 
-use super::auth::Credentials;
+use crate::auth::Credentials;
 
 /// What replaces a credential.
 pub const REDACTED: &str = "<redacted>";
@@ -79,7 +79,7 @@ impl Scrubber {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::auth::{credentials_from_token_env, Secret};
+    use crate::auth::{credentials_from_token_env, Secret};
 
     #[test]
     fn every_form_of_a_login_is_removed() {

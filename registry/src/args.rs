@@ -7,13 +7,13 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use super::auth::ExplicitAuth;
-use super::auth::Secret;
-use super::error::RegistryError;
-use super::limits::SpeedLimit;
-use super::mirrors::MirrorsFrom;
-use super::options::RegistryOptions;
-use super::retry::RetryPolicy;
+use crate::auth::ExplicitAuth;
+use crate::auth::Secret;
+use crate::error::RegistryError;
+use crate::limits::SpeedLimit;
+use crate::mirrors::MirrorsFrom;
+use crate::options::RegistryOptions;
+use crate::retry::RetryPolicy;
 
 /// How to reach a registry (shared by every command that reaches one). HTTPS_PROXY,
 /// HTTP_PROXY and NO_PROXY are honoured.

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use base64::Engine;
 use serde::Deserialize;
 
-use super::error::RegistryError;
+use crate::error::RegistryError;
 
 /// The environment variable CAPH sets for the rescue system.
 pub const TOKEN_ENV: &str = "OCI_REGISTRY_AUTH_TOKEN";

@@ -1,7 +1,7 @@
 //! The one authorization path of every request (pull, push, HEAD, mirrors): the `Authorization`
 //! header by the distribution token flow, and [`Endpoint::send`], which sends a request with it
 //! and answers a `401` that names a token service. Every token answer is read with a cap
-//! ([`super::http::read_capped`]): a token service that never stops answering costs at most
+//! ([`crate::http::read_capped`]): a token service that never stops answering costs at most
 //! [`TOKEN_BODY_CAP`] bytes.
 //!
 //! A CAPH bearer token is sent as is. Otherwise `GET /v2/` says what the registry wants: no
@@ -17,12 +17,12 @@ use reqwest::header::{HeaderValue, AUTHORIZATION, WWW_AUTHENTICATE};
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use super::auth::Credentials;
-use super::client::Endpoint;
-use super::error::{Cause, RegistryError};
-use super::http::{error_answer, read_capped, Capped, SMALL_BODY_DEADLINE, TOKEN_BODY_CAP};
-use super::reference::RegistryRef;
-use super::retry::{classify_http, Failure};
+use crate::auth::Credentials;
+use crate::client::Endpoint;
+use crate::error::{Cause, RegistryError};
+use crate::http::{error_answer, read_capped, Capped, SMALL_BODY_DEADLINE, TOKEN_BODY_CAP};
+use crate::reference::RegistryRef;
+use crate::retry::{classify_http, Failure};
 
 /// A token service's answer (docker's `token`, OAuth2's `access_token`).
 #[derive(Deserialize)]

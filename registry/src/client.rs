@@ -12,14 +12,14 @@ use std::sync::{Arc, Mutex};
 
 use tracing::info;
 
-use super::auth::{self, ResolvedAuth};
-use super::error::{Cause, RegistryError};
-use super::http::{self, Transport};
-use super::mirrors::MirrorConfig;
-use super::options::RegistryOptions;
-use super::reference::RegistryRef;
-use super::retry::Context;
-use super::scrub::Scrubber;
+use crate::auth::{self, ResolvedAuth};
+use crate::error::{Cause, RegistryError};
+use crate::http::{self, Transport};
+use crate::mirrors::MirrorConfig;
+use crate::options::RegistryOptions;
+use crate::reference::RegistryRef;
+use crate::retry::Context;
+use crate::scrub::Scrubber;
 
 /// A connection to one registry host, with the credentials scoped to it.
 pub(crate) struct Endpoint {
@@ -375,7 +375,7 @@ impl Registry {
         by_digest: bool,
     ) -> Result<Vec<Src>, RegistryError> {
         let plan = match &self.mirrors {
-            None => vec![super::mirrors::PullSource {
+            None => vec![crate::mirrors::PullSource {
                 reference: reference.clone(),
                 insecure: false,
                 mirror: false,
@@ -385,7 +385,7 @@ impl Registry {
         let origin = plan
             .iter()
             .find(|p| !p.mirror)
-            .map(super::mirrors::PullSource::location);
+            .map(crate::mirrors::PullSource::location);
         let down = self.down.lock().expect("not poisoned").clone();
         let mut seen = HashSet::new();
         Ok(plan

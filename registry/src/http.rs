@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::error::{Cause, RegistryError};
-use super::options::RegistryOptions;
-use super::reference::RegistryRef;
-use super::retry::{classify_http, classify_status, Context, Failure};
+use crate::error::{Cause, RegistryError};
+use crate::options::RegistryOptions;
+use crate::reference::RegistryRef;
+use crate::retry::{classify_http, classify_status, Context, Failure};
 
 /// How long a connection may take to open.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -82,7 +82,7 @@ pub(crate) fn transport(
     let mut http = reqwest::Client::builder()
         .read_timeout(READ_TIMEOUT)
         .connect_timeout(connect_timeout)
-        .user_agent(crate::version::USER_AGENT)
+        .user_agent(crate::USER_AGENT)
         .danger_accept_invalid_certs(options.insecure);
     if let Some((path, pem)) = &ca {
         let cert =

@@ -1,18 +1,18 @@
-//! Manifests, read with a cap, so that neither their size nor their pace is the registry's choice ([`super::limits`]): at most
+//! Manifests, read with a cap, so that neither their size nor their pace is the registry's choice ([`crate::limits`]): at most
 //! [`MAX_MANIFEST_SIZE`] bytes, within [`REQUEST_DEADLINE`], at the minimum speed. A tag is
 //! resolved by fetching its manifest and hashing it.
 
 use bytes::Bytes;
 use reqwest::header::{HeaderValue, ACCEPT, CONTENT_LENGTH};
 
-use super::client::Endpoint;
-use super::error::{Cause, RegistryError};
-use super::http::error_answer;
-use super::limits::{SpeedLimit, Throughput, MAX_MANIFEST_SIZE, REQUEST_DEADLINE};
-use super::reference::RegistryRef;
-use super::retry::{classify_http, retry, Context, Failure};
-use super::token::Access;
+use crate::client::Endpoint;
+use crate::error::{Cause, RegistryError};
+use crate::http::error_answer;
+use crate::limits::{SpeedLimit, Throughput, MAX_MANIFEST_SIZE, REQUEST_DEADLINE};
 use crate::oci_layout::{sha256_digest, ImageManifest, INDEX_MEDIA_TYPE, MANIFEST_MEDIA_TYPE};
+use crate::reference::RegistryRef;
+use crate::retry::{classify_http, retry, Context, Failure};
+use crate::token::Access;
 
 /// The media types a tag may resolve to (the manifest and index types of OCI and docker).
 const ANY_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json, \
@@ -97,7 +97,7 @@ impl Get<'_> {
             .map(str::to_owned);
         let mut body = Vec::new();
         let mut pace = Throughput::start(self.speed);
-        let slow = |e: super::limits::TooSlow| Failure::TooSlow(Cause::TooSlow(e.0));
+        let slow = |e: crate::limits::TooSlow| Failure::TooSlow(Cause::TooSlow(e.0));
         loop {
             let chunk = match tokio::time::timeout_at(pace.window_end(), response.chunk()).await {
                 Err(_) => {

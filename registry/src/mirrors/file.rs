@@ -11,7 +11,7 @@ use std::path::Path;
 use ingot_verity::input::{self, InputError, Symlinks};
 
 use super::{names, Entry, Mirror, PullFromMirror, IGNORED_TOP};
-use crate::registry::mirrors_error::{escaped, shown, MirrorsError, MAX_FILE, MAX_MIRRORS};
+use crate::mirrors_error::{escaped, shown, MirrorsError, MAX_FILE, MAX_MIRRORS};
 
 /// Reads `path` (at most [`MAX_FILE`] bytes) as text. Only a regular file is read, opened
 /// without blocking: a FIFO or a device in its place is refused, naming it, instead of hanging
@@ -425,9 +425,9 @@ fn toml_error(path: &Path, text: &str, e: &toml::de::Error) -> MirrorsError {
 mod tests {
     use std::path::Path;
 
-    use super::super::tests::{conf, err};
-    use super::super::{MirrorConfig, MirrorsFrom};
     use super::*;
+    use crate::mirrors::tests::{conf, err};
+    use crate::mirrors::{MirrorConfig, MirrorsFrom};
 
     #[test]
     fn hostile_files_are_named_errors() {

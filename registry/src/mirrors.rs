@@ -37,8 +37,8 @@ mod names;
 
 use std::path::{Path, PathBuf};
 
-pub use super::mirrors_error::{MirrorsError, MAX_FILE, MAX_MIRRORS};
-use super::reference::{RegistryRef, SCHEME};
+pub use crate::mirrors_error::{MirrorsError, MAX_FILE, MAX_MIRRORS};
+use crate::reference::{RegistryRef, SCHEME};
 pub use locate::{DEFAULT_PATH, ENV};
 
 /// Top-level keys containers/image knows that say nothing about where an `oci://` reference is

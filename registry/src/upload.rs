@@ -21,13 +21,13 @@ use indicatif::ProgressBar;
 use reqwest::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE, LOCATION};
 use reqwest::StatusCode;
 
-use super::client::Endpoint;
-use super::error::{Cause, RegistryError};
-use super::http::error_answer;
-use super::reference::RegistryRef;
-use super::retry::{classify_http, retry, Failure};
-use super::token::Access;
+use crate::client::Endpoint;
+use crate::error::{Cause, RegistryError};
+use crate::http::error_answer;
 use crate::oci_layout::sha256_digest;
+use crate::reference::RegistryRef;
+use crate::retry::{classify_http, retry, Failure};
+use crate::token::Access;
 
 /// The media type of a blob's bytes in an upload request.
 const OCTET_STREAM: &str = "application/octet-stream";
@@ -275,7 +275,7 @@ impl Endpoint {
 
 /// `answer` when it has the status the protocol gives for success; a failure otherwise.
 async fn expect(
-    ctx: &super::retry::Context<'_>,
+    ctx: &crate::retry::Context<'_>,
     what: &str,
     answer: reqwest::Response,
     status: StatusCode,

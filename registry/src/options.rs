@@ -1,9 +1,9 @@
 //! [`RegistryOptions`]: how to talk to a registry (what the command line's registry flags, in
 //! `args`, set).
 
-use super::auth::ExplicitAuth;
-use super::limits::SpeedLimit;
-use super::retry::RetryPolicy;
+use crate::auth::ExplicitAuth;
+use crate::limits::SpeedLimit;
+use crate::retry::RetryPolicy;
 
 /// Default size of the items a blob upload is streamed in (with `chunked`, one `PATCH` request
 /// per item).
@@ -20,7 +20,7 @@ pub struct RegistryOptions {
     /// PEM certificates to trust besides the system's (`--ca-file`, a self-signed registry).
     pub ca_file: Option<std::path::PathBuf>,
     /// Credentials from the command line (others come from the environment, see
-    /// [`super::auth`]).
+    /// [`crate::auth`]).
     pub auth: ExplicitAuth,
     /// Retry policy.
     pub retry: RetryPolicy,
@@ -39,7 +39,7 @@ pub struct RegistryOptions {
     pub speed: SpeedLimit,
     /// Mirrors and location rewrites (a registries.conf); `None`: every reference from its
     /// own registry.
-    pub mirrors: Option<std::sync::Arc<super::mirrors::MirrorConfig>>,
+    pub mirrors: Option<std::sync::Arc<crate::mirrors::MirrorConfig>>,
 }
 
 impl Default for RegistryOptions {

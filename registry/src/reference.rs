@@ -10,7 +10,7 @@ use std::str::FromStr;
 
 use ingot_layers::descriptor::is_sha256_digest;
 
-use super::error::RegistryError;
+use crate::error::RegistryError;
 
 /// The scheme prefix of a registry reference.
 pub const SCHEME: &str = "oci://";

@@ -22,14 +22,14 @@ use indicatif::ProgressBar;
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
-use super::blob::{check_digest, MAX_IN_MEMORY_BLOB};
-use super::client::{Registry, Resolved, SourceName, Src};
-use super::error::RegistryError;
-use super::limits::MAX_MANIFEST_SIZE;
-use super::manifest::FetchedStack;
-use super::reference::RegistryRef;
+use crate::blob::{check_digest, MAX_IN_MEMORY_BLOB};
+use crate::client::{Registry, Resolved, SourceName, Src};
+use crate::error::RegistryError;
 use crate::error_chain::text as chain;
+use crate::limits::MAX_MANIFEST_SIZE;
+use crate::manifest::FetchedStack;
 use crate::oci_layout::ImageManifest;
+use crate::reference::RegistryRef;
 
 /// A sink of a streamed blob that is told which source sends the bytes that follow, so that it
 /// can blame the right one for bytes that fail its own check.
@@ -184,7 +184,7 @@ impl Registry {
 
     /// Refuses `source` for blob `digest` for the rest of the run: bytes it sent failed a check
     /// the caller made (the writer's, of every block against the signed verity tree), for the
-    /// reason `why` (recorded in the run's [`SourceLog`](super::client::SourceLog)). Returns
+    /// reason `why` (recorded in the run's [`SourceLog`](crate::client::SourceLog)). Returns
     /// whether it was not refused before.
     pub fn refuse(&self, digest: &str, source: &SourceName, why: &str) -> bool {
         let new = self
@@ -502,7 +502,7 @@ impl Registry {
         let mut failures = Failures::default();
         let mut downloaded = 0;
         for (i, src) in sources.iter().enumerate() {
-            let partial = super::partial::path_for(dest, digest)?;
+            let partial = crate::partial::path_for(dest, digest)?;
             let had = std::fs::metadata(&partial).map_or(0, |m| m.len());
             let got = match self.endpoint(src).await {
                 Ok(ep) => {
@@ -547,8 +547,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::registry::mirrors::MirrorConfig;
-    use crate::registry::options::RegistryOptions;
+    use crate::mirrors::MirrorConfig;
+    use crate::options::RegistryOptions;
 
     const DIGEST: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000001";
 
@@ -648,7 +648,7 @@ mod tests {
             .unwrap();
         let options = RegistryOptions {
             mirrors: Some(Arc::new(conf)),
-            retry: crate::registry::RetryPolicy {
+            retry: crate::RetryPolicy {
                 attempts: 1,
                 ..Default::default()
             },

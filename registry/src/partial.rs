@@ -16,10 +16,10 @@ use indicatif::ProgressBar;
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
-use super::blob::Prefix;
-use super::client::Endpoint;
-use super::error::RegistryError;
-use super::reference::RegistryRef;
+use crate::blob::Prefix;
+use crate::client::Endpoint;
+use crate::error::RegistryError;
+use crate::reference::RegistryRef;
 
 /// What a partial file's name starts with.
 pub(crate) const PARTIAL_PREFIX: &str = ".partial-";

@@ -14,15 +14,15 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use ingot_layers::descriptor::canonical_json;
 
-use super::client::Registry;
-use super::error::RegistryError;
-use super::partial;
-use super::progress::{short, Progress};
-use super::reference::RegistryRef;
+use crate::client::Registry;
+use crate::error::RegistryError;
 use crate::oci_layout::{
     Descriptor, ImageIndex, ImageManifest, Layout, LayoutWriter, INDEX_MEDIA_TYPE,
     MANIFEST_MEDIA_TYPE, REF_NAME,
 };
+use crate::partial;
+use crate::progress::{short, Progress};
+use crate::reference::RegistryRef;
 
 /// What `pull` did.
 #[derive(Debug, Clone)]
@@ -39,7 +39,7 @@ pub struct PullReport {
     /// Wall time.
     pub elapsed: Duration,
     /// What each source (mirrors, the origin) served.
-    pub sources: Vec<super::client::Served>,
+    pub sources: Vec<crate::client::Served>,
 }
 
 impl PullReport {

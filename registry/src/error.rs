@@ -99,7 +99,7 @@ pub enum RegistryError {
     Layout(#[from] crate::oci_layout::LayoutError),
     /// The registries configuration (mirrors) is unusable, or blocks the reference.
     #[error(transparent)]
-    Mirrors(#[from] super::mirrors_error::MirrorsError),
+    Mirrors(#[from] crate::mirrors_error::MirrorsError),
     /// A `--ca-file` holds no usable certificate.
     #[error("--ca-file {path}: not a usable certificate")]
     Certificate {
@@ -216,7 +216,8 @@ impl RegistryError {
         }
     }
 
-    pub(crate) fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> RegistryError {
+    /// An I/O error on `path`, for `map_err`.
+    pub fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> RegistryError {
         let path = path.to_owned();
         move |source| RegistryError::Io { path, source }
     }

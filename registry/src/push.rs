@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use tracing::info;
 
-use super::client::Registry;
-use super::error::RegistryError;
-use super::progress::{short, Progress};
-use super::reference::RegistryRef;
+use crate::client::Registry;
+use crate::error::RegistryError;
 use crate::oci_layout::{ImageManifest, Layout, MANIFEST_MEDIA_TYPE};
+use crate::progress::{short, Progress};
+use crate::reference::RegistryRef;
 
 /// What `publish` did.
 #[derive(Debug, Clone)]
@@ -35,6 +35,41 @@ impl PublishReport {
     /// Bytes uploaded.
     pub fn bytes_pushed(&self) -> u64 {
         self.pushed.iter().map(|(_, s)| s).sum()
+    }
+}
+
+impl Registry {
+    /// Uploads a small blob held in memory (a signature payload, a config) to the origin,
+    /// unless it is there.
+    pub fn push_blob_bytes(
+        &self,
+        reference: &RegistryRef,
+        bytes: &[u8],
+    ) -> Result<(), RegistryError> {
+        self.block_on(self.origin.push_blob_bytes_async(reference, bytes))
+    }
+
+    /// Pushes a manifest's exact bytes to the origin under `reference`'s tag (or its digest);
+    /// returns the digest the registry stored it under, checked against the bytes'.
+    pub fn push_manifest(
+        &self,
+        reference: &RegistryRef,
+        bytes: &[u8],
+        media_type: &str,
+    ) -> Result<String, RegistryError> {
+        self.block_on(
+            self.origin
+                .push_manifest_async(reference, bytes, media_type),
+        )
+    }
+
+    /// The manifest `reference` names at the origin (never a mirror: what a publish replaces is
+    /// the origin's): its exact bytes and digest.
+    pub fn fetch_manifest_at_origin(
+        &self,
+        reference: &RegistryRef,
+    ) -> Result<(Vec<u8>, String), RegistryError> {
+        self.block_on(self.origin.fetch_manifest_async(reference))
     }
 }
 

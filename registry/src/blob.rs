@@ -4,7 +4,7 @@
 //! the sink has again: they are dropped. One that answers it for the wrong bytes is caught by
 //! the `Content-Range` it gives, or by the digest, and the error says a range answer was wrong.
 //!
-//! The minimum speed ([`super::limits`]) holds per blob: one window runs across every response
+//! The minimum speed ([`crate::limits`]) holds per blob: one window runs across every response
 //! of the blob, and a failure that moved forward starts the retry count over only if the blob
 //! is on pace. So a registry that sends a few bytes per connection and closes is given up on.
 
@@ -18,13 +18,13 @@ use reqwest::StatusCode;
 use sha2::{Digest, Sha256};
 use tracing::{debug, info, warn};
 
-use super::client::Endpoint;
-use super::error::{Cause, RegistryError};
-use super::http::error_answer;
-use super::limits::Throughput;
-use super::reference::RegistryRef;
-use super::retry::{Budget, Failure};
-use super::token::Access;
+use crate::client::Endpoint;
+use crate::error::{Cause, RegistryError};
+use crate::http::error_answer;
+use crate::limits::Throughput;
+use crate::reference::RegistryRef;
+use crate::retry::{Budget, Failure};
+use crate::token::Access;
 
 /// The largest blob [`Registry::fetch_blob`] reads into memory.
 pub const MAX_IN_MEMORY_BLOB: u64 = 64 << 20;

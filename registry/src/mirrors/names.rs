@@ -3,8 +3,8 @@
 //! the scheme and a wildcard's path, and silently keeps a prefix that can never match (`*.`,
 //! upper case, a NUL, an empty label); here each is refused with the reason.
 
-use super::super::mirrors_error::shown;
-use super::super::reference::{RegistryRef, SCHEME};
+use crate::mirrors_error::shown;
+use crate::reference::{RegistryRef, SCHEME};
 
 /// Why `name` (a prefix when `wildcard` allows `*.domain`, else a location) can never match or
 /// name a registry, if it cannot.

@@ -10,7 +10,8 @@
 //! again, so a half-written disk never looks bootable ([`pipeline::Failed`]).
 //!
 //! The modules form a line; each uses only those above it in this list:
-//! - the leaves: [`report`] (stages, progress, the status file), [`target`] (O_DIRECT disk
+//! - the leaves: [`report`] (stages, progress, the status file), [`reason`] (the failure
+//!   reasons and what to do about each), [`target`] (O_DIRECT disk
 //!   access), [`interrupt`], [`boot`] (the boot contract: partition names, the kernel command
 //!   line), [`bios`] (GRUB's i386-pc boot code), [`mirror`] (`var`'s md superblocks),
 //!   [`table`] (the partition table on disk);
@@ -34,6 +35,7 @@ pub mod layout;
 pub mod mirror;
 pub mod node;
 pub mod pipeline;
+pub mod reason;
 pub mod reboot;
 pub mod report;
 pub mod request;

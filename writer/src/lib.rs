@@ -10,8 +10,7 @@
 //! again, so a half-written disk never looks bootable ([`pipeline::Failed`]).
 //!
 //! The modules form a line; each uses only those above it in this list:
-//! - the leaves: [`report`] (stages, progress, the status file), [`reason`] (the failure
-//!   reasons and what to do about each), [`target`] (O_DIRECT disk
+//! - the leaves: [`report`] (stages, progress, the status file), [`target`] (O_DIRECT disk
 //!   access), [`interrupt`], [`boot`] (the boot contract: partition names, the kernel command
 //!   line), [`bios`] (GRUB's i386-pc boot code), [`mirror`] (`var`'s md superblocks),
 //!   [`table`] (the partition table on disk);
@@ -19,7 +18,9 @@
 //!   from a registry;
 //! - plain data: [`layout`] (the disk plan), [`node`] (the sealed node layer), [`stack`] (the
 //!   opened, verified stack), [`request`] (what a run is asked and answers);
-//! - [`steps`], each with its own error type; [`error`] wraps them;
+//! - [`steps`], each with its own error type; [`reason`] (the failure reasons, their exit
+//!   status and what to do about each); [`error`] wraps the steps' errors and maps each to its
+//!   reason;
 //! - [`pipeline`]; then the binary's edges: [`cli`], [`config`], [`run`], [`caph`],
 //!   [`watchdog`], [`reboot`].
 

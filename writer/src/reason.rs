@@ -4,7 +4,7 @@
 //! so a new reason without it does not compile; docgen renders the table into `docs/caph.md`
 //! and `docs/writer.md`, and its test fails when the pages do not show every reason.
 //!
-//! Which error is which reason is decided in [`crate::error`].
+//! Which error is which reason is decided in `error.rs`, which uses this module.
 
 use ingot_machine::Reason as GateReason;
 use strum::IntoEnumIterator;
@@ -115,9 +115,10 @@ impl FailureReason {
                  settings",
             ),
             DiskUnreadable => (
-                "a target could not be read in the read test, or the guard could not read a \
-                 disk, so nothing on it can be ruled out",
-                "check the disk and its cabling; the message names it",
+                "a target could not be read in the read test, or the guard could not read a disk \
+                 that is not a target, so an OS on it cannot be ruled out",
+                "check the disk; the message names it. For a disk that is not a target, \
+                 `allow_foreign_os` makes it a warning, or wipe it",
             ),
             ForeignOs => (
                 "a disk that is not a target holds an OS the firmware could boot instead",
@@ -229,25 +230,17 @@ impl std::fmt::Display for FailureReason {
 mod tests {
     use super::*;
 
-    /// A gate's stop keeps the name the machine crate gives it.
+    /// A gate's stop keeps the name the machine crate gives it; a warning's reason counts as
+    /// the failure of its check.
     #[test]
     fn gate_stops_keep_their_names() {
         use GateReason::*;
-        for r in [
-            ToolsMissing,
-            NotUefi,
-            DiskNotFound,
-            BadTarget,
-            DiskTooSmall,
-            SmartFailing,
-            DiskTooSlow,
-            ForeignOs,
-            LvmOnTarget,
-            MdSpansDisks,
-            DiskUnreadable,
-            TeardownFailed,
-        ] {
+        for r in [NotUefi, DiskTooSmall, TeardownFailed, DiskUnreadable] {
             assert_eq!(FailureReason::from_gate(r).name(), r.as_str());
         }
+        assert_eq!(
+            FailureReason::from_gate(SmartUnavailable),
+            FailureReason::SmartFailing
+        );
     }
 }

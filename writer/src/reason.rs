@@ -78,9 +78,10 @@ impl FailureReason {
                 "a broken rescue system; reboot into rescue again",
             ),
             Io => (
-                "the bootstrap data file (CAPH's `/root/bootstrap.data`) could not be read",
-                "the message names the file and the error; check that CAPH copied it, then run \
-                 again",
+                "the bootstrap data file (CAPH's `/root/bootstrap.data`) could not be read: \
+                 missing, not a regular file (`/dev/zero`, a FIFO), or over 64 MiB",
+                "the message names the file and the error; check what CAPH copied there, then \
+                 run again",
             ),
             ToolsMissing => (
                 "`smartctl` (or `sh` and `reboot` with `--reboot`; `mdadm`, `wipefs` or \

@@ -302,12 +302,13 @@ impl Status {
             kind: "string",
             means: "what CAPH shows as the condition's message: the stage and what is happening \
                     (`write: base: 45% (460 of 1024 MiB)`); on success the summary, on failure \
-                    `REASON: error`",
+                    `failed in STAGE: ` and the `error`",
         },
         Field {
             name: "error",
             kind: "string, only on failure",
-            means: "the failure reason and the whole error (`download-failed: …`)",
+            means: "the whole error, after the failure reason when provisioning \
+                    (`download-failed: …`)",
         },
         Field {
             name: "layers",

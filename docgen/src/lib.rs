@@ -1,6 +1,9 @@
 //! Man pages and shell completions for `ingot` (one page per subcommand, `ingot-build.1`) and
 //! `ingot-writer`, generated from the same clap definitions the binaries parse with, so they
-//! cannot drift from `--help`.
+//! cannot drift from `--help`; and the operator's tables of the docs ([`tables`]), rendered from
+//! the writer's code.
+
+pub mod tables;
 
 use std::fs;
 use std::path::Path;

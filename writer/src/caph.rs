@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 
 use crate::pipeline::{self, Failed};
+use crate::reason::FailureReason;
 use crate::report::{DiskState, Reporter};
 use crate::request::ProvisionRequest;
 use crate::steps;
@@ -49,8 +50,8 @@ pub fn provision(
             let text = format!("{:#}", anyhow::Error::new(*error));
             reporter.failed(&format!("{reason}: {text}"), disks);
             eprintln!("ingot-writer: error: {text}");
-            println!("{}", failed_line(&reason, &text, disks.describe()));
-            Ok(ExitCode::from(1))
+            println!("{}", failed_line(reason, &text, disks.describe()));
+            Ok(ExitCode::from(reason.exit_code()))
         }
     }
 }
@@ -79,15 +80,15 @@ pub fn dry_run(
             eprintln!("ingot-writer: error: {text}");
             println!(
                 "{}",
-                failed_line(&reason, &text, "dry run: no disk was changed")
+                failed_line(reason, &text, "dry run: no disk was changed")
             );
-            ExitCode::from(1)
+            ExitCode::from(reason.exit_code())
         }
     }
 }
 
 /// The last stdout line of a failed run: never `IMAGE_URL_DONE`, whatever the message holds.
-fn failed_line(reason: &str, text: &str, state: &str) -> String {
+fn failed_line(reason: FailureReason, text: &str, state: &str) -> String {
     format!("ingot-writer: FAILED ({reason}): {text}; {state}")
         .replace("IMAGE_URL_DONE", "IMAGE_URL_[DONE]")
 }

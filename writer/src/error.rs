@@ -9,6 +9,7 @@ use ingot_artifact::verify::VerifyError;
 use ingot_machine::GateFailure;
 
 use crate::engine::{EngineError, Stopped};
+use crate::reason::FailureReason;
 use crate::stack::StackError;
 use crate::steps::check::CheckError;
 use crate::steps::esp::EspError;
@@ -70,28 +71,28 @@ impl From<Stopped> for ProvisionError {
 }
 
 impl ProvisionError {
-    /// A short, stable name for the failure: the gate reason, or the kind of error.
-    pub fn reason(&self) -> String {
+    /// The failure reason: the gate's, or the kind of error.
+    pub fn reason(&self) -> FailureReason {
         match self {
-            ProvisionError::Check(CheckError::Machine(_)) => "machine-unreadable".into(),
-            ProvisionError::Check(CheckError::Read { .. }) => "io".into(),
-            ProvisionError::Check(CheckError::Bootstrap { .. }) => "bootstrap-invalid".into(),
-            ProvisionError::Gate(g) => g.reason.as_str().to_string(),
+            ProvisionError::Check(CheckError::Machine(_)) => FailureReason::MachineUnreadable,
+            ProvisionError::Check(CheckError::Read { .. }) => FailureReason::Io,
+            ProvisionError::Check(CheckError::Bootstrap { .. }) => FailureReason::BootstrapInvalid,
+            ProvisionError::Gate(g) => FailureReason::from_gate(g.reason),
             ProvisionError::Stage(StageStepError::Base(s)) if stack_download(s) => {
-                "download-failed".into()
+                FailureReason::DownloadFailed
             }
             ProvisionError::Stage(StageStepError::BaseFile { source, .. })
                 if layerfs_download(source) =>
             {
-                "download-failed".into()
+                FailureReason::DownloadFailed
             }
             // The data asks for a path the per-node layer may not carry: the data is wrong.
             ProvisionError::Stage(StageStepError::Stage(
                 ingot_bootstrap::StageError::NotAllowed { .. },
-            )) => "bootstrap-invalid".into(),
-            ProvisionError::Stage(_) => "stage-failed".into(),
-            ProvisionError::Seal(_) => "seal-failed".into(),
-            ProvisionError::Write(w) => w.reason().into(),
+            )) => FailureReason::BootstrapInvalid,
+            ProvisionError::Stage(_) => FailureReason::StageFailed,
+            ProvisionError::Seal(_) => FailureReason::SealFailed,
+            ProvisionError::Write(w) => w.reason(),
         }
     }
 }
@@ -128,50 +129,54 @@ fn plan_block(p: &PlanError) -> Option<&BlockError> {
 
 impl WriteError {
     /// The failure reason of a write: a stop, a bad image, a download, or the disk.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> FailureReason {
         if let Some(stopped) = self.stopped() {
             return match stopped {
-                Stopped::Deadline { .. } => "deadline",
-                Stopped::Interrupted { .. } => "interrupted",
+                Stopped::Deadline { .. } => FailureReason::Deadline,
+                Stopped::Interrupted { .. } => FailureReason::Interrupted,
             };
         }
         match self {
             WriteError::Resolve(v) | WriteError::Verify(VerifyStepError::Source(v))
                 if verify_download(v) =>
             {
-                "download-failed"
+                FailureReason::DownloadFailed
             }
-            WriteError::Write(WriteStepError::Stack(s)) if stack_download(s) => "download-failed",
+            WriteError::Write(WriteStepError::Stack(s)) if stack_download(s) => {
+                FailureReason::DownloadFailed
+            }
             WriteError::Plan(p) if matches!(&**p, PlanError::Stack(s) if stack_download(s)) => {
-                "download-failed"
+                FailureReason::DownloadFailed
             }
-            WriteError::Esp(EspError::BootFiles(l)) if layerfs_download(l) => "download-failed",
+            WriteError::Esp(EspError::BootFiles(l)) if layerfs_download(l) => {
+                FailureReason::DownloadFailed
+            }
             WriteError::Resolve(_)
             | WriteError::Verify(VerifyStepError::Source(_))
             | WriteError::Write(WriteStepError::Engine(
                 EngineError::Blob { .. } | EngineError::BadSource { .. },
             ))
-            | WriteError::Write(WriteStepError::AllSources { .. }) => "image-invalid",
+            | WriteError::Write(WriteStepError::AllSources { .. }) => FailureReason::ImageInvalid,
             WriteError::Write(WriteStepError::Engine(EngineError::Download { .. })) => {
-                "download-failed"
+                FailureReason::DownloadFailed
             }
             // The base layer's frames the plan reads (before any disk changed): bytes that are
             // not the signed image from every source, or not fetched at all.
             WriteError::Plan(p) if plan_block(p).is_some_and(BlockError::is_bad_bytes) => {
-                "image-invalid"
+                FailureReason::ImageInvalid
             }
             WriteError::Plan(p)
                 if plan_block(p).is_some_and(|b| matches!(b, BlockError::Fetch { .. })) =>
             {
-                "download-failed"
+                FailureReason::DownloadFailed
             }
             // Found before any disk changed: the stack (or a --kernel-arg) cannot boot here.
             WriteError::Plan(p)
                 if matches!(**p, PlanError::Boot { .. } | PlanError::BootFile { .. }) =>
             {
-                "cannot-boot"
+                FailureReason::CannotBoot
             }
-            _ => "write-failed",
+            _ => FailureReason::WriteFailed,
         }
     }
 
@@ -207,8 +212,10 @@ impl From<StackError> for WriteError {
 mod tests {
     use super::*;
 
-    fn engine(e: EngineError) -> String {
-        ProvisionError::Write(WriteError::Write(WriteStepError::Engine(e))).reason()
+    fn engine(e: EngineError) -> &'static str {
+        ProvisionError::Write(WriteError::Write(WriteStepError::Engine(e)))
+            .reason()
+            .name()
     }
 
     /// What the operator reads in CAPH: a registry or network problem in `write` is not a disk
@@ -251,12 +258,12 @@ mod tests {
             WriteError::Esp(EspError::Stopped(deadline())),
         ];
         for e in stops {
-            assert_eq!(ProvisionError::Write(e).reason(), "deadline");
+            assert_eq!(ProvisionError::Write(e).reason().name(), "deadline");
         }
         let signal = Stopped::Interrupted {
             during: "checking the machine and the stack".into(),
         };
-        assert_eq!(ProvisionError::from(signal).reason(), "interrupted");
+        assert_eq!(ProvisionError::from(signal).reason().name(), "interrupted");
     }
 
     /// The plan reads the base layer's boot files from its blob: bytes that fail the signed tree
@@ -277,6 +284,7 @@ mod tests {
                 }),
             }))
             .reason()
+            .name()
         };
         let verify = || BlockError::Verify {
             block: 4,
@@ -339,7 +347,7 @@ mod tests {
                 source: "the response ended".into(),
             }),
         };
-        let write = |e: WriteError| ProvisionError::Write(e).reason();
+        let write = |e: WriteError| ProvisionError::Write(e).reason().name();
         for e in [transient(), every()] {
             assert_eq!(write(WriteError::Resolve(Box::new(e))), "download-failed");
         }
@@ -354,7 +362,7 @@ mod tests {
             write(WriteError::Resolve(Box::new(integrity()))),
             "image-invalid"
         );
-        let stage = |e: StageStepError| ProvisionError::Stage(e).reason();
+        let stage = |e: StageStepError| ProvisionError::Stage(e).reason().name();
         assert_eq!(
             stage(StageStepError::Base(StackError::Blob(transient()))),
             "download-failed"

@@ -18,7 +18,9 @@
 //!   from a registry;
 //! - plain data: [`layout`] (the disk plan), [`node`] (the sealed node layer), [`stack`] (the
 //!   opened, verified stack), [`request`] (what a run is asked and answers);
-//! - [`steps`], each with its own error type; [`error`] wraps them;
+//! - [`steps`], each with its own error type; [`reason`] (the failure reasons, their exit
+//!   status and what to do about each); [`error`] wraps the steps' errors and maps each to its
+//!   reason;
 //! - [`pipeline`]; then the binary's edges: [`cli`], [`config`], [`run`], [`caph`],
 //!   [`watchdog`], [`reboot`].
 
@@ -34,6 +36,7 @@ pub mod layout;
 pub mod mirror;
 pub mod node;
 pub mod pipeline;
+pub mod reason;
 pub mod reboot;
 pub mod report;
 pub mod request;

@@ -14,8 +14,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ingot_artifact::registry::{Served, SourceLog};
 use serde::Serialize;
 
-/// The writer's named stages, in order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+/// The writer's named stages, in the order a run first reports them (`gate` comes back after
+/// `verify` for the firmware and after `seal` for the size; `plan` to `partition-table` repeat
+/// for each target). docgen renders [`Stage::all`] with [`Stage::text`] into `docs/writer.md`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, strum_macros::EnumIter)]
 #[serde(rename_all = "kebab-case")]
 pub enum Stage {
     /// Reading the machine and the bootstrap data (provisioning runs only).
@@ -61,6 +63,153 @@ impl Stage {
             Stage::Finish => "finish",
         }
     }
+
+    /// Every stage, in order.
+    pub fn all() -> impl Iterator<Item = Stage> {
+        <Stage as strum::IntoEnumIterator>::iter()
+    }
+
+    /// What the stage does, for the operator's table (one arm each: a new stage without it
+    /// does not compile).
+    pub fn text(self) -> StageText {
+        use Stage::*;
+        let (runs, changes_disk, what) = match self {
+            Check => (
+                Runs::Provisioning,
+                false,
+                "machine facts (UEFI, NVIDIA GPU from PCI, virtualization from CPU flags and \
+                 /dev/kvm, disks); parse the bootstrap data; the role from it (`kubeadm init`, or \
+                 a join with a control-plane section, is a control plane) unless `--role`",
+            ),
+            Gate => (
+                Runs::Provisioning,
+                false,
+                "tools on PATH (`smartctl` on a real machine; `sh` and `reboot` with \
+                 `--reboot`), UEFI firmware, the target disks from names or WWNs, and for every \
+                 target SMART health (a disk that cannot report is a warning) and an O_DIRECT \
+                 sequential read test (`--min-read-speed`, default 20,000 KiB/s rotational, \
+                 40,000 KiB/s otherwise, over `--read-test-seconds`, default 3). Again after \
+                 `verify`, on a BIOS machine: it passes when the stack carries a BIOS loader \
+                 (`[boot] bios`). Again after `seal`: every target is large enough for the \
+                 plan, node layer included",
+            ),
+            Guard => (
+                Runs::Provisioning,
+                false,
+                "read every disk's partition table, file systems, md superblocks and LVM \
+                 metadata: stop when a non-target disk holds a Linux root, /boot or an ESP with \
+                 boot entries (`--allow-foreign-os` makes it a warning), or an md array or LVM \
+                 volume group spans target and non-target disks; arrays and volume groups \
+                 living only on targets are listed for the teardown (a warning each), whose \
+                 commands are planned from what is active (`details.teardown`) and their tools \
+                 gated",
+            ),
+            Resolve => (
+                Runs::Always,
+                false,
+                "open the source (an OCI layout, or a registry: a tag is resolved to its \
+                 digest, `details.resolved` names the source that resolved it)",
+            ),
+            Verify => (
+                Runs::Always,
+                false,
+                "check the signature over the descriptor (minisign, or cosign), parse it, \
+                 select this machine's layers, fetch each selected layer's hash tree and check \
+                 every hash block against the signed root hash; on a UEFI machine, read and \
+                 check the release's signed UKI when the stack has one",
+            ),
+            Staging => (
+                Runs::Provisioning,
+                false,
+                "read `/etc/passwd` and `/etc/group` from the base layer's blob (from a \
+                 registry only the zstd frames holding them, by `Range` requests), stage the \
+                 per-node files from the bootstrap data (`bootstrap.md`)",
+            ),
+            Seal => (
+                Runs::Provisioning,
+                false,
+                "the staged files as a deterministic ext4 image with its dm-verity tree, by the \
+                 same layer builder the stack uses",
+            ),
+            Teardown => (
+                Runs::Provisioning,
+                true,
+                "only when the guard found md arrays or volume groups living only on the \
+                 targets: remove active device-mapper devices on them, empty and stop active \
+                 arrays, `wipefs` every target region with a signature, one message per \
+                 command; then check nothing holds a target. With `--sysroot` (a fixture \
+                 machine) the same commands run against the fixture: each is recorded in \
+                 `SYSROOT/host/ran`, `mdadm --stop` and `dmsetup remove` take the device out of \
+                 its `sys/block`, and a program named by a `SYSROOT/host/fail/PROGRAM` file \
+                 fails with that file's text",
+            ),
+            Plan => (
+                Runs::Always,
+                false,
+                "for each target in turn: open it (refused when mounted or held, locked by \
+                 another writer, or read-only: `BLKROGET`, an immutable file, a read-only \
+                 filesystem), read the base layer's boot files, lay out the disk, check the \
+                 boot contract's limits, refuse a target too small for the plan",
+            ),
+            Wipe => (
+                Runs::Always,
+                true,
+                "zero the first and last MiB (protective MBR, both GPTs)",
+            ),
+            Write => (
+                Runs::Always,
+                true,
+                "per layer: decompress zstd frames in parallel (streamed from the registry when \
+                 the source is one; disks after the first copy from the first), write with \
+                 O_DIRECT, read back with O_DIRECT and check every block against the signed \
+                 tree; a frame that reads back wrong but is right in memory is rewritten up to \
+                 `--max-attempts` times; then the hash tree, read back and compared",
+            ),
+            Esp => (
+                Runs::Always,
+                true,
+                "read the boot files from the written base layer (every block checked against \
+                 its tree), build the FAT32 ESP for the disk's boot chain (a systemd-boot entry, \
+                 or the signed UKI; GRUB's core image into the BIOS boot partition with a BIOS \
+                 loader), write it, read it back",
+            ),
+            PartitionTable => (
+                Runs::Always,
+                true,
+                "write the GPT and protective MBR last (GRUB's boot code in the MBR with a BIOS \
+                 loader), sync, read the table back and compare it with the plan",
+            ),
+            Finish => (
+                Runs::Always,
+                false,
+                "the summary: which stack went to which disks and the boot chain they got \
+                 (`IMAGE_URL_DONE …` when provisioning)",
+            ),
+        };
+        StageText {
+            runs,
+            changes_disk,
+            what,
+        }
+    }
+}
+
+/// Which runs report a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runs {
+    /// Only a provisioning run (CAPH's arguments, no `--target`).
+    Provisioning,
+    /// Every run.
+    Always,
+}
+
+/// A stage, as the operator's table describes it.
+#[derive(Debug, Clone, Copy)]
+pub struct StageText {
+    pub runs: Runs,
+    /// Whether the stage changes a disk (a failure from it on clears the partition tables).
+    pub changes_disk: bool,
+    pub what: &'static str,
 }
 
 /// One line of `--events`.
@@ -92,7 +241,9 @@ pub struct Rewrite {
     pub attempt: u32,
 }
 
-/// The `--report` file.
+/// The `--report` file (`/root/output.json` when provisioning). Its fields are listed, with
+/// their JSON type and meaning, in [`Status::FIELDS`]; docgen renders that into the docs and
+/// its test checks the list against what this struct serialises to.
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
     /// `running`, `done`, `failed`, or `dry-run` (every check passed, nothing was written).
@@ -116,6 +267,91 @@ pub struct Status {
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     pub details: serde_json::Map<String, serde_json::Value>,
     pub updated: f64,
+}
+
+/// A field of the status file, as the docs list it.
+#[derive(Debug, Clone, Copy)]
+pub struct Field {
+    pub name: &'static str,
+    /// The JSON type.
+    pub kind: &'static str,
+    pub means: &'static str,
+}
+
+impl Status {
+    /// Every field [`Status`] serialises, in its order.
+    pub const FIELDS: &'static [Field] = &[
+        Field {
+            name: "state",
+            kind: "string",
+            means: "`running`, `done`, `failed`, or `dry-run` (every check passed, nothing was \
+                    written)",
+        },
+        Field {
+            name: "status",
+            kind: "string",
+            means: "as CAPH reads it: `Running`, then `Succeeded` (a dry run too) or `Failed`",
+        },
+        Field {
+            name: "stage",
+            kind: "string",
+            means: "the stage reported last (the stage table above)",
+        },
+        Field {
+            name: "message",
+            kind: "string",
+            means: "what CAPH shows as the condition's message: the stage and what is happening \
+                    (`write: base: 45% (460 of 1024 MiB)`); on success the summary, on failure \
+                    `failed in STAGE: ` and the `error`",
+        },
+        Field {
+            name: "error",
+            kind: "string, only on failure",
+            means: "the whole error, after the failure reason when provisioning \
+                    (`download-failed: …`)",
+        },
+        Field {
+            name: "layers",
+            kind: "array of strings",
+            means: "the layers selected for this machine, in stacking order",
+        },
+        Field {
+            name: "rewrites",
+            kind: "array of objects",
+            means: "ranges that read back wrong and were written again: `layer`, `offset`, \
+                    `length` (bytes), `attempt`",
+        },
+        Field {
+            name: "bytes_written",
+            kind: "number",
+            means: "bytes written to the disks so far",
+        },
+        Field {
+            name: "disks",
+            kind: "string, only on failure",
+            means: "what the failed run left on the disks: `untouched`, `cleared` (no partition \
+                    table), or `clear-failed`",
+        },
+        Field {
+            name: "warnings",
+            kind: "array of strings",
+            means: "what did not stop the run but should be known (a disk without SMART, unknown \
+                    keys in the bootstrap data, arrays torn down, a source refused for a blob)",
+        },
+        Field {
+            name: "details",
+            kind: "object, left out when empty",
+            means: "structured results by key: `settings` (where they came from), `machine` \
+                    (facts), `selection` (the machine the layers were selected for), `gates`, \
+                    `guard`, `teardown` (the commands), `resolved`, `staged`, `sources`, `plan` \
+                    (dry run), `pipeline-LAYER` (time per pipeline stage)",
+        },
+        Field {
+            name: "updated",
+            kind: "number",
+            means: "when the file was written, seconds since the epoch with milliseconds",
+        },
+    ];
 }
 
 pub struct Reporter {

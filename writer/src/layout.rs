@@ -1,7 +1,7 @@
 //! The disk layout for one machine: which partitions, where, with which GUIDs. Pure data and
 //! arithmetic; the `plan` step opens the target and calls [`plan`].
 //!
-//! GPT, 1 MiB aligned, named and typed as the boot contract ([`crate::boot`]) says: the ESP,
+//! GPT, 1 MiB aligned, named and typed as the boot contract ([`crate::partitions`]) says: the ESP,
 //! then a data and a verity partition for each selected layer in stacking order, then a writable
 //! `var` partition filling the rest (and GRUB's BIOS boot partition last, for a BIOS loader).
 
@@ -9,10 +9,9 @@ use ingot_verity::RootHash;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::bios::BIOS_BOOT_SIZE;
-use crate::boot::{
-    data_label, hash_label, partition_uuids, types, ATTR_READ_ONLY, BIOS_BOOT_LABEL, ESP_LABEL,
-    VAR_LABEL,
+use crate::partitions::{
+    data_label, hash_label, partition_uuids, types, ATTR_READ_ONLY, BIOS_BOOT_LABEL,
+    BIOS_BOOT_SIZE, ESP_LABEL, VAR_LABEL,
 };
 
 pub const MIB: u64 = 1 << 20;

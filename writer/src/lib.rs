@@ -11,20 +11,21 @@
 //!
 //! The modules form a line; each uses only those above it in this list:
 //! - the leaves: [`report`] (stages, progress, the status file), [`target`] (O_DIRECT disk
-//!   access), [`interrupt`], [`boot`] (the boot contract: partition names, the kernel command
-//!   line), [`bios`] (GRUB's i386-pc boot code), [`mirror`] (`var`'s md superblocks),
-//!   [`table`] (the partition table on disk);
+//!   access), [`interrupt`], [`partitions`] (the boot contract's partition names and types),
+//!   [`mirror`] (`var`'s md superblocks);
 //! - [`engine`]: the verified-write engine, its errors, stats and options; [`stream`] feeds it
 //!   from a registry;
 //! - plain data: [`layout`] (the disk plan), [`node`] (the sealed node layer), [`stack`] (the
-//!   opened, verified stack), [`request`] (what a run is asked and answers);
+//!   opened, verified stack);
+//! - [`boot`]: the boot chains (loader entry, signed UKI, GRUB on BIOS), the kernel command
+//!   line and the ESP's FAT32 image;
+//! - [`request`] (what a run is asked and answers), [`table`] (the partition table on disk);
 //! - [`steps`], each with its own error type; [`reason`] (the failure reasons, their exit
 //!   status and what to do about each); [`error`] wraps the steps' errors and maps each to its
 //!   reason;
 //! - [`pipeline`]; then the binary's edges: [`cli`], [`config`], [`run`], [`caph`],
 //!   [`watchdog`], [`reboot`].
 
-pub mod bios;
 pub mod boot;
 pub mod caph;
 pub mod cli;
@@ -35,6 +36,7 @@ pub mod interrupt;
 pub mod layout;
 pub mod mirror;
 pub mod node;
+pub mod partitions;
 pub mod pipeline;
 pub mod reason;
 pub mod reboot;

@@ -22,7 +22,7 @@ use ingot_machine::Sysroot;
 use ingot_verity::RootHash;
 
 use crate::error::{ProvisionError, WriteError};
-use crate::layout::{min_disk_size, DiskPlan};
+use crate::layout::min_disk_size;
 use crate::node::NodeLayer;
 use crate::report::{DiskState, Reporter};
 use crate::request::{
@@ -30,6 +30,7 @@ use crate::request::{
 };
 use crate::stack::OpenedStack;
 use crate::steps;
+use crate::steps::plan::Plan;
 use crate::steps::write::CopyFrom;
 use crate::target::Target;
 
@@ -200,7 +201,7 @@ pub fn provision_dry_run(
         let settings = disk_settings(&p.opened, &req.settings, index, p.targets.len(), created);
         let plan = steps::plan::dry_run(&disk.node, &p.opened, Some(&p.node), &settings, reporter)
             .map_err(WriteError::from)?;
-        disks.push((disk.node.clone(), plan));
+        disks.push((disk.node.clone(), plan.layout));
     }
     Ok(Planned {
         manifest_digest: p.opened.manifest_digest().to_string(),
@@ -330,7 +331,7 @@ pub fn write_stack_dry_run(req: &WriteRequest, reporter: &Reporter) -> Result<Pl
         manifest_digest: opened.manifest_digest().to_string(),
         stack: opened.describe(),
         layers: layer_roots(&opened, None),
-        disks: vec![(req.target.clone(), plan)],
+        disks: vec![(req.target.clone(), plan.layout)],
         teardown: Vec::new(),
         node: None,
     })
@@ -375,22 +376,30 @@ fn write_planned(
     target: &Target,
     opened: &OpenedStack,
     node: Option<&NodeLayer>,
-    plan: &DiskPlan,
+    plan: &Plan,
     settings: &WriteSettings,
     copy: Option<&CopyFrom>,
     reporter: &Reporter,
 ) -> Result<Outcome, WriteError> {
     steps::wipe::run(target, reporter).map_err(WriteError::Wipe)?;
-    let mut stats =
-        steps::write::run(target, opened, node, plan, copy, settings.options, reporter)?;
+    let layout = &plan.layout;
+    let mut stats = steps::write::run(
+        target,
+        opened,
+        node,
+        layout,
+        copy,
+        settings.options,
+        reporter,
+    )?;
     if let Some(m) = &settings.mirror {
-        stats += steps::write::write_member(target, plan, m, settings.options, reporter)?;
+        stats += steps::write::write_member(target, layout, m, settings.options, reporter)?;
     }
     let esp = steps::esp::run(target, opened, node, plan, settings, reporter)?;
     stats += esp.stats;
     let (kernel_cmdline, mbr_code) = (esp.cmdline, esp.mbr_code);
     target.check_still_named()?;
-    steps::partition_table::run(target, plan, mbr_code.as_deref(), reporter)
+    steps::partition_table::run(target, layout, mbr_code.as_deref(), reporter)
         .map_err(WriteError::Table)?;
     target.check_still_named()?;
 
@@ -398,9 +407,9 @@ fn write_planned(
         manifest_digest: opened.manifest_digest().to_string(),
         stack: opened.describe(),
         layers: layer_roots(opened, node),
-        plan: plan.clone(),
+        plan: layout.clone(),
         kernel_cmdline,
-        boot_chain: esp.chain,
+        boot_chain: plan.chain,
         bytes_written: stats.written,
         bytes_skipped: stats.skipped,
         rewrites: stats.rewrites,
@@ -415,7 +424,7 @@ fn layer_roots(opened: &OpenedStack, node: Option<&NodeLayer>) -> Vec<(String, R
         .map(|p| (p.entry.name.clone(), p.verifier.root_hash().clone()))
         .collect();
     if let Some(n) = node {
-        layers.push((crate::boot::NODE_LAYER.into(), n.root_hash.clone()));
+        layers.push((crate::partitions::NODE_LAYER.into(), n.root_hash.clone()));
     }
     layers
 }

@@ -12,9 +12,9 @@ use ingot_artifact::verify::{ArtifactSource, VerifyError, VerifyReport};
 use ingot_layers::descriptor::{LayerEntry, StackDescriptor};
 use ingot_verity::Verifier;
 
-use crate::boot::NODE_LAYER;
 use crate::layout::{LayerKind, PlanLayer};
 use crate::node::NodeLayer;
+use crate::partitions::NODE_LAYER;
 
 /// Where the stack comes from.
 pub enum Source {

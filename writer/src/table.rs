@@ -24,7 +24,7 @@ pub enum TableError {
     #[error("the partition table read back from the disk does not match the plan: {0}")]
     Mismatch(String),
     #[error("the stack's BIOS loader")]
-    Bios(#[from] crate::bios::BiosError),
+    Bios(#[from] crate::boot::bios::BiosError),
 }
 
 /// The byte ranges that hold partition-table signatures: the protective MBR, the primary GPT
@@ -96,7 +96,7 @@ pub fn write(target: &Target, plan: &DiskPlan, mbr_code: Option<&[u8]>) -> Resul
         (Some(code), Some(part)) => {
             let mut protective = [0u8; 512];
             target.read_small(&mut protective, 0)?;
-            let sector = crate::bios::mbr(code, &protective, part.offset / 512)?;
+            let sector = crate::boot::bios::mbr(code, &protective, part.offset / 512)?;
             target.write_small(&sector, 0)?;
             Some(sector)
         }

@@ -1,7 +1,8 @@
-//! `plan`: opens the target and lays the stack out on it ([`crate::layout`]).
+//! `plan`: opens the target, lays the stack out on it ([`crate::layout`]) and chooses its boot
+//! chain ([`BootChain::choose`]), once: the later steps read the chain from the [`Plan`].
 //!
 //! Reads the target's size and sector size, the ESP size and the layers (the verified stack's,
-//! and the sealed node layer on top); returns the opened [`Target`] and its [`DiskPlan`].
+//! and the sealed node layer on top); returns the opened [`Target`] and its [`Plan`].
 //! Nothing is written.
 
 use std::path::Path;
@@ -9,6 +10,7 @@ use std::path::Path;
 use ingot_artifact::layerfs::LayerFsError;
 use uuid::Uuid;
 
+use crate::boot::BootChain;
 use crate::engine::Stopped;
 use crate::layout::{align_up, plan, DiskPlan, LayoutError};
 use crate::node::NodeLayer;
@@ -17,6 +19,13 @@ use crate::request::WriteSettings;
 use crate::stack::{OpenedStack, StackError};
 use crate::target::{Target, TargetError};
 use ingot_layers::boot::BootLimitError;
+
+/// One disk's plan: its layout and the boot chain it gets.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub layout: DiskPlan,
+    pub chain: BootChain,
+}
 
 /// Why the plan could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +63,7 @@ pub fn run(
     node: Option<&NodeLayer>,
     settings: &WriteSettings,
     reporter: &Reporter,
-) -> Result<(Target, DiskPlan), PlanError> {
+) -> Result<(Target, Plan), PlanError> {
     reporter.stage(Stage::Plan, format!("planning {}", target.display()));
     let target = Target::open(target)?;
     let plan = lay_out(&target, opened, node, settings);
@@ -73,7 +82,7 @@ pub fn dry_run(
     node: Option<&NodeLayer>,
     settings: &WriteSettings,
     reporter: &Reporter,
-) -> Result<DiskPlan, PlanError> {
+) -> Result<Plan, PlanError> {
     reporter.stage(
         Stage::Plan,
         format!(
@@ -104,7 +113,7 @@ pub fn check_boot(
     ingot_layers::boot::check_partition_count(layers, d.boot.bios.is_some()).map_err(refuse)?;
     // The UUIDs are not known yet; every one has the same length.
     let var = vec![Uuid::nil(); disks.max(1)];
-    crate::steps::esp::cmdline(opened, node, var, settings).map_err(refuse)?;
+    crate::boot::cmdline::build(opened, node, var, &settings.kernel_args).map_err(refuse)?;
     let fs = opened.base_fs()?;
     let size = |what: &'static str, path: &str| {
         fs.file_size(path).map_err(|source| PlanError::BootFile {
@@ -129,13 +138,13 @@ fn lay_out(
     opened: &OpenedStack,
     node: Option<&NodeLayer>,
     settings: &WriteSettings,
-) -> Result<DiskPlan, PlanError> {
+) -> Result<Plan, PlanError> {
     let disks = settings.mirror.as_ref().map_or(1, |m| m.members.len());
     check_boot(opened, node, settings, disks)?;
     // Disk 0 (and a single disk) as always; further disks of a mirror their own GUIDs.
     let index = settings.mirror.as_ref().map_or(0, |m| m.index);
     let identity = crate::mirror::disk_identity(opened.manifest_digest(), index);
-    let plan = plan(
+    let layout = plan(
         target.size(),
         target.sector_size(),
         settings.esp_size,
@@ -144,5 +153,8 @@ fn lay_out(
         opened.descriptor().boot.bios.is_some(),
     )?;
     settings.options.check_stop("plan")?;
-    Ok(plan)
+    Ok(Plan {
+        layout,
+        chain: BootChain::choose(opened),
+    })
 }

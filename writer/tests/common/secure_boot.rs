@@ -110,7 +110,7 @@ pub fn enroll(dir: tempfile::TempDir, key: &SecureBootKey) -> Enrolled {
     let esp = dir.path().join("enroll-esp.img");
     fs::write(
         &esp,
-        ingot_writer::steps::esp::build(64 << 20, &files, 7).unwrap(),
+        ingot_writer::boot::fat::build(64 << 20, &files, 7).unwrap(),
     )
     .unwrap();
     let vars = dir.path().join("vars.fd");

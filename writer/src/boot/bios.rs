@@ -1,16 +1,25 @@
-//! Legacy BIOS boot: GRUB's i386-pc boot code in the protective MBR and its core image in a GPT
-//! BIOS boot partition, patched exactly as `grub-bios-setup` patches them, and a `grub.cfg` on
-//! the ESP with the loader entry's kernel command line.
+//! `boot::bios`: the chain for BIOS firmware, beside the loader entry. GRUB's i386-pc boot
+//! code in the protective MBR and its core image in a GPT BIOS boot partition, patched exactly
+//! as `grub-bios-setup` patches them, and a `grub.cfg` on the ESP booting the loader entry's
+//! kernel, initrd and command line ([`super::loader_entry`] writes the rest of the ESP, so
+//! UEFI firmware boots the same disk). The MBR code goes back to the `partition-table` step,
+//! which patches it into the table's sector ([`mbr`]).
 //!
 //! The BIOS loads LBA 0 (`boot.img`), which reads the first sector of `core.img` from the LBA
 //! patched in at 0x5c; that sector (`diskboot.img`) reads the rest of the core image from the
 //! block list at its end. The core image was built with the prefix `(,gpt1)/grub`: GRUB takes
 //! the drive the BIOS booted from, partition 1 (the ESP), and reads `grub/grub.cfg` there.
 
+use super::esp;
+use super::loader_entry::{self, BootFiles, Entry, INITRD_PATH, KERNEL_PATH};
+use super::{BootDisk, EspError, Written};
+use crate::engine::bytes::write_bytes;
+use crate::engine::WriteStats;
+use crate::layout::Content;
+use crate::report::Stage;
+
 /// `grub.cfg` on the ESP, where the core image's prefix points.
 pub const GRUB_CFG_PATH: &str = "/grub/grub.cfg";
-/// The BIOS boot partition's size: GRUB's core images are 100-200 KiB.
-pub const BIOS_BOOT_SIZE: u64 = 1 << 20;
 
 /// Offsets in `boot.img` (GRUB's `include/grub/i386/pc/boot.h`).
 const BPB_START: usize = 0x03;
@@ -26,6 +35,46 @@ const SIGNATURE: usize = 0x1fe;
 const BLOCKLIST: usize = 512 - 12;
 /// Where diskboot loads the rest of the core image: segment 0x800 + one sector.
 const CORE_SEGMENT: u16 = 0x820;
+
+/// The BIOS chain; see the module docs.
+pub fn write(disk: &BootDisk) -> Result<Written, EspError> {
+    let dir = (disk.opened.descriptor().boot.bios.as_deref())
+        .expect("the BIOS chain is chosen only for a stack with a BIOS loader");
+    let base = loader_entry::open_base(disk)?;
+    let files = BootFiles::read(disk, &base)?;
+    let boot_img = base.read(&format!("{dir}/boot.img"))?;
+    let core_img = base.read(&format!("{dir}/core.img"))?;
+    let entry = Entry::new(disk)?;
+    let cfg = grub_cfg(&entry.title, KERNEL_PATH, INITRD_PATH, &entry.cmdline);
+    let mut esp_files = entry.files(&files);
+    esp_files.push((&GRUB_CFG_PATH[1..], cfg.as_bytes()));
+    let mut stats = esp::write(disk, &esp_files)?;
+    stats += write_core(disk, &core_img)?;
+    Ok(Written {
+        cmdline: entry.cmdline.clone(),
+        stats,
+        mbr_code: Some(boot_img),
+    })
+}
+
+/// GRUB's core image, patched for where it lies, written over the whole BIOS boot partition.
+fn write_core(disk: &BootDisk, core_img: &[u8]) -> Result<WriteStats, EspError> {
+    disk.reporter
+        .stage(Stage::Esp, "writing GRUB's core image for BIOS firmware");
+    let part = disk.plan.part(&Content::BiosBoot);
+    let mut image = core(core_img, part.offset / 512, part.size)?;
+    image.resize(part.size as usize, 0);
+    let zeroed = disk.target.zero_range(part.offset, part.size)?;
+    Ok(write_bytes(
+        disk.target,
+        "bios-boot",
+        &image,
+        part.offset,
+        zeroed,
+        disk.options,
+        disk.reporter,
+    )?)
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum BiosError {

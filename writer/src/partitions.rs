@@ -1,5 +1,5 @@
-//! The boot contract, in one place: how the partitions a node boots from are named and typed,
-//! and the kernel command line that tells the initramfs which layers to stack.
+//! The boot contract's disk half: how the partitions a node boots from are named, typed and
+//! sized. Which loader boots them is a boot chain (the `boot` module, above this one).
 //!
 //! GPT, 1 MiB aligned: the ESP, then a data and a verity partition for each selected layer in
 //! stacking order, then a writable `var` partition. The partition UUIDs of a layer's pair are the
@@ -7,7 +7,8 @@
 //! and the initramfs find them from the kernel command line alone). The command line names the
 //! stack, each layer with its root hash in stacking order, the node layer's root hash and the
 //! `var` partition. The command line itself and its limits are `ingot_layers::boot` (`Cmdline`,
-//! `BootLimitError`), where `ingot build` checks the same rules.
+//! `BootLimitError`), where `ingot build` checks the same rules; the writer builds it in
+//! `boot::cmdline`.
 
 use ingot_verity::RootHash;
 use uuid::Uuid;
@@ -28,36 +29,6 @@ pub mod types {
     pub const BIOS_BOOT: &str = "21686148-6449-6e6f-744e-656564454649";
 }
 
-/// Which boot chain a disk got.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BootChain {
-    /// The release's signed UKI as `EFI/BOOT/BOOTX64.EFI` (its command line signed), the node's
-    /// values in systemd-stub credentials beside it: Secure Boot checks everything it runs.
-    SignedUki,
-    /// The base's boot loader (systemd-boot), kernel and initrd, and a loader entry.
-    LoaderEntry,
-    /// As [`BootChain::LoaderEntry`], and GRUB in the BIOS boot partition for BIOS firmware.
-    LoaderEntryAndBios,
-}
-
-impl BootChain {
-    /// How the summary and `output.json` name it.
-    pub fn describe(self) -> &'static str {
-        match self {
-            BootChain::SignedUki => "signed UKI (Secure Boot)",
-            BootChain::LoaderEntry => "boot loader entry (UEFI)",
-            BootChain::LoaderEntryAndBios => "boot loader entry (UEFI) and GRUB (BIOS)",
-        }
-    }
-}
-
-/// The systemd-stub credential holding the node layer's root hash: 64 lower-case hex digits,
-/// nothing else (`EFI/BOOT/BOOTX64.EFI.extra.d/`, copied by the stub to
-/// `/.extra/credentials/` in the initrd and measured into TPM PCR 12).
-pub const NODE_CREDENTIAL: &str = "ingot-node.cred";
-/// The credential holding `var`'s members: `PARTUUID=UUID[,PARTUUID=UUID...]`.
-pub const VAR_CREDENTIAL: &str = "ingot-var.cred";
-
 /// GPT attribute bit 60: read-only (DPS recommends it for verity partitions and their data).
 pub const ATTR_READ_ONLY: u64 = 1 << 60;
 
@@ -65,6 +36,8 @@ pub const ATTR_READ_ONLY: u64 = 1 << 60;
 pub const ESP_LABEL: &str = "ESP";
 /// The writable partition's name; it is left blank for first boot to format.
 pub const VAR_LABEL: &str = "var";
+/// The BIOS boot partition's size: GRUB's core images are 100-200 KiB.
+pub const BIOS_BOOT_SIZE: u64 = 1 << 20;
 /// The BIOS boot partition's name (last on the disk, when the stack has a BIOS loader).
 pub const BIOS_BOOT_LABEL: &str = "bios-boot";
 /// The node layer's name in the plan and on the command line.

@@ -231,7 +231,46 @@ pub fn is_sha256_digest(s: &str) -> bool {
         .is_some_and(|hex| hex.len() == 64 && is_lower_hex(hex))
 }
 
-/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hex digits.
+/// A layer's dm-verity parameters: hex salt, block sizes, a hash offset inside the hash blob,
+/// a well-formed UUID, and a size of dataBlocks × dataBlockSize.
+fn check_verity(at: &str, layer: &LayerEntry) -> Result<(), DescriptorError> {
+    let v = &layer.verity;
+    if !is_lower_hex(&v.salt) || v.salt.len() % 2 != 0 {
+        return Err(invalid(format!("{at}: salt is not lowercase hex")));
+    }
+    for (what, size) in [
+        ("dataBlockSize", v.data_block_size),
+        ("hashBlockSize", v.hash_block_size),
+    ] {
+        if !(512..=65536).contains(&size) || !size.is_power_of_two() {
+            return Err(invalid(format!(
+                "{at}: {what} {size} is not a power of two in 512..65536"
+            )));
+        }
+    }
+    if v.data_blocks == 0 {
+        return Err(invalid(format!("{at}: dataBlocks is 0")));
+    }
+    if v.hash_offset % 512 != 0 || v.hash_offset >= layer.hash.size {
+        return Err(invalid(format!(
+            "{at}: hashOffset {} is not a multiple of 512 inside the {}-byte hash blob",
+            v.hash_offset, layer.hash.size
+        )));
+    }
+    if let Some(uuid) = &v.uuid {
+        if !is_uuid(uuid) {
+            return Err(invalid(format!("{at}: verity uuid `{uuid}` is malformed")));
+        }
+    }
+    if v.data_blocks.checked_mul(u64::from(v.data_block_size)) != Some(layer.size) {
+        return Err(invalid(format!(
+            "{at}: size {} is not dataBlocks × dataBlockSize",
+            layer.size
+        )));
+    }
+    Ok(())
+}
+
 /// A frame index, when present, has one non-zero entry per frame and adds up to the blob.
 fn check_frame_index(layer: &LayerEntry) -> Result<(), String> {
     let c = &layer.data.compression;
@@ -261,6 +300,7 @@ fn check_frame_index(layer: &LayerEntry) -> Result<(), String> {
     Ok(())
 }
 
+/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hex digits.
 fn is_uuid(s: &str) -> bool {
     s.len() == 36
         && s.bytes().enumerate().all(|(i, b)| match i {
@@ -304,6 +344,22 @@ impl StackDescriptor {
             )));
         }
         self.validate_strings()?;
+        self.validate_boot()?;
+        if self.layers.is_empty() {
+            return Err(invalid("a stack has at least one layer"));
+        }
+        let mut names = BTreeSet::new();
+        for (i, layer) in self.layers.iter().enumerate() {
+            if !names.insert(layer.name.as_str()) {
+                return Err(invalid(format!("layer `{}` appears twice", layer.name)));
+            }
+            self.validate_layer(i, layer)?;
+        }
+        Ok(())
+    }
+
+    /// The UKI's digest and command line, and the extra kernel arguments.
+    fn validate_boot(&self) -> Result<(), DescriptorError> {
         if let Some(uki) = &self.uki {
             if !is_sha256_digest(&uki.digest) {
                 return Err(invalid(format!(
@@ -330,96 +386,57 @@ impl StackDescriptor {
                 )));
             }
         }
-        if self.layers.is_empty() {
-            return Err(invalid("a stack has at least one layer"));
+        Ok(())
+    }
+
+    /// One layer's rules; `i` is its place in the stack (0 = the base).
+    fn validate_layer(&self, i: usize, layer: &LayerEntry) -> Result<(), DescriptorError> {
+        let at = format!("layer `{}`", layer.name);
+        if i == 0 && layer.when.is_some() {
+            return Err(invalid(format!(
+                "{at} is the base layer and must not have a rule"
+            )));
         }
-        let mut names = BTreeSet::new();
-        for (i, layer) in self.layers.iter().enumerate() {
-            let at = format!("layer `{}`", layer.name);
-            if !names.insert(layer.name.as_str()) {
-                return Err(invalid(format!("{at} appears twice")));
+        if let Some(rule) = &layer.when {
+            select::check_depth(rule).map_err(|e| invalid(format!("{at}: {e}")))?;
+        }
+        match (&layer.sbom, self.schema_version) {
+            (None, v) if v >= 2 => {
+                return Err(invalid(format!("{at}: schemaVersion {v} needs its `sbom`")))
             }
-            if i == 0 && layer.when.is_some() {
+            (Some(_), 1) => return Err(invalid(format!("{at}: schemaVersion 1 has no `sbom`"))),
+            (Some(b), _) if !is_sha256_digest(&b.digest) => {
                 return Err(invalid(format!(
-                    "{at} is the base layer and must not have a rule"
+                    "{at}: sbom digest `{}` is not sha256:<64 hex>",
+                    b.digest
+                )))
+            }
+            _ => {}
+        }
+        for (what, digest) in [("data", &layer.data.digest), ("hash", &layer.hash.digest)] {
+            if !is_sha256_digest(digest) {
+                return Err(invalid(format!(
+                    "{at}: {what} digest `{digest}` is not sha256:<64 hex>"
                 )));
             }
-            if let Some(rule) = &layer.when {
-                select::check_depth(rule).map_err(|e| invalid(format!("{at}: {e}")))?;
-            }
-            match (&layer.sbom, self.schema_version) {
-                (None, v) if v >= 2 => {
-                    return Err(invalid(format!("{at}: schemaVersion {v} needs its `sbom`")))
-                }
-                (Some(_), 1) => {
-                    return Err(invalid(format!("{at}: schemaVersion 1 has no `sbom`")))
-                }
-                (Some(b), _) if !is_sha256_digest(&b.digest) => {
-                    return Err(invalid(format!(
-                        "{at}: sbom digest `{}` is not sha256:<64 hex>",
-                        b.digest
-                    )))
-                }
-                _ => {}
-            }
-            for (what, digest) in [("data", &layer.data.digest), ("hash", &layer.hash.digest)] {
-                if !is_sha256_digest(digest) {
-                    return Err(invalid(format!(
-                        "{at}: {what} digest `{digest}` is not sha256:<64 hex>"
-                    )));
-                }
-            }
-            if layer.data.compression.algorithm != ZSTD {
+        }
+        if layer.data.compression.algorithm != ZSTD {
+            return Err(invalid(format!(
+                "{at}: compression `{}` is not supported",
+                layer.data.compression.algorithm
+            )));
+        }
+        if layer.data.compression.frame_size == 0 {
+            return Err(invalid(format!("{at}: frameSize is 0")));
+        }
+        check_frame_index(layer).map_err(|e| invalid(format!("{at}: {e}")))?;
+        check_verity(&at, layer)?;
+        for p in &layer.preload {
+            if !is_sha256_digest(&p.digest) {
                 return Err(invalid(format!(
-                    "{at}: compression `{}` is not supported",
-                    layer.data.compression.algorithm
+                    "{at}: preload `{}` digest is not sha256:<64 hex>",
+                    p.name
                 )));
-            }
-            if layer.data.compression.frame_size == 0 {
-                return Err(invalid(format!("{at}: frameSize is 0")));
-            }
-            check_frame_index(layer).map_err(|e| invalid(format!("{at}: {e}")))?;
-            let v = &layer.verity;
-            if !is_lower_hex(&v.salt) || v.salt.len() % 2 != 0 {
-                return Err(invalid(format!("{at}: salt is not lowercase hex")));
-            }
-            for (what, size) in [
-                ("dataBlockSize", v.data_block_size),
-                ("hashBlockSize", v.hash_block_size),
-            ] {
-                if !(512..=65536).contains(&size) || !size.is_power_of_two() {
-                    return Err(invalid(format!(
-                        "{at}: {what} {size} is not a power of two in 512..65536"
-                    )));
-                }
-            }
-            if v.data_blocks == 0 {
-                return Err(invalid(format!("{at}: dataBlocks is 0")));
-            }
-            if v.hash_offset % 512 != 0 || v.hash_offset >= layer.hash.size {
-                return Err(invalid(format!(
-                    "{at}: hashOffset {} is not a multiple of 512 inside the {}-byte hash blob",
-                    v.hash_offset, layer.hash.size
-                )));
-            }
-            if let Some(uuid) = &v.uuid {
-                if !is_uuid(uuid) {
-                    return Err(invalid(format!("{at}: verity uuid `{uuid}` is malformed")));
-                }
-            }
-            if v.data_blocks.checked_mul(u64::from(v.data_block_size)) != Some(layer.size) {
-                return Err(invalid(format!(
-                    "{at}: size {} is not dataBlocks × dataBlockSize",
-                    layer.size
-                )));
-            }
-            for p in &layer.preload {
-                if !is_sha256_digest(&p.digest) {
-                    return Err(invalid(format!(
-                        "{at}: preload `{}` digest is not sha256:<64 hex>",
-                        p.name
-                    )));
-                }
             }
         }
         Ok(())
@@ -619,6 +636,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::too_many_lines)] // one table of bad descriptors, read as a list
     fn strict_parsing() {
         let good: serde_json::Value =
             serde_json::from_slice(&sample().to_canonical_json()).unwrap();

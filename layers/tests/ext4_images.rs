@@ -490,6 +490,52 @@ fn file_data_crossing_backup_superblocks() {
 fn oci_layout_is_flattened_with_whiteouts() {
     let t = tempfile::tempdir().unwrap();
     let lay = t.path().join("oci");
+    let (dm, d2) = two_layer_oci_layout(&lay);
+    // The same filesystem as a directory: the oracle.
+    let want = t.path().join("want");
+    flattened_tree(&want);
+    let img = t.path().join("oci.img");
+    let src = Source::OciLayout {
+        path: lay.clone(),
+        manifest_digest: dm.clone(),
+    };
+    build_image(&src, &img, &opts("o")).unwrap();
+    e2fsck_clean(&img);
+    let img2 = t.path().join("want.img");
+    if is_root() {
+        build_image(&Source::Dir(want.clone()), &img2, &opts("o")).unwrap();
+        assert!(
+            fs::read(&img).unwrap() == fs::read(&img2).unwrap(),
+            "flattened OCI image differs from the expected tree's image"
+        );
+        let m = LoopMount::new(&img, &t.path().join("mnt"));
+        compare_trees(&want, &m.dir);
+    } else {
+        skip(
+            "oci mount comparison and equality with a directory build",
+            "needs root",
+        );
+    }
+    // The empty digest takes index.json's only manifest; a wrong digest is refused.
+    build_image(
+        &Source::OciLayout {
+            path: lay.clone(),
+            manifest_digest: String::new(),
+        },
+        &t.path().join("idx.img"),
+        &opts("o"),
+    )
+    .unwrap();
+    assert!(fs::read(t.path().join("idx.img")).unwrap() == fs::read(&img).unwrap());
+    fs::write(lay.join("blobs/sha256").join(&d2[7..]), b"tampered").unwrap();
+    let err = build_image(&src, &t.path().join("bad.img"), &opts("o")).unwrap_err();
+    assert!(err.to_string().contains(&d2), "{err}");
+}
+
+/// An OCI layout at `lay` with two layers (gzip, then zstd) whose second deletes a file,
+/// makes a directory opaque and replaces a file; returns the manifest's and the second
+/// layer's digests.
+fn two_layer_oci_layout(lay: &Path) -> (String, String) {
     fs::create_dir_all(lay.join("blobs/sha256")).unwrap();
     let put = |data: &[u8]| -> (String, u64) {
         use sha2::Digest;
@@ -544,9 +590,11 @@ fn oci_layout_is_flattened_with_whiteouts() {
     )
     .unwrap();
     fs::write(lay.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    (dm, d2)
+}
 
-    // The same filesystem as a directory: the oracle.
-    let want = t.path().join("want");
+/// What `two_layer_oci_layout` flattens to, as a directory at `want`.
+fn flattened_tree(want: &Path) {
     for p in ["etc", "opaque"] {
         fs::create_dir_all(want.join(p)).unwrap();
     }
@@ -561,42 +609,6 @@ fn oci_layout_is_flattened_with_whiteouts() {
     for p in ["etc/keep", "opaque/new", "bin"] {
         fs::set_permissions(want.join(p), fs::Permissions::from_mode(0o644)).unwrap();
     }
-    let img = t.path().join("oci.img");
-    let src = Source::OciLayout {
-        path: lay.clone(),
-        manifest_digest: dm.clone(),
-    };
-    build_image(&src, &img, &opts("o")).unwrap();
-    e2fsck_clean(&img);
-    let img2 = t.path().join("want.img");
-    if is_root() {
-        build_image(&Source::Dir(want.clone()), &img2, &opts("o")).unwrap();
-        assert!(
-            fs::read(&img).unwrap() == fs::read(&img2).unwrap(),
-            "flattened OCI image differs from the expected tree's image"
-        );
-        let m = LoopMount::new(&img, &t.path().join("mnt"));
-        compare_trees(&want, &m.dir);
-    } else {
-        skip(
-            "oci mount comparison and equality with a directory build",
-            "needs root",
-        );
-    }
-    // The empty digest takes index.json's only manifest; a wrong digest is refused.
-    build_image(
-        &Source::OciLayout {
-            path: lay.clone(),
-            manifest_digest: String::new(),
-        },
-        &t.path().join("idx.img"),
-        &opts("o"),
-    )
-    .unwrap();
-    assert!(fs::read(t.path().join("idx.img")).unwrap() == fs::read(&img).unwrap());
-    fs::write(lay.join("blobs/sha256").join(&d2[7..]), b"tampered").unwrap();
-    let err = build_image(&src, &t.path().join("bad.img"), &opts("o")).unwrap_err();
-    assert!(err.to_string().contains(&d2), "{err}");
 }
 
 #[test]

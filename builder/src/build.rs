@@ -459,7 +459,6 @@ fn build_layer(
 
     let Sealed {
         image_size,
-        data_blocks,
         verity,
         preload,
         status,
@@ -495,7 +494,6 @@ fn build_layer(
     bar.set_message("done");
     bar.finish();
 
-    let params = ingot_verity::VerityParams::default();
     let entry = LayerEntry {
         name: name.clone(),
         kind: spec.kind.clone(),
@@ -514,18 +512,7 @@ fn build_layer(
             digest: hash_digest,
             size: hash_size,
         },
-        verity: VerityInfo {
-            root_hash: verity.root_hash,
-            salt: hex::encode(&verity.salt),
-            uuid: Some(ingot_verity::uuid_to_string(&verity.uuid)),
-            algorithm: params.algorithm.name().to_owned(),
-            hash_type: params.hash_type.as_u32(),
-            data_block_size: params.data_block_size,
-            hash_block_size: params.hash_block_size,
-            data_blocks,
-            hash_offset: params.hash_offset,
-            superblock: params.superblock,
-        },
+        verity,
         preload,
         sbom: None,
     };
@@ -540,8 +527,7 @@ fn build_layer(
 /// A layer's image and hash tree, written, with what its tree tells the SBOM and the stack rules.
 struct Sealed {
     image_size: u64,
-    data_blocks: u64,
-    verity: ingot_layers::VerityInfo,
+    verity: VerityInfo,
     preload: Vec<PreloadEntry>,
     status: Option<Vec<DebPackage>>,
     summary: LayerSummary,
@@ -574,7 +560,7 @@ fn seal_layer(
     let source = to_layers_source(&spec.source);
     let mut status = Ok(None);
     let mut summary = Ok(LayerSummary::default());
-    let (image_size, data_blocks, verity, preload) = if spec.preload.is_empty() {
+    let (image_size, verity, preload) = if spec.preload.is_empty() {
         let b = ingot_layers::build_layer_checked(&source, img, Some(hash), &ext4_opts, |t| {
             check_tree(manifest, spec, t)?;
             status = sbom::status_of(t, name);
@@ -583,7 +569,7 @@ fn seal_layer(
         })
         .map_err(lerr)?;
         let v = b.verity.expect("a hash path was given");
-        (b.image_size, b.data_blocks, v, Vec::new())
+        (b.image_size, v, Vec::new())
     } else {
         build_with_preload(
             manifest,
@@ -598,7 +584,6 @@ fn seal_layer(
     let status = status?;
     Ok(Sealed {
         image_size,
-        data_blocks,
         verity,
         preload,
         status,
@@ -678,7 +663,7 @@ fn build_with_preload(
     ext4_opts: &Ext4Options,
     bar: &ProgressBar,
     (status, summary): (&mut TreeStatus, &mut TreeSummary),
-) -> Result<(u64, u64, ingot_layers::VerityInfo, Vec<PreloadEntry>), BuildError> {
+) -> Result<(u64, VerityInfo, Vec<PreloadEntry>), BuildError> {
     let name = &spec.name;
     let lerr = |source| BuildError::Layer {
         layer: name.clone(),
@@ -716,7 +701,7 @@ fn build_with_preload(
     bar.set_message("ext4+verity");
     let built = ingot_layers::seal_tree(&tree, img, hash, ext4_opts).map_err(lerr)?;
     let verity = built.verity.expect("seal_tree always builds the hash tree");
-    Ok((built.image_size, built.data_blocks, verity, entries))
+    Ok((built.image_size, verity, entries))
 }
 
 #[cfg(test)]

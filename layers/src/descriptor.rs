@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use ingot_verity::RootHash;
+use ingot_verity::{HashAlgorithm, HashType, ParamError, RootHash, VerityParams};
 use serde::{Deserialize, Serialize};
 
 use crate::names;
@@ -168,7 +168,9 @@ impl Compression {
     }
 }
 
-/// dm-verity parameters of a layer (format 1, veritysetup's meaning for every field).
+/// dm-verity parameters of a layer (format 1, veritysetup's meaning for every field): the one
+/// type from the tree builder ([`crate::build_layer`]) through the descriptor to the reader
+/// ([`VerityInfo::params`]). Salt and UUID are text here as veritysetup takes and prints them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct VerityInfo {
@@ -194,6 +196,57 @@ pub struct VerityInfo {
     pub hash_offset: u64,
     /// The hash blob starts with a verity superblock.
     pub superblock: bool,
+}
+
+impl VerityInfo {
+    /// The descriptor's form of a tree built with `params`, whose root hash is `root_hash`.
+    pub fn new(root_hash: RootHash, params: &VerityParams) -> Self {
+        VerityInfo {
+            root_hash,
+            salt: hex::encode(&params.salt),
+            uuid: params.uuid.as_ref().map(ingot_verity::uuid_to_string),
+            algorithm: params.algorithm.name().to_owned(),
+            hash_type: params.hash_type.as_u32(),
+            data_block_size: params.data_block_size,
+            hash_block_size: params.hash_block_size,
+            data_blocks: params.data_blocks,
+            hash_offset: params.hash_offset,
+            superblock: params.superblock,
+        }
+    }
+
+    /// The parameters back, as the tree builder and verifier take them.
+    pub fn params(&self) -> Result<VerityParams, VerityParamsError> {
+        let bad = |what, source| VerityParamsError { what, source };
+        Ok(VerityParams {
+            hash_type: HashType::from_u32(self.hash_type).map_err(|e| bad("hash type", Some(e)))?,
+            algorithm: HashAlgorithm::from_name(&self.algorithm)
+                .map_err(|e| bad("hash algorithm", Some(e)))?,
+            data_block_size: self.data_block_size,
+            hash_block_size: self.hash_block_size,
+            data_blocks: self.data_blocks,
+            salt: hex::decode(&self.salt).map_err(|_| bad("salt is not hex", None))?,
+            uuid: match &self.uuid {
+                None => None,
+                Some(u) => {
+                    Some(ingot_verity::parse_uuid(u).ok_or_else(|| bad("bad verity uuid", None))?)
+                }
+            },
+            hash_offset: self.hash_offset,
+            superblock: self.superblock,
+        })
+    }
+}
+
+/// Why a descriptor's verity parameters are unusable ([`VerityInfo::params`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct VerityParamsError {
+    /// Which parameter.
+    pub what: &'static str,
+    /// Why, when a parser said.
+    #[source]
+    pub source: Option<ParamError>,
 }
 
 /// A container image stored inside a layer.
@@ -620,6 +673,41 @@ mod tests {
         bad.boot.kernel_args = vec!["ingot.node=x".into()];
         let e = StackDescriptor::from_json(&bad.to_canonical_json()).unwrap_err();
         assert!(e.to_string().contains("kernelArgs"), "{e}");
+    }
+
+    #[test]
+    fn verity_parameters_round_trip_through_the_descriptor_text() {
+        let params = VerityParams {
+            data_blocks: 25,
+            salt: (0u8..32).collect(),
+            uuid: Some(*b"\x12\x34\x56\x78\x9a\xbc\xde\xf0\x01\x23\x45\x67\x89\xab\xcd\xef"),
+            ..VerityParams::default()
+        };
+        let root: RootHash = "ab".repeat(32).parse().unwrap();
+        let info = VerityInfo::new(root, &params);
+        let json = serde_json::to_string(&info).unwrap();
+        assert!(
+            json.contains(
+                r#""salt":"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f""#
+            ) && json.contains(r#""uuid":"12345678-9abc-def0-0123-456789abcdef""#)
+                && json.contains(r#""algorithm":"sha256""#),
+            "{json}"
+        );
+        let back: VerityInfo = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, info);
+        assert_eq!(back.params().unwrap(), params);
+        // Without a UUID (no superblock UUID in the tree) and with an empty salt.
+        let bare = VerityParams {
+            salt: Vec::new(),
+            uuid: None,
+            ..params
+        };
+        let info = VerityInfo::new(info.root_hash, &bare);
+        assert!(!serde_json::to_string(&info).unwrap().contains("uuid"));
+        assert_eq!(info.params().unwrap(), bare);
+        let mut bad = info;
+        bad.salt = "xyz".into();
+        assert_eq!(bad.params().unwrap_err().what, "salt is not hex");
     }
 
     #[test]

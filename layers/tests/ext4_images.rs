@@ -396,7 +396,7 @@ fn verity_tree_matches_veritysetup() {
     use sha2::Digest;
     assert_eq!(
         v.salt,
-        sha2::Sha256::digest(fs::read(&img).unwrap()).to_vec(),
+        hex::encode(sha2::Sha256::digest(fs::read(&img).unwrap())),
         "salt is the image digest"
     );
     let root = v.root_hash.to_string();
@@ -410,13 +410,19 @@ fn verity_tree_matches_veritysetup() {
     assert!(st.success(), "veritysetup verify rejected the tree");
     // veritysetup format with the same salt and UUID writes the same hash file.
     let theirs = t.path().join("theirs.hash");
-    let uuid = ingot_verity::uuid_to_string(&v.uuid);
+    // The descriptor's text form is what veritysetup takes and prints back.
+    let uuid = v.uuid.clone().expect("a superblock UUID");
     let out = Command::new(tool("veritysetup"))
         .arg("format")
         .arg(&img)
         .arg(&theirs)
-        .arg(format!("--salt={}", hex::encode(&v.salt)))
+        .arg(format!("--salt={}", v.salt))
         .arg(format!("--uuid={uuid}"))
+        .arg(format!("--hash={}", v.algorithm))
+        .arg(format!("--format={}", v.hash_type))
+        .arg(format!("--data-block-size={}", v.data_block_size))
+        .arg(format!("--hash-block-size={}", v.hash_block_size))
+        .arg(format!("--data-blocks={}", v.data_blocks))
         .output()
         .unwrap();
     assert!(
@@ -424,9 +430,30 @@ fn verity_tree_matches_veritysetup() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains(&root),
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let field = |name: &str| {
+        printed
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_else(|| panic!("veritysetup printed no {name}: {printed}"))
+    };
+    assert_eq!(
+        field("Root hash"),
+        root,
         "root hash differs from veritysetup's"
+    );
+    assert_eq!(field("Salt"), v.salt);
+    assert_eq!(field("UUID"), uuid);
+    assert_eq!(field("Hash algorithm"), v.algorithm);
+    assert_eq!(field("Hash type"), v.hash_type.to_string());
+    assert_eq!(field("Data blocks"), v.data_blocks.to_string());
+    assert_eq!(field("Data block size"), v.data_block_size.to_string());
+    assert_eq!(field("Hash block size"), v.hash_block_size.to_string());
+    let params = v.params().unwrap();
+    assert_eq!(
+        ingot_layers::descriptor::VerityInfo::new(v.root_hash.clone(), &params),
+        v
     );
     assert!(
         fs::read(&theirs).unwrap() == fs::read(&hash).unwrap(),

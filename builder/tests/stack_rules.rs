@@ -524,16 +524,11 @@ fn overlay_metadata_from_tar_and_oci_layout_sources_is_refused() {
 
 /// `tar` as the one layer of an OCI image at `oci`, written by skopeo; its manifest digest.
 fn skopeo_oci_layout(tar: &Path, oci: &Path) -> String {
-    let out = Command::new("skopeo")
-        .arg("copy")
-        .arg(format!("tarball:{}", tar.display()))
-        .arg(format!("oci:{}:latest", oci.display()))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    ingot_testkit::command::run_ok(
+        Command::new("skopeo")
+            .arg("copy")
+            .arg(format!("tarball:{}", tar.display()))
+            .arg(format!("oci:{}:latest", oci.display())),
     );
     let index: serde_json::Value =
         serde_json::from_slice(&fs::read(oci.join("index.json")).unwrap()).unwrap();

@@ -12,6 +12,8 @@ pub mod descriptor;
 pub mod error;
 pub mod ext4;
 pub mod kmod_index;
+#[cfg(feature = "cli")]
+pub mod machine_args;
 pub mod names;
 pub mod select;
 pub mod source;

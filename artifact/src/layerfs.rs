@@ -645,12 +645,7 @@ mod tests {
             ingot_layers::build_layer(&ingot_layers::Source::Dir(tree), &img, Some(&hash), &opts)
                 .unwrap();
         let v = built.verity.unwrap();
-        let params = ingot_verity::VerityParams {
-            data_blocks: built.data_blocks,
-            salt: v.salt,
-            uuid: Some(v.uuid),
-            ..Default::default()
-        };
+        let params = v.params().unwrap();
         let verifier =
             Verifier::from_hash_device(&params, &std::fs::read(&hash).unwrap(), &v.root_hash)
                 .unwrap();

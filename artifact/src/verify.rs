@@ -19,7 +19,7 @@ use std::str::FromStr;
 
 use ingot_layers::boot::BootLimitError;
 use ingot_layers::descriptor::{BootFiles, DescriptorError, LayerEntry, StackDescriptor};
-use ingot_verity::{HashAlgorithm, HashType, VerityParams};
+use ingot_verity::VerityParams;
 use tracing::{info, warn};
 
 use crate::compress::{self, FrameError};
@@ -713,28 +713,10 @@ pub fn layer_packages(
 
 /// The verity parameters a layer entry of the signed descriptor names.
 pub fn verity_params(layer: &LayerEntry) -> Result<VerityParams, VerifyError> {
-    let v = &layer.verity;
-    let bad = |what: &'static str, source: Option<ingot_verity::ParamError>| VerifyError::Params {
+    layer.verity.params().map_err(|e| VerifyError::Params {
         layer: layer.name.clone(),
-        what,
-        source,
-    };
-    Ok(VerityParams {
-        hash_type: HashType::from_u32(v.hash_type).map_err(|e| bad("hash type", Some(e)))?,
-        algorithm: HashAlgorithm::from_name(&v.algorithm)
-            .map_err(|e| bad("hash algorithm", Some(e)))?,
-        data_block_size: v.data_block_size,
-        hash_block_size: v.hash_block_size,
-        data_blocks: v.data_blocks,
-        salt: hex::decode(&v.salt).map_err(|_| bad("salt is not hex", None))?,
-        uuid: match &v.uuid {
-            None => None,
-            Some(u) => {
-                Some(ingot_verity::parse_uuid(u).ok_or_else(|| bad("bad verity uuid", None))?)
-            }
-        },
-        hash_offset: v.hash_offset,
-        superblock: v.superblock,
+        what: e.what,
+        source: e.source,
     })
 }
 

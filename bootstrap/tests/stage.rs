@@ -78,51 +78,8 @@ fn control_plane_init_is_staged() {
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
             && id.ends_with('\n')
     );
-    // Accounts: capi is new (uid 1000), docker created, sudo extended.
-    let passwd = file(&s, "/etc/passwd").1;
-    assert!(passwd.starts_with(&fixture_text("base-passwd")));
-    assert!(
-        passwd.ends_with("capi:*:1000:1000::/home/capi:/bin/bash\n"),
-        "{passwd}"
-    );
-    let group = file(&s, "/etc/group").1;
-    assert!(
-        group.contains("\nsudo:x:27:capi\n") && group.contains("\ndocker:x:1001:capi\n"),
-        "{group}"
-    );
-    let home = s.get("/home/capi").unwrap();
-    assert_eq!((home.mode, home.uid, home.gid), (0o700, 1000, 1000));
-    let ssh = s.get("/home/capi/.ssh").unwrap();
-    assert_eq!((ssh.mode, ssh.uid), (0o700, 1000));
-    let (ak, keys) = file(&s, "/home/capi/.ssh/authorized_keys");
-    assert_eq!((ak.mode, ak.uid, ak.gid), (0o600, 1000, 1000));
-    assert!(keys.starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKx3"));
-    let (sudo, rules) = file(&s, "/etc/sudoers.d/90-ingot-users");
-    assert_eq!(
-        (sudo.mode, rules.as_str()),
-        (0o440, "capi ALL=(ALL) NOPASSWD:ALL\n")
-    );
-    // Network, labels, node.json, ntp.
-    let net = file(&s, "/etc/systemd/network/10-ingot-enp7s0.network").1;
-    for l in [
-        "MACAddress=a8:a1:59:0c:12:34",
-        "Address=203.0.113.20/26",
-        "Address=2001:db8:1:2::2/64",
-        "Gateway=203.0.113.1",
-        "Gateway=fe80::1",
-        "DNS=185.12.64.1",
-    ] {
-        assert!(net.lines().any(|x| x == l), "{l}:\n{net}");
-    }
-    assert_eq!(
-        file(&s, "/etc/default/kubelet").1,
-        "KUBELET_EXTRA_ARGS=--node-labels=example.com/rack=r12,node.kubernetes.io/exclude-from-external-load-balancers=true\n"
-    );
-    let node: serde_json::Value =
-        serde_json::from_str(&file(&s, "/etc/ingot/node.json").1).unwrap();
-    assert_eq!(node["role"], "control-plane");
-    assert_eq!(node["machine_name"], "hetzner-prod-cp-0");
-    assert_eq!(node["labels"]["example.com/rack"], "r12");
+    control_plane_accounts(&s);
+    control_plane_network_and_labels(&s);
     // Parents before children, no duplicates; /root untouched (no root keys here).
     for w in s.entries.windows(2) {
         assert!(w[0].path < w[1].path);
@@ -137,6 +94,56 @@ fn control_plane_init_is_staged() {
             );
         }
     }
+}
+
+/// The control plane's accounts: capi is new (uid 1000), docker created, sudo extended.
+fn control_plane_accounts(s: &Staged) {
+    let passwd = file(s, "/etc/passwd").1;
+    assert!(passwd.starts_with(&fixture_text("base-passwd")));
+    assert!(
+        passwd.ends_with("capi:*:1000:1000::/home/capi:/bin/bash\n"),
+        "{passwd}"
+    );
+    let group = file(s, "/etc/group").1;
+    assert!(
+        group.contains("\nsudo:x:27:capi\n") && group.contains("\ndocker:x:1001:capi\n"),
+        "{group}"
+    );
+    let home = s.get("/home/capi").unwrap();
+    assert_eq!((home.mode, home.uid, home.gid), (0o700, 1000, 1000));
+    let ssh = s.get("/home/capi/.ssh").unwrap();
+    assert_eq!((ssh.mode, ssh.uid), (0o700, 1000));
+    let (ak, keys) = file(s, "/home/capi/.ssh/authorized_keys");
+    assert_eq!((ak.mode, ak.uid, ak.gid), (0o600, 1000, 1000));
+    assert!(keys.starts_with("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKx3"));
+    let (sudo, rules) = file(s, "/etc/sudoers.d/90-ingot-users");
+    assert_eq!(
+        (sudo.mode, rules.as_str()),
+        (0o440, "capi ALL=(ALL) NOPASSWD:ALL\n")
+    );
+}
+
+/// The control plane's network, node labels and node.json.
+fn control_plane_network_and_labels(s: &Staged) {
+    let net = file(s, "/etc/systemd/network/10-ingot-enp7s0.network").1;
+    for l in [
+        "MACAddress=a8:a1:59:0c:12:34",
+        "Address=203.0.113.20/26",
+        "Address=2001:db8:1:2::2/64",
+        "Gateway=203.0.113.1",
+        "Gateway=fe80::1",
+        "DNS=185.12.64.1",
+    ] {
+        assert!(net.lines().any(|x| x == l), "{l}:\n{net}");
+    }
+    assert_eq!(
+        file(s, "/etc/default/kubelet").1,
+        "KUBELET_EXTRA_ARGS=--node-labels=example.com/rack=r12,node.kubernetes.io/exclude-from-external-load-balancers=true\n"
+    );
+    let node: serde_json::Value = serde_json::from_str(&file(s, "/etc/ingot/node.json").1).unwrap();
+    assert_eq!(node["role"], "control-plane");
+    assert_eq!(node["machine_name"], "hetzner-prod-cp-0");
+    assert_eq!(node["labels"]["example.com/rack"], "r12");
 }
 
 #[test]
@@ -600,6 +607,7 @@ fn write_files(files: &[(&str, &str)]) -> String {
 /// directory of the system and user managers is checked alike, a drop-in is owned only by a unit
 /// file under a valid name, and type-level and prefix drop-ins are refused.
 #[test]
+#[allow(clippy::too_many_lines)] // one table of refused unit paths, read as a list
 fn every_systemd_unit_directory_is_checked() {
     let env = "[Service]\nEnvironment=LD_PRELOAD=/etc/evil.so\n";
     for (files, path, why) in [
@@ -710,6 +718,11 @@ fn every_systemd_unit_directory_is_checked() {
         let err = stage_text(&write_files(&files)).unwrap_err().to_string();
         assert!(err.contains(why), "{path}: want {why:?}, got: {err}");
     }
+}
+
+/// Issue 32, item 4, in Ignition data: a link's drop-ins and a unit's own name are checked.
+#[test]
+fn ignition_links_and_unit_names_are_checked() {
     // A link is an alias: its drop-ins would apply to the unit it names.
     let ign = r#"{"ignition":{"version":"3.4.0"},"storage":{"links":[{"path":"/etc/systemd/system/mine.service","target":"/usr/lib/systemd/system/containerd.service"}],"files":[{"path":"/etc/systemd/system/mine.service.d/x.conf","contents":{"source":"data:,x"}}]}}"#;
     refused(
@@ -721,6 +734,11 @@ fn every_systemd_unit_directory_is_checked() {
         r#"{"ignition":{"version":"3.4.0"},"systemd":{"units":[{"name":"service","contents":"[Service]\n","dropins":[{"name":"x.conf","contents":"[Service]\n"}]}]}}"#,
         "systemd.units \"service\": /etc/systemd/system/service: ",
     );
+}
+
+/// Issue 32, item 4: the data's own units are accepted in every unit directory.
+#[test]
+fn the_datas_own_units_and_their_drop_ins_are_staged() {
     // The data's own units, in any unit directory, with their drop-ins, instances and links.
     let ok = stage_text(&write_files(&[
         ("/etc/systemd/system.control/mine.service", "[Service]\n"),

@@ -225,46 +225,13 @@ pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, Bu
         }
     }
     let out = &opts.out;
-    if out.symlink_metadata().is_ok() {
-        if !opts.force {
-            return Err(BuildError::OutputExists(out.clone()));
-        }
-        check_replaceable(out, &manifest.path)?;
-    }
-    let parent = match out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    fs::create_dir_all(&parent).map_err(io_err("creating", &parent))?;
-    let stem = out
-        .file_name()
-        .map_or_else(|| "layout".into(), |n| n.to_string_lossy().into_owned());
-    let staging = tempfile::Builder::new()
-        .prefix(&format!(".{stem}.partial-"))
-        .tempdir_in(&parent)
-        .map_err(io_err("creating a temporary directory in", &parent))?;
+    let staging = staging_dir(out, opts.force, &manifest.path)?;
     let layout_dir = staging.path().join("layout");
     let work = staging.path().join("work");
     fs::create_dir_all(&work).map_err(io_err("creating", &work))?;
     let writer = LayoutWriter::create(&layout_dir).map_err(io_err("creating", &layout_dir))?;
 
-    let multi = MultiProgress::with_draw_target(if opts.progress {
-        ProgressDrawTarget::stderr()
-    } else {
-        ProgressDrawTarget::hidden()
-    });
-    let bars: Vec<ProgressBar> = manifest
-        .layers
-        .iter()
-        .map(|l| {
-            let bar = multi.add(ProgressBar::new(0));
-            bar.set_style(bar_style());
-            bar.set_prefix(l.name.clone());
-            bar.set_message("queued");
-            bar
-        })
-        .collect();
-
+    let (_multi, bars) = progress_bars(manifest, opts.progress);
     check_boot_contract(manifest)?;
     let built: Vec<BuiltLayer> = manifest
         .layers
@@ -294,13 +261,7 @@ pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, Bu
     if let (Some(key), Some(parts)) = (&opts.secure_boot, built[0].boot_parts.take()) {
         descriptor.uki = Some(write_uki(&descriptor, &parts, key, &work, &writer)?);
     }
-    let descriptor_bytes = descriptor.to_canonical_json();
-    if descriptor_bytes.len() as u64 > MAX_DESCRIPTOR_SIZE {
-        return Err(BuildError::DescriptorTooLarge {
-            size: descriptor_bytes.len(),
-            layers: descriptor.layers.len(),
-        });
-    }
+    let descriptor_bytes = canonical_descriptor(&descriptor)?;
     let config = writer
         .write_blob(DESCRIPTOR_MEDIA_TYPE, &descriptor_bytes)
         .map_err(io_err("writing the descriptor to", &layout_dir))?;
@@ -344,6 +305,62 @@ pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, Bu
         descriptor,
         signed: opts.sign_key.is_some(),
     })
+}
+
+/// A staging directory next to `out` (so that the finished layout is renamed into place),
+/// after checking that `out` is free or, with `force`, a layout that may be replaced.
+fn staging_dir(out: &Path, force: bool, manifest: &Path) -> Result<tempfile::TempDir, BuildError> {
+    if out.symlink_metadata().is_ok() {
+        if !force {
+            return Err(BuildError::OutputExists(out.to_owned()));
+        }
+        check_replaceable(out, manifest)?;
+    }
+    let parent = match out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    fs::create_dir_all(&parent).map_err(io_err("creating", &parent))?;
+    let stem = out
+        .file_name()
+        .map_or_else(|| "layout".into(), |n| n.to_string_lossy().into_owned());
+    tempfile::Builder::new()
+        .prefix(&format!(".{stem}.partial-"))
+        .tempdir_in(&parent)
+        .map_err(io_err("creating a temporary directory in", &parent))
+}
+
+/// One progress bar a layer, drawn on stderr when `progress` is set (hidden otherwise).
+fn progress_bars(manifest: &Manifest, progress: bool) -> (MultiProgress, Vec<ProgressBar>) {
+    let multi = MultiProgress::with_draw_target(if progress {
+        ProgressDrawTarget::stderr()
+    } else {
+        ProgressDrawTarget::hidden()
+    });
+    let bars: Vec<ProgressBar> = manifest
+        .layers
+        .iter()
+        .map(|l| {
+            let bar = multi.add(ProgressBar::new(0));
+            bar.set_style(bar_style());
+            bar.set_prefix(l.name.clone());
+            bar.set_message("queued");
+            bar
+        })
+        .collect();
+    (multi, bars)
+}
+
+/// The descriptor's canonical bytes, refused when over [`MAX_DESCRIPTOR_SIZE`].
+fn canonical_descriptor(descriptor: &StackDescriptor) -> Result<Vec<u8>, BuildError> {
+    let descriptor_bytes = descriptor.to_canonical_json();
+    if descriptor_bytes.len() as u64 > MAX_DESCRIPTOR_SIZE {
+        return Err(BuildError::DescriptorTooLarge {
+            size: descriptor_bytes.len(),
+            layers: descriptor.layers.len(),
+        });
+    }
+    Ok(descriptor_bytes)
 }
 
 /// What a build leaves at `--out`: nothing else may be replaced by `--force`.
@@ -439,47 +456,14 @@ fn build_layer(
     fs::create_dir_all(&dir).map_err(io_err("creating", &dir))?;
     let img = dir.join("image.ext4");
     let hash = dir.join("image.verity");
-    let lerr = |source| BuildError::Layer {
-        layer: name.clone(),
-        source,
-    };
 
-    bar.set_message("ext4");
-    let progress_bar = bar.clone();
-    let ext4_opts = Ext4Options {
-        seed: layer_seed(manifest, name),
-        source_date_epoch: manifest.source_date_epoch,
-        size: None,
-        progress: Some(Arc::new(move |done, total| {
-            progress_bar.set_length(total);
-            progress_bar.set_position(done);
-        })),
-    };
-    let source = to_layers_source(&spec.source);
-    let mut status = Ok(None);
-    let mut summary = Ok(LayerSummary::default());
-    let (image_size, data_blocks, verity, preload) = if spec.preload.is_empty() {
-        let b = ingot_layers::build_layer_checked(&source, &img, Some(&hash), &ext4_opts, |t| {
-            check_tree(manifest, spec, t)?;
-            status = sbom::status_of(t, name);
-            summary = stack_rules::summarize(t, name);
-            Ok(())
-        })
-        .map_err(lerr)?;
-        let v = b.verity.expect("a hash path was given");
-        (b.image_size, b.data_blocks, v, Vec::new())
-    } else {
-        build_with_preload(
-            manifest,
-            spec,
-            &source,
-            (&dir, &img, &hash),
-            &ext4_opts,
-            bar,
-            (&mut status, &mut summary),
-        )?
-    };
-    let status = status?;
+    let Sealed {
+        image_size,
+        verity,
+        preload,
+        status,
+        summary,
+    } = seal_layer(manifest, spec, (&dir, &img, &hash), bar)?;
 
     bar.set_message("zstd");
     bar.set_length(image_size);
@@ -510,7 +494,6 @@ fn build_layer(
     bar.set_message("done");
     bar.finish();
 
-    let params = ingot_verity::VerityParams::default();
     let entry = LayerEntry {
         name: name.clone(),
         kind: spec.kind.clone(),
@@ -529,26 +512,82 @@ fn build_layer(
             digest: hash_digest,
             size: hash_size,
         },
-        verity: VerityInfo {
-            root_hash: verity.root_hash,
-            salt: hex::encode(&verity.salt),
-            uuid: Some(ingot_verity::uuid_to_string(&verity.uuid)),
-            algorithm: params.algorithm.name().to_owned(),
-            hash_type: params.hash_type.as_u32(),
-            data_block_size: params.data_block_size,
-            hash_block_size: params.hash_block_size,
-            data_blocks,
-            hash_offset: params.hash_offset,
-            superblock: params.superblock,
-        },
+        verity,
         preload,
         sbom: None,
     };
     Ok(BuiltLayer {
         entry,
         status,
-        summary: summary?,
+        summary,
         boot_parts,
+    })
+}
+
+/// A layer's image and hash tree, written, with what its tree tells the SBOM and the stack rules.
+struct Sealed {
+    image_size: u64,
+    verity: VerityInfo,
+    preload: Vec<PreloadEntry>,
+    status: Option<Vec<DebPackage>>,
+    summary: LayerSummary,
+}
+
+/// Writes the layer's ext4 image at `img` and its hash tree at `hash` (staging its preloaded
+/// images first when it has some), checking and summarizing its tree on the way.
+fn seal_layer(
+    manifest: &Manifest,
+    spec: &LayerSpec,
+    (dir, img, hash): (&Path, &Path, &Path),
+    bar: &ProgressBar,
+) -> Result<Sealed, BuildError> {
+    let name = &spec.name;
+    let lerr = |source| BuildError::Layer {
+        layer: name.clone(),
+        source,
+    };
+    bar.set_message("ext4");
+    let progress_bar = bar.clone();
+    let ext4_opts = Ext4Options {
+        seed: layer_seed(manifest, name),
+        source_date_epoch: manifest.source_date_epoch,
+        size: None,
+        progress: Some(Arc::new(move |done, total| {
+            progress_bar.set_length(total);
+            progress_bar.set_position(done);
+        })),
+    };
+    let source = to_layers_source(&spec.source);
+    let mut status = Ok(None);
+    let mut summary = Ok(LayerSummary::default());
+    let (image_size, verity, preload) = if spec.preload.is_empty() {
+        let b = ingot_layers::build_layer_checked(&source, img, Some(hash), &ext4_opts, |t| {
+            check_tree(manifest, spec, t)?;
+            status = sbom::status_of(t, name);
+            summary = stack_rules::summarize(t, name);
+            Ok(())
+        })
+        .map_err(lerr)?;
+        let v = b.verity.expect("a hash path was given");
+        (b.image_size, v, Vec::new())
+    } else {
+        build_with_preload(
+            manifest,
+            spec,
+            &source,
+            (dir, img, hash),
+            &ext4_opts,
+            bar,
+            (&mut status, &mut summary),
+        )?
+    };
+    let status = status?;
+    Ok(Sealed {
+        image_size,
+        verity,
+        preload,
+        status,
+        summary: summary?,
     })
 }
 
@@ -624,7 +663,7 @@ fn build_with_preload(
     ext4_opts: &Ext4Options,
     bar: &ProgressBar,
     (status, summary): (&mut TreeStatus, &mut TreeSummary),
-) -> Result<(u64, u64, ingot_layers::VerityInfo, Vec<PreloadEntry>), BuildError> {
+) -> Result<(u64, VerityInfo, Vec<PreloadEntry>), BuildError> {
     let name = &spec.name;
     let lerr = |source| BuildError::Layer {
         layer: name.clone(),
@@ -662,7 +701,7 @@ fn build_with_preload(
     bar.set_message("ext4+verity");
     let built = ingot_layers::seal_tree(&tree, img, hash, ext4_opts).map_err(lerr)?;
     let verity = built.verity.expect("seal_tree always builds the hash tree");
-    Ok((built.image_size, built.data_blocks, verity, entries))
+    Ok((built.image_size, verity, entries))
 }
 
 #[cfg(test)]

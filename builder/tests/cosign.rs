@@ -193,6 +193,55 @@ fn openssl_verifies(dir: &Path, public: &Path, payload: &[u8], signature_b64: &s
     out.status.success()
 }
 
+/// A cosign key pair generated in `dir` by ingot, which then refuses to overwrite it without
+/// `--force`.
+fn cosign_keys_not_overwritten(dir: &Path) -> (PathBuf, PathBuf) {
+    let (sk, pk) = cosign_keys(dir, "cosign");
+    let key_text = fs::read_to_string(&sk).unwrap();
+    assert!(key_text.starts_with("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\n"));
+    let again = ingot(&["key", "generate", "--cosign", "-s", p(&sk), "-p", p(&pk)]);
+    assert!(!again.status.success() && stderr(&again).contains("--force"));
+    assert_eq!(fs::read_to_string(&sk).unwrap(), key_text);
+    (sk, pk)
+}
+
+/// The payload `good` changed, with its `signature` kept: the bytes and a signature manifest
+/// holding them.
+fn tampered_payload(good: &[u8], signature: &str) -> (Vec<u8>, SigManifest) {
+    let tampered = String::from_utf8(good.to_vec())
+        .unwrap()
+        .replace("\"optional\":null", "\"optional\":{\"creator\":\"x\"}")
+        .into_bytes();
+    let mut bad = SigManifest { layers: vec![] };
+    bad.add(&ingot_artifact::cosign::sig_manifest::SigLayer {
+        digest: sha256_digest(&tampered),
+        size: tampered.len() as u64,
+        signature: signature.to_owned(),
+    });
+    (tampered, bad)
+}
+
+/// Another build of the demo stack (another revision) published over `target`; its digest.
+fn publish_other_content(dir: &Path, target: &str) -> String {
+    let other = dir.join("other");
+    ok(ingot(&[
+        "build",
+        p(&demo_manifest()),
+        "--out",
+        p(&other),
+        "--quiet",
+        "--revision",
+        "other",
+    ]));
+    ok(ingot(&[
+        "publish",
+        p(&other),
+        target,
+        "--allow-overwrite",
+        "-q",
+    ]))
+}
+
 /// (a) ingot signs; skopeo's sigstoreSigned policy accepts the stack, and refuses it after the
 /// signature's payload is changed or the tag is moved to other content.
 #[test]
@@ -203,13 +252,7 @@ fn skopeo_checks_what_ingot_signed() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let (sk, pk) = cosign_keys(dir, "cosign");
-    let key_text = fs::read_to_string(&sk).unwrap();
-    assert!(key_text.starts_with("-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\n"));
-    // An existing key is not overwritten without --force.
-    let again = ingot(&["key", "generate", "--cosign", "-s", p(&sk), "-p", p(&pk)]);
-    assert!(!again.status.success() && stderr(&again).contains("--force"));
-    assert_eq!(fs::read_to_string(&sk).unwrap(), key_text);
+    let (sk, pk) = cosign_keys_not_overwritten(dir);
 
     // Unsigned by minisign: the cosign signature is the only one.
     let layout = dir.join("demo");
@@ -252,16 +295,7 @@ fn skopeo_checks_what_ingot_signed() {
     );
 
     // The payload changed, its signature kept: skopeo and ingot refuse.
-    let tampered = String::from_utf8(good.clone())
-        .unwrap()
-        .replace("\"optional\":null", "\"optional\":{\"creator\":\"x\"}")
-        .into_bytes();
-    let mut bad = SigManifest { layers: vec![] };
-    bad.add(&ingot_artifact::cosign::sig_manifest::SigLayer {
-        digest: sha256_digest(&tampered),
-        size: tampered.len() as u64,
-        signature: signature.clone(),
-    });
+    let (tampered, bad) = tampered_payload(&good, &signature);
     let config = bad.config();
     push_sig_manifest(
         dir,
@@ -295,23 +329,7 @@ fn skopeo_checks_what_ingot_signed() {
     ok(ingot(&["verify", &target, "--trust-key", p(&pk)]));
 
     // Other content under the tag, and the old signature under the new digest's tag: refused.
-    let other = dir.join("other");
-    ok(ingot(&[
-        "build",
-        p(&demo_manifest()),
-        "--out",
-        p(&other),
-        "--quiet",
-        "--revision",
-        "other",
-    ]));
-    let moved = ok(ingot(&[
-        "publish",
-        p(&other),
-        &target,
-        "--allow-overwrite",
-        "-q",
-    ]));
+    let moved = publish_other_content(dir, &target);
     assert_ne!(moved, digest);
     let unsigned = skopeo.pull(&format!("{repo}:1.0.0"), &dir.join("copy-unsigned"));
     assert!(
@@ -333,38 +351,13 @@ fn skopeo_checks_what_ingot_signed() {
     );
 }
 
-/// (b) A signature made by openssl, with openssl's key, in a manifest written here: ingot
-/// verifies it with that key's PEM, refuses it with another cosign.pub (naming the key and the
-/// tag), and names the tag it looked for when there is none. skopeo's
-/// `--sign-by-sigstore-private-key` with ingot's key too, where skopeo has sigstore.
-#[test]
-fn ingot_checks_signatures_made_elsewhere() {
-    let test = ingot_testkit::test_name!();
-    if !have_tool(test, "docker-registry") || !have_tool(test, "skopeo") {
-        return;
-    }
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path();
-    let (sk, pk) = cosign_keys(dir, "cosign");
-    let layout = dir.join("demo");
-    build(&demo_manifest(), &layout, None);
-    let reg = Registry::start(&dir.join("reg"), None);
-    let repo = format!("{}/stacks/signed", reg.host());
-    let target = reg.url("stacks/signed:1");
-    let digest = ok(ingot(&["publish", p(&layout), &target, "-q"]));
-    let tag = format!("sha256-{}.sig", &digest[7..]);
-    // Without a cosign signature the error names the tag looked for; a layout has none either.
-    let o = ingot(&["verify", &target, "--trust-key", p(&pk)]);
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
-    assert!(
-        stderr(&o).contains(&format!("no manifest tagged `{tag}`")),
-        "{}",
-        text(&o)
-    );
-    let o = ingot(&["verify", p(&layout), "--trust-key", p(&pk)]);
-    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+/// The config blob of a signature manifest written here.
+const SIG_CONFIG: &[u8] =
+    br#"{"architecture":"","os":"","rootfs":{"type":"layers","diff_ids":[]},"config":{}}"#;
 
-    // openssl's key and signature, the payload and manifest spelt out here.
+/// An openssl P-256 key in `dir` and its signature of the cosign payload for `repo@digest`:
+/// (the public key's path, the payload, the signature manifest naming it).
+fn openssl_signature(dir: &Path, repo: &str, digest: &str) -> (PathBuf, String, String) {
     let ec = dir.join("ec.pem");
     let ec_pub = dir.join("openssl.pub");
     common::run_ok(Command::new("openssl").args([
@@ -400,22 +393,83 @@ fn ingot_checks_signatures_made_elsewhere() {
     use base64::Engine;
     let sig =
         base64::engine::general_purpose::STANDARD.encode(fs::read(dir.join("sig.der")).unwrap());
-    let config =
-        br#"{"architecture":"","os":"","rootfs":{"type":"layers","diff_ids":[]},"config":{}}"#;
     let manifest = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.manifest.v1+json",
         "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                   "digest": sha256_digest(config), "size": config.len()},
+                   "digest": sha256_digest(SIG_CONFIG), "size": SIG_CONFIG.len()},
         "layers": [{"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
                     "digest": sha256_digest(payload.as_bytes()), "size": payload.len(),
                     "annotations": {SIGNATURE_ANNOTATION: sig}}],
     })
     .to_string();
+    (ec_pub, payload, manifest)
+}
+
+/// A copy of `layout` at `copy` holding `blobs` (payload, config, signature manifest, the last
+/// tagged `tag` in index.json); its reference to the stack.
+fn layout_with_signature(layout: &Path, copy: &Path, blobs: &[&[u8]; 3], tag: &str) -> String {
+    let manifest = blobs[2];
+    common::cp_a(layout, copy);
+    let dir = copy.join("blobs/sha256");
+    for b in blobs {
+        fs::write(dir.join(&sha256_digest(b)[7..]), b).unwrap();
+    }
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&fs::read(copy.join("index.json")).unwrap()).unwrap();
+    let stack_tag = index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    index["manifests"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": sha256_digest(manifest), "size": manifest.len(),
+            "annotations": {"org.opencontainers.image.ref.name": tag},
+        }));
+    fs::write(copy.join("index.json"), index.to_string()).unwrap();
+    format!("oci:{}:{stack_tag}", copy.display())
+}
+
+/// (b) A signature made by openssl, with openssl's key, in a manifest written here: ingot
+/// verifies it with that key's PEM, refuses it with another cosign.pub (naming the key and the
+/// tag), and names the tag it looked for when there is none. skopeo's
+/// `--sign-by-sigstore-private-key` with ingot's key too, where skopeo has sigstore.
+#[test]
+fn ingot_checks_signatures_made_elsewhere() {
+    let test = ingot_testkit::test_name!();
+    if !have_tool(test, "docker-registry") || !have_tool(test, "skopeo") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let (sk, pk) = cosign_keys(dir, "cosign");
+    let layout = dir.join("demo");
+    build(&demo_manifest(), &layout, None);
+    let reg = Registry::start(&dir.join("reg"), None);
+    let repo = format!("{}/stacks/signed", reg.host());
+    let target = reg.url("stacks/signed:1");
+    let digest = ok(ingot(&["publish", p(&layout), &target, "-q"]));
+    let tag = format!("sha256-{}.sig", &digest[7..]);
+    // Without a cosign signature the error names the tag looked for; a layout has none either.
+    let o = ingot(&["verify", &target, "--trust-key", p(&pk)]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(
+        stderr(&o).contains(&format!("no manifest tagged `{tag}`")),
+        "{}",
+        text(&o)
+    );
+    let o = ingot(&["verify", p(&layout), "--trust-key", p(&pk)]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+
+    // openssl's key and signature, the payload and manifest spelt out here.
+    let (ec_pub, payload, manifest) = openssl_signature(dir, &repo, &digest);
     let sig_target = reg.url(&format!("stacks/signed:{tag}"));
     push_sig_manifest(
         dir,
-        &[payload.as_bytes(), config],
+        &[payload.as_bytes(), SIG_CONFIG],
         manifest.as_bytes(),
         &sig_target,
     );
@@ -431,27 +485,8 @@ fn ingot_checks_signatures_made_elsewhere() {
 
     // The same signature in a layout: index.json names the `.sig` manifest by its tag.
     let copy = dir.join("layout-signed");
-    common::cp_a(&layout, &copy);
-    let blobs = copy.join("blobs/sha256");
-    for b in [payload.as_bytes(), config, manifest.as_bytes()] {
-        fs::write(blobs.join(&sha256_digest(b)[7..]), b).unwrap();
-    }
-    let mut index: serde_json::Value =
-        serde_json::from_slice(&fs::read(copy.join("index.json")).unwrap()).unwrap();
-    let stack_tag = index["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    index["manifests"]
-        .as_array_mut()
-        .unwrap()
-        .push(serde_json::json!({
-            "mediaType": "application/vnd.oci.image.manifest.v1+json",
-            "digest": sha256_digest(manifest.as_bytes()), "size": manifest.len(),
-            "annotations": {"org.opencontainers.image.ref.name": tag},
-        }));
-    fs::write(copy.join("index.json"), index.to_string()).unwrap();
-    let in_layout = format!("oci:{}:{stack_tag}", copy.display());
+    let blobs: [&[u8]; 3] = [payload.as_bytes(), SIG_CONFIG, manifest.as_bytes()];
+    let in_layout = layout_with_signature(&layout, &copy, &blobs, &tag);
     ok(ingot(&["verify", &in_layout, "--trust-key", p(&ec_pub)]));
 
     let o = ingot(&["verify", &target, "--trust-key", p(&pk)]);

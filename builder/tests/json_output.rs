@@ -135,11 +135,20 @@ fn every_json_output_parses_with_camel_case_keys() {
     assert_eq!(refused["verified"], false);
     assert_eq!(refused["exitCode"], 3);
 
-    let tree = tmp.path().join("tree");
+    layer_build(tmp.path());
+
+    if have_tool(ingot_testkit::test_name!(), "docker-registry") {
+        registry_commands(tmp.path(), &layout, &built["manifestDigest"]);
+    }
+}
+
+/// layer build --json.
+fn layer_build(dir: &Path) {
+    let tree = dir.join("tree");
     std::fs::create_dir_all(tree.join("etc")).unwrap();
     std::fs::write(tree.join("etc/hostname"), "node\n").unwrap();
-    let img = tmp.path().join("layer.img");
-    let hash = tmp.path().join("layer.hash");
+    let img = dir.join("layer.img");
+    let hash = dir.join("layer.hash");
     let layer = json(
         &[
             "layer",
@@ -172,10 +181,6 @@ fn every_json_output_parses_with_camel_case_keys() {
         layer["imageSize"].as_u64(),
         Some(std::fs::metadata(&img).unwrap().len())
     );
-
-    if have_tool(ingot_testkit::test_name!(), "docker-registry") {
-        registry_commands(tmp.path(), &layout, &built["manifestDigest"]);
-    }
 }
 
 /// publish, pull and resolve --json against a real registry.

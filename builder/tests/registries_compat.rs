@@ -66,6 +66,7 @@ const fn flag(
 const TAG: &str = "origin.invalid/x/img:t";
 
 /// The cases for `--registries-conf FILE`, every loopback location marked insecure.
+#[allow(clippy::too_many_lines)] // one table of registries.conf cases, read as a list
 fn cases() -> Vec<Case> {
     vec![
         flag(

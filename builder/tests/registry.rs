@@ -131,13 +131,7 @@ fn publish_pull_verify_and_skopeo_round_trip() {
         &[],
         None,
     ));
-    let blobs = |d: &Path| {
-        tree_digests(d)
-            .into_iter()
-            .filter(|(n, _)| n.starts_with("blobs/"))
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(blobs(&by_digest), blobs(&layout));
+    assert_eq!(blob_digests(&by_digest), blob_digests(&layout));
 
     // verify and inspect straight from the registry.
     let v = ok(ingot_with(
@@ -154,23 +148,37 @@ fn publish_pull_verify_and_skopeo_round_trip() {
     assert_eq!(report["manifestDigest"], digest.as_str());
     assert_eq!(report["layers"].as_array().unwrap().len(), 4);
 
-    // Chunked uploads (4 MiB PATCHes) give the same artifact.
+    chunked_and_digest_publishes(&reg, &layout, &digest, tmp.path());
+    skopeo_copies_what_ingot_published(&reg, &layout, &pk, tmp.path());
+    a_moved_tag_needs_allow_overwrite(&reg, &layout, tmp.path());
+}
+
+/// The blobs of the layout at `d` with their digests.
+fn blob_digests(d: &Path) -> Vec<(String, String)> {
+    tree_digests(d)
+        .into_iter()
+        .filter(|(n, _)| n.starts_with("blobs/"))
+        .collect()
+}
+
+/// Chunked uploads (4 MiB PATCHes) and a publish under a digest reference give `digest` too.
+fn chunked_and_digest_publishes(reg: &Registry, layout: &Path, digest: &str, tmp: &Path) {
     let chunked = reg.url("stacks/chunked:1.0.0");
     assert_eq!(
         ok(ingot_with(
-            &["publish", p(&layout), &chunked, "-q", "--chunked"],
+            &["publish", p(layout), &chunked, "-q", "--chunked"],
             &[],
             None
         )),
         digest
     );
-    let chunked_pull = tmp.path().join("chunked");
+    let chunked_pull = tmp.join("chunked");
     ok(ingot_with(
         &["pull", &chunked, p(&chunked_pull), "-q"],
         &[],
         None,
     ));
-    assert_eq!(tree_digests(&chunked_pull), tree_digests(&layout));
+    assert_eq!(tree_digests(&chunked_pull), tree_digests(layout));
     assert!(reg
         .log_text()
         .contains("PATCH /v2/stacks/chunked/blobs/uploads/"));
@@ -178,16 +186,14 @@ fn publish_pull_verify_and_skopeo_round_trip() {
     // Publishing under a digest reference works too (no tag).
     let other = reg.url(&format!("stacks/by-digest@{digest}"));
     assert_eq!(
-        ok(ingot_with(
-            &["publish", p(&layout), &other, "-q"],
-            &[],
-            None
-        )),
+        ok(ingot_with(&["publish", p(layout), &other, "-q"], &[], None)),
         digest
     );
+}
 
-    // skopeo copies what ingot published; the copy verifies.
-    let sk_dir = tmp.path().join("skopeo");
+/// skopeo copies what ingot published; the copy verifies.
+fn skopeo_copies_what_ingot_published(reg: &Registry, layout: &Path, pk: &Path, tmp: &Path) {
+    let sk_dir = tmp.join("skopeo");
     let src = format!("docker://{}/stacks/demo:1.0.0", reg.host());
     let dst = format!("oci:{}:1.0.0", sk_dir.display());
     let out = Command::new("skopeo")
@@ -200,20 +206,22 @@ fn publish_pull_verify_and_skopeo_round_trip() {
         String::from_utf8_lossy(&out.stderr)
     );
     ok(ingot_with(
-        &["verify", p(&sk_dir), "--trust-key", p(&pk)],
+        &["verify", p(&sk_dir), "--trust-key", p(pk)],
         &[],
         None,
     ));
-    assert_eq!(blobs(&sk_dir), blobs(&layout));
+    assert_eq!(blob_digests(&sk_dir), blob_digests(layout));
+}
 
-    // A tag naming other content is not moved without --allow-overwrite (exit 9).
+/// A tag naming other content is not moved without --allow-overwrite (exit 9).
+fn a_moved_tag_needs_allow_overwrite(reg: &Registry, layout: &Path, tmp: &Path) {
     let tag_other = reg.url("stacks/demo:moving");
     ok(ingot_with(
-        &["publish", p(&layout), &tag_other, "-q"],
+        &["publish", p(layout), &tag_other, "-q"],
         &[],
         None,
     ));
-    let unsigned = tmp.path().join("unsigned");
+    let unsigned = tmp.join("unsigned");
     build(&demo_manifest(), &unsigned, None);
     let conflict = ingot_with(&["publish", p(&unsigned), &tag_other, "-q"], &[], None);
     assert_eq!(conflict.status.code(), Some(9), "{}", text(&conflict));

@@ -229,6 +229,83 @@ fn calls(path: &Path) -> usize {
     fs::read_to_string(path).map_or(0, |s| s.lines().count())
 }
 
+/// A CA file that is no certificate, `--insecure` with `--plain-http`, and a leaf given as the
+/// CA: each refused.
+fn untrusted_tls_is_refused(layout: &Path, target: &str, cert: &Path, good: &Path, bin: &Path) {
+    let out = ingot(&["resolve", target, "--ca-file", "/dev/null"], good, bin);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("not a PEM certificate"),
+        "{}",
+        text(&out)
+    );
+    let out = ingot(
+        &[
+            "publish",
+            p(layout),
+            target,
+            "-q",
+            "--insecure",
+            "--plain-http",
+        ],
+        good,
+        bin,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let out = ingot(
+        &[
+            "publish",
+            p(layout),
+            target,
+            "-q",
+            "--retries",
+            "1",
+            "--ca-file",
+            p(cert),
+        ],
+        good,
+        bin,
+    );
+    assert!(
+        !out.status.success(),
+        "a leaf as CA must not verify: {}",
+        text(&out)
+    );
+}
+
+/// `--insecure` reaches the TLS registry with credsStore as the helper, and `--authfile`
+/// names the config instead of DOCKER_CONFIG: both resolve `target` (the first to `digest`).
+fn insecure_and_authfile(t: &Path, target: &str, bin: &Path, digest: &str) {
+    let store = docker_dir(t, "store", r#"{"credsStore":"good"}"#);
+    let out = ingot(&["resolve", target, "--insecure"], &store, bin);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), digest);
+    // --authfile names the config instead of DOCKER_CONFIG.
+    let nowhere = t.join("no-docker-config");
+    let out = ingot(
+        &[
+            "resolve",
+            target,
+            "--insecure",
+            "--authfile",
+            p(&store.join("config.json")),
+        ],
+        &nowhere,
+        bin,
+    );
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// A command stopped with exit `code` by the broken credential helper, which it names.
+fn refused_by_helper(out: &Output, args: &[&str], code: i32) {
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {}", text(out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("docker-credential-broken") && err.contains("the keyring is locked"),
+        "{args:?}: {err}"
+    );
+}
+
 #[test]
 fn tls_registry_with_ca_file_insecure_and_credential_helpers_on_every_command() {
     let test = ingot_testkit::test_name!();
@@ -259,45 +336,7 @@ fn tls_registry_with_ca_file_insecure_and_credential_helpers_on_every_command() 
     };
 
     // TLS with a certificate no one trusts: refused, and the message says why.
-    let out = ingot(&["resolve", &target, "--ca-file", "/dev/null"], &good, &bin);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        text(&out).contains("not a PEM certificate"),
-        "{}",
-        text(&out)
-    );
-    let out = ingot(
-        &[
-            "publish",
-            p(&layout),
-            &target,
-            "-q",
-            "--insecure",
-            "--plain-http",
-        ],
-        &good,
-        &bin,
-    );
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    let out = ingot(
-        &[
-            "publish",
-            p(&layout),
-            &target,
-            "-q",
-            "--retries",
-            "1",
-            "--ca-file",
-            p(&cert),
-        ],
-        &good,
-        &bin,
-    );
-    assert!(
-        !out.status.success(),
-        "a leaf as CA must not verify: {}",
-        text(&out)
-    );
+    untrusted_tls_is_refused(&layout, &target, &cert, &good, &bin);
 
     // --ca-file: every command reaches the registry, each running the helper once or more.
     let mut expected_calls = 0;
@@ -329,24 +368,7 @@ fn tls_registry_with_ca_file_insecure_and_credential_helpers_on_every_command() 
     assert!(asked.lines().all(|l| l == host), "{asked}");
 
     // --insecure: TLS without verification works, also with credsStore as the helper.
-    let store = docker_dir(t, "store", r#"{"credsStore":"good"}"#);
-    let out = ingot(&["resolve", &target, "--insecure"], &store, &bin);
-    assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), digest);
-    // --authfile names the config instead of DOCKER_CONFIG.
-    let nowhere = t.join("no-docker-config");
-    let out = ingot(
-        &[
-            "resolve",
-            &target,
-            "--insecure",
-            "--authfile",
-            p(&store.join("config.json")),
-        ],
-        &nowhere,
-        &bin,
-    );
-    assert!(out.status.success(), "{}", text(&out));
+    insecure_and_authfile(t, &target, &bin, &digest);
 
     // A helper that fails: every command stops with a clear authentication error (exit 6, or
     // verify/inspect/diff's input error) naming the helper, never an anonymous attempt.
@@ -369,12 +391,7 @@ fn tls_registry_with_ca_file_insecure_and_credential_helpers_on_every_command() 
     ];
     for (args, code) in runs {
         let out = ingot_s(&with_ca(args), &broken, &bin);
-        assert_eq!(out.status.code(), Some(code), "{args:?}: {}", text(&out));
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            err.contains("docker-credential-broken") && err.contains("the keyring is locked"),
-            "{args:?}: {err}"
-        );
+        refused_by_helper(&out, args, code);
     }
     // A helper that is not on PATH is as clear.
     let missing = docker_dir(t, "missing", r#"{"credsStore":"nosuch"}"#);

@@ -90,13 +90,9 @@ fn uki_path(layout: &Path) -> PathBuf {
     common::blob_path(layout, &digest)
 }
 
-#[test]
-fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
-    if !usable(ingot_testkit::test_name!()) {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let keys = dir.path().join("keys");
+/// `ingot key secure-boot` in `dir`: the whole set, subjects as named, not overwritten.
+fn secure_boot_keys(dir: &Path) -> PathBuf {
+    let keys = dir.join("keys");
     let out = ingot_ok([
         "key".as_ref(),
         "secure-boot".as_ref(),
@@ -130,6 +126,41 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
     ]);
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("--force"));
+    keys
+}
+
+/// The firmware's check, by the real tool: `uki` is signed by db, not by another key.
+fn sbverify_checks(keys: &Path, uki: &Path) {
+    let ok = Command::new("sbverify")
+        .arg("--cert")
+        .arg(keys.join("db.crt"))
+        .arg(uki)
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let other = Command::new("sbverify")
+        .arg("--cert")
+        .arg(keys.join("KEK.crt"))
+        .arg(uki)
+        .output()
+        .unwrap();
+    assert!(
+        !other.status.success(),
+        "sbverify accepted the KEK certificate"
+    );
+}
+
+#[test]
+fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let keys = secure_boot_keys(dir.path());
 
     let (sign, public) = keypair(dir.path(), "release");
     let manifest = stack(dir.path());
@@ -146,28 +177,7 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
     assert!(uki == fs::read(&ub).unwrap(), "two UKIs differ");
     eprintln!("UKI: {} bytes", uki.len());
 
-    // The firmware's check, by the real tool: signed by db, not by another key.
-    let ok = Command::new("sbverify")
-        .arg("--cert")
-        .arg(keys.join("db.crt"))
-        .arg(&ua)
-        .output()
-        .unwrap();
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
-    let other = Command::new("sbverify")
-        .arg("--cert")
-        .arg(keys.join("KEK.crt"))
-        .arg(&ua)
-        .output()
-        .unwrap();
-    assert!(
-        !other.status.success(),
-        "sbverify accepted the KEK certificate"
-    );
+    sbverify_checks(&keys, &ua);
 
     // .cmdline: every layer with its root hash and rule, the marker, the stack's arguments.
     let cmdline = ingot_artifact::uki::cmdline(&uki).unwrap();

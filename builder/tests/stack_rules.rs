@@ -505,30 +505,10 @@ fn overlay_metadata_from_tar_and_oci_layout_sources_is_refused() {
                 sha256_hex(&tar)
             ),
         );
-        let (code, err) = build(&m);
-        assert_eq!(code, Some(1), "{what}: {err}");
-        assert!(
-            err.contains("layer `upper`")
-                && err.contains(&format!("tar archive {}", tar.display()))
-                && err.contains(expect),
-            "{what}: {err}"
-        );
+        refused_upper(&m, what, &format!("tar archive {}", tar.display()), expect);
         // The same archive as the one layer of an OCI image, written by skopeo.
         let oci = tmp.path().join("oci");
-        let out = Command::new("skopeo")
-            .arg("copy")
-            .arg(format!("tarball:{}", tar.display()))
-            .arg(format!("oci:{}:latest", oci.display()))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let index: serde_json::Value =
-            serde_json::from_slice(&fs::read(oci.join("index.json")).unwrap()).unwrap();
-        let digest = index["manifests"][0]["digest"].as_str().unwrap().to_owned();
+        let digest = skopeo_oci_layout(&tar, &oci);
         with_source(
             &m,
             &original,
@@ -538,13 +518,29 @@ fn overlay_metadata_from_tar_and_oci_layout_sources_is_refused() {
                 oci.display()
             ),
         );
-        let (code, err) = build(&m);
-        assert_eq!(code, Some(1), "{what}: {err}");
-        assert!(
-            err.contains("layer `upper`")
-                && err.contains(&format!("OCI layout {}", oci.display()))
-                && err.contains(expect),
-            "{what}: {err}"
-        );
+        refused_upper(&m, what, &format!("OCI layout {}", oci.display()), expect);
     }
+}
+
+/// `tar` as the one layer of an OCI image at `oci`, written by skopeo; its manifest digest.
+fn skopeo_oci_layout(tar: &Path, oci: &Path) -> String {
+    ingot_testkit::command::run_ok(
+        Command::new("skopeo")
+            .arg("copy")
+            .arg(format!("tarball:{}", tar.display()))
+            .arg(format!("oci:{}:latest", oci.display())),
+    );
+    let index: serde_json::Value =
+        serde_json::from_slice(&fs::read(oci.join("index.json")).unwrap()).unwrap();
+    index["manifests"][0]["digest"].as_str().unwrap().to_owned()
+}
+
+/// The build of `m` fails naming the layer `upper`, its source `source` and `expect`.
+fn refused_upper(m: &Path, what: &str, source: &str, expect: &str) {
+    let (code, err) = build(m);
+    assert_eq!(code, Some(1), "{what}: {err}");
+    assert!(
+        err.contains("layer `upper`") && err.contains(source) && err.contains(expect),
+        "{what}: {err}"
+    );
 }

@@ -172,6 +172,7 @@ fn json_root_hash_file_dump_and_verify() {
 /// Each bad input: exit 1, a message naming the problem, no panic, and no hash file left behind
 /// where none existed.
 #[test]
+#[allow(clippy::too_many_lines)] // one table of bad inputs, read as a list
 fn bad_input_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let data = data_file(dir.path(), 16);

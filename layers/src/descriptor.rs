@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use ingot_verity::RootHash;
+use ingot_verity::{HashAlgorithm, HashType, ParamError, RootHash, VerityParams};
 use serde::{Deserialize, Serialize};
 
 use crate::names;
@@ -168,7 +168,9 @@ impl Compression {
     }
 }
 
-/// dm-verity parameters of a layer (format 1, veritysetup's meaning for every field).
+/// dm-verity parameters of a layer (format 1, veritysetup's meaning for every field): the one
+/// type from the tree builder ([`crate::build_layer`]) through the descriptor to the reader
+/// ([`VerityInfo::params`]). Salt and UUID are text here as veritysetup takes and prints them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct VerityInfo {
@@ -194,6 +196,57 @@ pub struct VerityInfo {
     pub hash_offset: u64,
     /// The hash blob starts with a verity superblock.
     pub superblock: bool,
+}
+
+impl VerityInfo {
+    /// The descriptor's form of a tree built with `params`, whose root hash is `root_hash`.
+    pub fn new(root_hash: RootHash, params: &VerityParams) -> Self {
+        VerityInfo {
+            root_hash,
+            salt: hex::encode(&params.salt),
+            uuid: params.uuid.as_ref().map(ingot_verity::uuid_to_string),
+            algorithm: params.algorithm.name().to_owned(),
+            hash_type: params.hash_type.as_u32(),
+            data_block_size: params.data_block_size,
+            hash_block_size: params.hash_block_size,
+            data_blocks: params.data_blocks,
+            hash_offset: params.hash_offset,
+            superblock: params.superblock,
+        }
+    }
+
+    /// The parameters back, as the tree builder and verifier take them.
+    pub fn params(&self) -> Result<VerityParams, VerityParamsError> {
+        let bad = |what, source| VerityParamsError { what, source };
+        Ok(VerityParams {
+            hash_type: HashType::from_u32(self.hash_type).map_err(|e| bad("hash type", Some(e)))?,
+            algorithm: HashAlgorithm::from_name(&self.algorithm)
+                .map_err(|e| bad("hash algorithm", Some(e)))?,
+            data_block_size: self.data_block_size,
+            hash_block_size: self.hash_block_size,
+            data_blocks: self.data_blocks,
+            salt: hex::decode(&self.salt).map_err(|_| bad("salt is not hex", None))?,
+            uuid: match &self.uuid {
+                None => None,
+                Some(u) => {
+                    Some(ingot_verity::parse_uuid(u).ok_or_else(|| bad("bad verity uuid", None))?)
+                }
+            },
+            hash_offset: self.hash_offset,
+            superblock: self.superblock,
+        })
+    }
+}
+
+/// Why a descriptor's verity parameters are unusable ([`VerityInfo::params`]).
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub struct VerityParamsError {
+    /// Which parameter.
+    pub what: &'static str,
+    /// Why, when a parser said.
+    #[source]
+    pub source: Option<ParamError>,
 }
 
 /// A container image stored inside a layer.
@@ -231,7 +284,46 @@ pub fn is_sha256_digest(s: &str) -> bool {
         .is_some_and(|hex| hex.len() == 64 && is_lower_hex(hex))
 }
 
-/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hex digits.
+/// A layer's dm-verity parameters: hex salt, block sizes, a hash offset inside the hash blob,
+/// a well-formed UUID, and a size of dataBlocks × dataBlockSize.
+fn check_verity(at: &str, layer: &LayerEntry) -> Result<(), DescriptorError> {
+    let v = &layer.verity;
+    if !is_lower_hex(&v.salt) || v.salt.len() % 2 != 0 {
+        return Err(invalid(format!("{at}: salt is not lowercase hex")));
+    }
+    for (what, size) in [
+        ("dataBlockSize", v.data_block_size),
+        ("hashBlockSize", v.hash_block_size),
+    ] {
+        if !(512..=65536).contains(&size) || !size.is_power_of_two() {
+            return Err(invalid(format!(
+                "{at}: {what} {size} is not a power of two in 512..65536"
+            )));
+        }
+    }
+    if v.data_blocks == 0 {
+        return Err(invalid(format!("{at}: dataBlocks is 0")));
+    }
+    if v.hash_offset % 512 != 0 || v.hash_offset >= layer.hash.size {
+        return Err(invalid(format!(
+            "{at}: hashOffset {} is not a multiple of 512 inside the {}-byte hash blob",
+            v.hash_offset, layer.hash.size
+        )));
+    }
+    if let Some(uuid) = &v.uuid {
+        if !is_uuid(uuid) {
+            return Err(invalid(format!("{at}: verity uuid `{uuid}` is malformed")));
+        }
+    }
+    if v.data_blocks.checked_mul(u64::from(v.data_block_size)) != Some(layer.size) {
+        return Err(invalid(format!(
+            "{at}: size {} is not dataBlocks × dataBlockSize",
+            layer.size
+        )));
+    }
+    Ok(())
+}
+
 /// A frame index, when present, has one non-zero entry per frame and adds up to the blob.
 fn check_frame_index(layer: &LayerEntry) -> Result<(), String> {
     let c = &layer.data.compression;
@@ -261,6 +353,7 @@ fn check_frame_index(layer: &LayerEntry) -> Result<(), String> {
     Ok(())
 }
 
+/// `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, hex digits.
 fn is_uuid(s: &str) -> bool {
     s.len() == 36
         && s.bytes().enumerate().all(|(i, b)| match i {
@@ -304,6 +397,22 @@ impl StackDescriptor {
             )));
         }
         self.validate_strings()?;
+        self.validate_boot()?;
+        if self.layers.is_empty() {
+            return Err(invalid("a stack has at least one layer"));
+        }
+        let mut names = BTreeSet::new();
+        for (i, layer) in self.layers.iter().enumerate() {
+            if !names.insert(layer.name.as_str()) {
+                return Err(invalid(format!("layer `{}` appears twice", layer.name)));
+            }
+            self.validate_layer(i, layer)?;
+        }
+        Ok(())
+    }
+
+    /// The UKI's digest and command line, and the extra kernel arguments.
+    fn validate_boot(&self) -> Result<(), DescriptorError> {
         if let Some(uki) = &self.uki {
             if !is_sha256_digest(&uki.digest) {
                 return Err(invalid(format!(
@@ -330,96 +439,57 @@ impl StackDescriptor {
                 )));
             }
         }
-        if self.layers.is_empty() {
-            return Err(invalid("a stack has at least one layer"));
+        Ok(())
+    }
+
+    /// One layer's rules; `i` is its place in the stack (0 = the base).
+    fn validate_layer(&self, i: usize, layer: &LayerEntry) -> Result<(), DescriptorError> {
+        let at = format!("layer `{}`", layer.name);
+        if i == 0 && layer.when.is_some() {
+            return Err(invalid(format!(
+                "{at} is the base layer and must not have a rule"
+            )));
         }
-        let mut names = BTreeSet::new();
-        for (i, layer) in self.layers.iter().enumerate() {
-            let at = format!("layer `{}`", layer.name);
-            if !names.insert(layer.name.as_str()) {
-                return Err(invalid(format!("{at} appears twice")));
+        if let Some(rule) = &layer.when {
+            select::check_depth(rule).map_err(|e| invalid(format!("{at}: {e}")))?;
+        }
+        match (&layer.sbom, self.schema_version) {
+            (None, v) if v >= 2 => {
+                return Err(invalid(format!("{at}: schemaVersion {v} needs its `sbom`")))
             }
-            if i == 0 && layer.when.is_some() {
+            (Some(_), 1) => return Err(invalid(format!("{at}: schemaVersion 1 has no `sbom`"))),
+            (Some(b), _) if !is_sha256_digest(&b.digest) => {
                 return Err(invalid(format!(
-                    "{at} is the base layer and must not have a rule"
+                    "{at}: sbom digest `{}` is not sha256:<64 hex>",
+                    b.digest
+                )))
+            }
+            _ => {}
+        }
+        for (what, digest) in [("data", &layer.data.digest), ("hash", &layer.hash.digest)] {
+            if !is_sha256_digest(digest) {
+                return Err(invalid(format!(
+                    "{at}: {what} digest `{digest}` is not sha256:<64 hex>"
                 )));
             }
-            if let Some(rule) = &layer.when {
-                select::check_depth(rule).map_err(|e| invalid(format!("{at}: {e}")))?;
-            }
-            match (&layer.sbom, self.schema_version) {
-                (None, v) if v >= 2 => {
-                    return Err(invalid(format!("{at}: schemaVersion {v} needs its `sbom`")))
-                }
-                (Some(_), 1) => {
-                    return Err(invalid(format!("{at}: schemaVersion 1 has no `sbom`")))
-                }
-                (Some(b), _) if !is_sha256_digest(&b.digest) => {
-                    return Err(invalid(format!(
-                        "{at}: sbom digest `{}` is not sha256:<64 hex>",
-                        b.digest
-                    )))
-                }
-                _ => {}
-            }
-            for (what, digest) in [("data", &layer.data.digest), ("hash", &layer.hash.digest)] {
-                if !is_sha256_digest(digest) {
-                    return Err(invalid(format!(
-                        "{at}: {what} digest `{digest}` is not sha256:<64 hex>"
-                    )));
-                }
-            }
-            if layer.data.compression.algorithm != ZSTD {
+        }
+        if layer.data.compression.algorithm != ZSTD {
+            return Err(invalid(format!(
+                "{at}: compression `{}` is not supported",
+                layer.data.compression.algorithm
+            )));
+        }
+        if layer.data.compression.frame_size == 0 {
+            return Err(invalid(format!("{at}: frameSize is 0")));
+        }
+        check_frame_index(layer).map_err(|e| invalid(format!("{at}: {e}")))?;
+        check_verity(&at, layer)?;
+        for p in &layer.preload {
+            if !is_sha256_digest(&p.digest) {
                 return Err(invalid(format!(
-                    "{at}: compression `{}` is not supported",
-                    layer.data.compression.algorithm
+                    "{at}: preload `{}` digest is not sha256:<64 hex>",
+                    p.name
                 )));
-            }
-            if layer.data.compression.frame_size == 0 {
-                return Err(invalid(format!("{at}: frameSize is 0")));
-            }
-            check_frame_index(layer).map_err(|e| invalid(format!("{at}: {e}")))?;
-            let v = &layer.verity;
-            if !is_lower_hex(&v.salt) || v.salt.len() % 2 != 0 {
-                return Err(invalid(format!("{at}: salt is not lowercase hex")));
-            }
-            for (what, size) in [
-                ("dataBlockSize", v.data_block_size),
-                ("hashBlockSize", v.hash_block_size),
-            ] {
-                if !(512..=65536).contains(&size) || !size.is_power_of_two() {
-                    return Err(invalid(format!(
-                        "{at}: {what} {size} is not a power of two in 512..65536"
-                    )));
-                }
-            }
-            if v.data_blocks == 0 {
-                return Err(invalid(format!("{at}: dataBlocks is 0")));
-            }
-            if v.hash_offset % 512 != 0 || v.hash_offset >= layer.hash.size {
-                return Err(invalid(format!(
-                    "{at}: hashOffset {} is not a multiple of 512 inside the {}-byte hash blob",
-                    v.hash_offset, layer.hash.size
-                )));
-            }
-            if let Some(uuid) = &v.uuid {
-                if !is_uuid(uuid) {
-                    return Err(invalid(format!("{at}: verity uuid `{uuid}` is malformed")));
-                }
-            }
-            if v.data_blocks.checked_mul(u64::from(v.data_block_size)) != Some(layer.size) {
-                return Err(invalid(format!(
-                    "{at}: size {} is not dataBlocks × dataBlockSize",
-                    layer.size
-                )));
-            }
-            for p in &layer.preload {
-                if !is_sha256_digest(&p.digest) {
-                    return Err(invalid(format!(
-                        "{at}: preload `{}` digest is not sha256:<64 hex>",
-                        p.name
-                    )));
-                }
             }
         }
         Ok(())
@@ -606,6 +676,41 @@ mod tests {
     }
 
     #[test]
+    fn verity_parameters_round_trip_through_the_descriptor_text() {
+        let params = VerityParams {
+            data_blocks: 25,
+            salt: (0u8..32).collect(),
+            uuid: Some(*b"\x12\x34\x56\x78\x9a\xbc\xde\xf0\x01\x23\x45\x67\x89\xab\xcd\xef"),
+            ..VerityParams::default()
+        };
+        let root: RootHash = "ab".repeat(32).parse().unwrap();
+        let info = VerityInfo::new(root, &params);
+        let json = serde_json::to_string(&info).unwrap();
+        assert!(
+            json.contains(
+                r#""salt":"000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f""#
+            ) && json.contains(r#""uuid":"12345678-9abc-def0-0123-456789abcdef""#)
+                && json.contains(r#""algorithm":"sha256""#),
+            "{json}"
+        );
+        let back: VerityInfo = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, info);
+        assert_eq!(back.params().unwrap(), params);
+        // Without a UUID (no superblock UUID in the tree) and with an empty salt.
+        let bare = VerityParams {
+            salt: Vec::new(),
+            uuid: None,
+            ..params
+        };
+        let info = VerityInfo::new(info.root_hash, &bare);
+        assert!(!serde_json::to_string(&info).unwrap().contains("uuid"));
+        assert_eq!(info.params().unwrap(), bare);
+        let mut bad = info;
+        bad.salt = "xyz".into();
+        assert_eq!(bad.params().unwrap_err().what, "salt is not hex");
+    }
+
+    #[test]
     fn canonical_and_round_trip() {
         let d = sample();
         let bytes = d.to_canonical_json();
@@ -619,6 +724,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::too_many_lines)] // one table of bad descriptors, read as a list
     fn strict_parsing() {
         let good: serde_json::Value =
             serde_json::from_slice(&sample().to_canonical_json()).unwrap();

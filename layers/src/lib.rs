@@ -12,6 +12,8 @@ pub mod descriptor;
 pub mod error;
 pub mod ext4;
 pub mod kmod_index;
+#[cfg(feature = "cli")]
+pub mod machine_args;
 pub mod names;
 pub mod select;
 pub mod source;
@@ -23,19 +25,6 @@ pub use error::LayerError;
 pub use ext4::{build_image, Ext4Options, ImageInfo, MAX_SOURCE_DATE_EPOCH};
 pub use source::Source;
 
-/// The dm-verity side of a layer: format 1, sha256, 4096-byte data and hash blocks, superblock
-/// at offset 0 of the hash file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VerityInfo {
-    pub root_hash: ingot_verity::RootHash,
-    /// SHA-256 of the image bytes.
-    pub salt: Vec<u8>,
-    /// The verity superblock's UUID, derived from the layer seed.
-    pub uuid: [u8; 16],
-    /// Size of the hash file in bytes.
-    pub hash_size: u64,
-}
-
 /// A built layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LayerBuild {
@@ -44,7 +33,12 @@ pub struct LayerBuild {
     pub image_size: u64,
     /// 4 KiB data blocks covered by verity (= filesystem blocks).
     pub data_blocks: u64,
-    pub verity: Option<VerityInfo>,
+    /// The dm-verity side, as the descriptor names it: format 1, sha256, 4096-byte data and
+    /// hash blocks, superblock at offset 0 of the hash file, salt = SHA-256 of the image, UUID
+    /// derived from the layer seed.
+    pub verity: Option<descriptor::VerityInfo>,
+    /// Size of the hash file in bytes (0 without one).
+    pub hash_size: u64,
 }
 
 /// Builds a layer image at `out_img` and, with `out_hash`, its dm-verity hash tree (salt =
@@ -78,6 +72,7 @@ pub fn build_layer_checked(
                 data_blocks: image.blocks,
                 image,
                 verity: None,
+                hash_size: 0,
             })
         }
     }
@@ -101,7 +96,7 @@ pub fn seal_tree(
         (syncer.join().expect("sync thread panicked"), sealed)
     });
     synced.map_err(|e| LayerError::io("syncing", image.tmp.path(), e))?;
-    let (verity, hash_tmp) = sealed?;
+    let (verity, hash_size, hash_tmp) = sealed?;
     // Image first, then its tree; if the second rename fails, take the image back out.
     let info = image.persist_synced(out_img)?;
     if let Err(e) = hash_tmp.persist(out_hash) {
@@ -117,6 +112,7 @@ pub fn seal_tree(
         data_blocks: info.blocks,
         image: info,
         verity: Some(verity),
+        hash_size,
     })
 }
 
@@ -126,12 +122,12 @@ fn seal(
     hash: &Path,
     image: &ImageInfo,
     opts: &Ext4Options,
-) -> Result<(VerityInfo, tempfile::NamedTempFile), LayerError> {
+) -> Result<(descriptor::VerityInfo, u64, tempfile::NamedTempFile), LayerError> {
     let salt = image.sha256.expect("digest requested").to_vec();
     let uuid = ext4::derive_uuid("ingot verity uuid", &opts.seed);
     let params = ingot_verity::VerityParams {
         data_blocks: image.blocks,
-        salt: salt.clone(),
+        salt,
         uuid: Some(uuid),
         ..ingot_verity::VerityParams::default()
     };
@@ -159,12 +155,8 @@ fn seal(
         .map_err(|e| LayerError::io("reading", tmp.path(), e))?
         .len();
     Ok((
-        VerityInfo {
-            root_hash: r.root_hash,
-            salt,
-            uuid,
-            hash_size,
-        },
+        descriptor::VerityInfo::new(r.root_hash, &params),
+        hash_size,
         tmp,
     ))
 }

@@ -396,7 +396,7 @@ fn verity_tree_matches_veritysetup() {
     use sha2::Digest;
     assert_eq!(
         v.salt,
-        sha2::Sha256::digest(fs::read(&img).unwrap()).to_vec(),
+        hex::encode(sha2::Sha256::digest(fs::read(&img).unwrap())),
         "salt is the image digest"
     );
     let root = v.root_hash.to_string();
@@ -410,13 +410,19 @@ fn verity_tree_matches_veritysetup() {
     assert!(st.success(), "veritysetup verify rejected the tree");
     // veritysetup format with the same salt and UUID writes the same hash file.
     let theirs = t.path().join("theirs.hash");
-    let uuid = ingot_verity::uuid_to_string(&v.uuid);
+    // The descriptor's text form is what veritysetup takes and prints back.
+    let uuid = v.uuid.clone().expect("a superblock UUID");
     let out = Command::new(tool("veritysetup"))
         .arg("format")
         .arg(&img)
         .arg(&theirs)
-        .arg(format!("--salt={}", hex::encode(&v.salt)))
+        .arg(format!("--salt={}", v.salt))
         .arg(format!("--uuid={uuid}"))
+        .arg(format!("--hash={}", v.algorithm))
+        .arg(format!("--format={}", v.hash_type))
+        .arg(format!("--data-block-size={}", v.data_block_size))
+        .arg(format!("--hash-block-size={}", v.hash_block_size))
+        .arg(format!("--data-blocks={}", v.data_blocks))
         .output()
         .unwrap();
     assert!(
@@ -424,9 +430,30 @@ fn verity_tree_matches_veritysetup() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains(&root),
+    let printed = String::from_utf8_lossy(&out.stdout);
+    let field = |name: &str| {
+        printed
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+            .unwrap_or_else(|| panic!("veritysetup printed no {name}: {printed}"))
+    };
+    assert_eq!(
+        field("Root hash"),
+        root,
         "root hash differs from veritysetup's"
+    );
+    assert_eq!(field("Salt"), v.salt);
+    assert_eq!(field("UUID"), uuid);
+    assert_eq!(field("Hash algorithm"), v.algorithm);
+    assert_eq!(field("Hash type"), v.hash_type.to_string());
+    assert_eq!(field("Data blocks"), v.data_blocks.to_string());
+    assert_eq!(field("Data block size"), v.data_block_size.to_string());
+    assert_eq!(field("Hash block size"), v.hash_block_size.to_string());
+    let params = v.params().unwrap();
+    assert_eq!(
+        ingot_layers::descriptor::VerityInfo::new(v.root_hash.clone(), &params),
+        v
     );
     assert!(
         fs::read(&theirs).unwrap() == fs::read(&hash).unwrap(),
@@ -490,6 +517,52 @@ fn file_data_crossing_backup_superblocks() {
 fn oci_layout_is_flattened_with_whiteouts() {
     let t = tempfile::tempdir().unwrap();
     let lay = t.path().join("oci");
+    let (dm, d2) = two_layer_oci_layout(&lay);
+    // The same filesystem as a directory: the oracle.
+    let want = t.path().join("want");
+    flattened_tree(&want);
+    let img = t.path().join("oci.img");
+    let src = Source::OciLayout {
+        path: lay.clone(),
+        manifest_digest: dm.clone(),
+    };
+    build_image(&src, &img, &opts("o")).unwrap();
+    e2fsck_clean(&img);
+    let img2 = t.path().join("want.img");
+    if is_root() {
+        build_image(&Source::Dir(want.clone()), &img2, &opts("o")).unwrap();
+        assert!(
+            fs::read(&img).unwrap() == fs::read(&img2).unwrap(),
+            "flattened OCI image differs from the expected tree's image"
+        );
+        let m = LoopMount::new(&img, &t.path().join("mnt"));
+        compare_trees(&want, &m.dir);
+    } else {
+        skip(
+            "oci mount comparison and equality with a directory build",
+            "needs root",
+        );
+    }
+    // The empty digest takes index.json's only manifest; a wrong digest is refused.
+    build_image(
+        &Source::OciLayout {
+            path: lay.clone(),
+            manifest_digest: String::new(),
+        },
+        &t.path().join("idx.img"),
+        &opts("o"),
+    )
+    .unwrap();
+    assert!(fs::read(t.path().join("idx.img")).unwrap() == fs::read(&img).unwrap());
+    fs::write(lay.join("blobs/sha256").join(&d2[7..]), b"tampered").unwrap();
+    let err = build_image(&src, &t.path().join("bad.img"), &opts("o")).unwrap_err();
+    assert!(err.to_string().contains(&d2), "{err}");
+}
+
+/// An OCI layout at `lay` with two layers (gzip, then zstd) whose second deletes a file,
+/// makes a directory opaque and replaces a file; returns the manifest's and the second
+/// layer's digests.
+fn two_layer_oci_layout(lay: &Path) -> (String, String) {
     fs::create_dir_all(lay.join("blobs/sha256")).unwrap();
     let put = |data: &[u8]| -> (String, u64) {
         use sha2::Digest;
@@ -544,9 +617,11 @@ fn oci_layout_is_flattened_with_whiteouts() {
     )
     .unwrap();
     fs::write(lay.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    (dm, d2)
+}
 
-    // The same filesystem as a directory: the oracle.
-    let want = t.path().join("want");
+/// What `two_layer_oci_layout` flattens to, as a directory at `want`.
+fn flattened_tree(want: &Path) {
     for p in ["etc", "opaque"] {
         fs::create_dir_all(want.join(p)).unwrap();
     }
@@ -561,42 +636,6 @@ fn oci_layout_is_flattened_with_whiteouts() {
     for p in ["etc/keep", "opaque/new", "bin"] {
         fs::set_permissions(want.join(p), fs::Permissions::from_mode(0o644)).unwrap();
     }
-    let img = t.path().join("oci.img");
-    let src = Source::OciLayout {
-        path: lay.clone(),
-        manifest_digest: dm.clone(),
-    };
-    build_image(&src, &img, &opts("o")).unwrap();
-    e2fsck_clean(&img);
-    let img2 = t.path().join("want.img");
-    if is_root() {
-        build_image(&Source::Dir(want.clone()), &img2, &opts("o")).unwrap();
-        assert!(
-            fs::read(&img).unwrap() == fs::read(&img2).unwrap(),
-            "flattened OCI image differs from the expected tree's image"
-        );
-        let m = LoopMount::new(&img, &t.path().join("mnt"));
-        compare_trees(&want, &m.dir);
-    } else {
-        skip(
-            "oci mount comparison and equality with a directory build",
-            "needs root",
-        );
-    }
-    // The empty digest takes index.json's only manifest; a wrong digest is refused.
-    build_image(
-        &Source::OciLayout {
-            path: lay.clone(),
-            manifest_digest: String::new(),
-        },
-        &t.path().join("idx.img"),
-        &opts("o"),
-    )
-    .unwrap();
-    assert!(fs::read(t.path().join("idx.img")).unwrap() == fs::read(&img).unwrap());
-    fs::write(lay.join("blobs/sha256").join(&d2[7..]), b"tampered").unwrap();
-    let err = build_image(&src, &t.path().join("bad.img"), &opts("o")).unwrap_err();
-    assert!(err.to_string().contains(&d2), "{err}");
 }
 
 #[test]

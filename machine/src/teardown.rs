@@ -105,6 +105,50 @@ pub fn plan(
 ) -> Result<Vec<Step>, GateFailure> {
     let is_target = |name: &str| targets.iter().any(|t| on_disk(name, &t.name));
     let dev = |name: &str| format!("/dev/{name}");
+    refuse_mounted_targets(sysroot, &is_target)?;
+    // Arrays (and device-mapper devices) the rescue system has running.
+    let arrays = stacked(sysroot, "md");
+    let target_md: BTreeSet<&str> = arrays
+        .iter()
+        .filter(|(_, s)| !s.is_empty() && s.iter().all(|n| is_target(n)))
+        .map(|(n, _)| n.as_str())
+        .collect();
+    let on_targets = |n: &str| is_target(n) || target_md.contains(n);
+    let dms = stacked(sysroot, "dm-");
+    refuse_mixed(arrays.iter().chain(dms.iter()), &on_targets)?;
+    // Device-mapper devices on targets, a holder before what it holds (an LV on a thin pool).
+    let dm: Vec<(String, Vec<String>)> = dms
+        .into_iter()
+        .filter(|(_, s)| !s.is_empty() && s.iter().all(|n| on_targets(n) || n.starts_with("dm-")))
+        .collect();
+    let mut steps = dm_removals(sysroot, dm);
+    for md in &target_md {
+        steps.push(Step::new(
+            "wipefs",
+            &["--all", "--force", &dev(md)],
+            format!("clear what array {md} holds"),
+        ));
+        steps.push(Step::new(
+            "mdadm",
+            &["--stop", &dev(md)],
+            format!("stop array {md}, which lives only on target disks"),
+        ));
+    }
+    for region in &teardown.regions {
+        steps.push(Step::new(
+            "wipefs",
+            &["--all", "--force", &dev(region)],
+            format!("clear the md, LVM and filesystem signatures of {region}"),
+        ));
+    }
+    Ok(steps)
+}
+
+/// `teardown-failed` when a target (or one of its partitions) is mounted.
+fn refuse_mounted_targets(
+    sysroot: &Sysroot,
+    is_target: &dyn Fn(&str) -> bool,
+) -> Result<(), GateFailure> {
     let mounts = std::fs::read_to_string(sysroot.path("/proc/mounts")).unwrap_or_default();
     for line in mounts.lines() {
         let mut f = line.split_whitespace();
@@ -119,25 +163,19 @@ pub fn plan(
             ));
         }
     }
-    let mut steps = Vec::new();
-    // Arrays (and device-mapper devices) the rescue system has running.
-    let arrays = stacked(sysroot, "md");
-    let target_md: BTreeSet<&str> = arrays
-        .iter()
-        .filter(|(_, s)| !s.is_empty() && s.iter().all(|n| is_target(n)))
-        .map(|(n, _)| n.as_str())
-        .collect();
-    let mixed = |slaves: &[String]| {
-        let on = slaves
-            .iter()
-            .any(|n| is_target(n) || target_md.contains(n.as_str()));
-        let off = slaves
-            .iter()
-            .any(|n| !(is_target(n) || target_md.contains(n.as_str())));
-        on && off
-    };
-    for (name, slaves) in arrays.iter().chain(stacked(sysroot, "dm-").iter()) {
-        if mixed(slaves) {
+    Ok(())
+}
+
+/// `md-spans-disks` (an array) or `lvm-on-target` (a device-mapper device) when an active
+/// device sits on target and other disks alike.
+fn refuse_mixed<'a>(
+    devices: impl Iterator<Item = &'a (String, Vec<String>)>,
+    on_targets: &dyn Fn(&str) -> bool,
+) -> Result<(), GateFailure> {
+    for (name, slaves) in devices {
+        let on = slaves.iter().any(|n| on_targets(n));
+        let off = slaves.iter().any(|n| !on_targets(n));
+        if on && off {
             let reason = if name.starts_with("md") {
                 Reason::MdSpansDisks
             } else {
@@ -154,15 +192,12 @@ pub fn plan(
             ));
         }
     }
-    // Device-mapper devices on targets, a holder before what it holds (an LV on a thin pool).
-    let mut dm: Vec<(String, Vec<String>)> = stacked(sysroot, "dm-")
-        .into_iter()
-        .filter(|(_, s)| {
-            !s.is_empty()
-                && s.iter()
-                    .all(|n| is_target(n) || target_md.contains(n.as_str()) || n.starts_with("dm-"))
-        })
-        .collect();
+    Ok(())
+}
+
+/// `dmsetup remove` for each device of `dm`, a holder before what it holds.
+fn dm_removals(sysroot: &Sysroot, mut dm: Vec<(String, Vec<String>)>) -> Vec<Step> {
+    let mut steps = Vec::new();
     let mut removed: Vec<String> = Vec::new();
     while !dm.is_empty() {
         let before = dm.len();
@@ -185,30 +220,11 @@ pub fn plan(
             false
         });
         if dm.len() == before {
-            // Held by something that is not on the targets: the mixed check names it below.
+            // Held by something that is not on the targets: the mixed check names it.
             break;
         }
     }
-    for md in &target_md {
-        steps.push(Step::new(
-            "wipefs",
-            &["--all", "--force", &dev(md)],
-            format!("clear what array {md} holds"),
-        ));
-        steps.push(Step::new(
-            "mdadm",
-            &["--stop", &dev(md)],
-            format!("stop array {md}, which lives only on target disks"),
-        ));
-    }
-    for region in &teardown.regions {
-        steps.push(Step::new(
-            "wipefs",
-            &["--all", "--force", &dev(region)],
-            format!("clear the md, LVM and filesystem signatures of {region}"),
-        ));
-    }
-    Ok(steps)
+    steps
 }
 
 /// The holders of `name` (`/sys/block/NAME/holders`).

@@ -293,69 +293,20 @@ fn partition(image: &Path, kind: &str, parts: &[PartSpec], bytes: u64) -> Result
         return Err(invalid("only the last partition may omit size_mib".into()));
     }
     if kind == "gpt" {
-        let mut cmd = Command::new("sgdisk");
-        for (i, p) in parts.iter().enumerate() {
-            let n = i + 1;
-            let end = p
-                .size_mib
-                .map(|m| format!("+{m}M"))
-                .unwrap_or_else(|| "0".into());
-            cmd.arg(format!("--new={n}:0:{end}"));
-            cmd.arg(format!("--typecode={n}:{}", gpt_code(&p.content)));
-            cmd.arg(format!(
-                "--change-name={n}:{}",
-                p.label.clone().unwrap_or_else(|| format!("part{n}"))
-            ));
-        }
-        run(cmd.arg(image))?;
+        sgdisk_table(image, parts)?;
     } else {
-        // Up to four partitions are primary; with more, the fourth record is an extended
-        // partition holding the rest as logical partitions (sfdisk places their EBRs).
-        let mut script = String::from("label: dos\nunit: sectors\n");
-        let primaries = if parts.len() > 4 { 3 } else { parts.len() };
-        let size = |p: &PartSpec| {
-            p.size_mib
-                .map(|m| format!("size={}, ", m * MIB / 512))
-                .unwrap_or_default()
-        };
-        for p in &parts[..primaries] {
-            script += &format!("{}type={:x}\n", size(p), mbr_code(&p.content));
-        }
-        if parts.len() > 4 {
-            script += "type=5\n";
-            for p in &parts[3..] {
-                script += &format!("{}type={:x}\n", size(p), mbr_code(&p.content));
-            }
-        }
-        let mut child = Command::new("sfdisk")
-            .args(["--quiet", "--no-reread", "--no-tell-kernel"])
-            .arg(image)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => FixtureError::ToolMissing("sfdisk".into()),
-                _ => FixtureError::Tool {
-                    tool: "sfdisk".into(),
-                    stderr: e.to_string(),
-                },
-            })?;
-        use std::io::Write;
-        child
-            .stdin
-            .take()
-            .expect("piped")
-            .write_all(script.as_bytes())
-            .map_err(io(image))?;
-        let out = child.wait_with_output().map_err(io(image))?;
-        if !out.status.success() {
-            return Err(FixtureError::Tool {
-                tool: format!("sfdisk {}", image.display()),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            });
-        }
+        sfdisk_table(image, parts)?;
     }
+    read_back(image, parts, bytes)
+}
+
+/// Each partition's (offset, size) in bytes, as `sfdisk --json` reads them back; refused when
+/// the table does not hold `parts` within `bytes`.
+fn read_back(image: &Path, parts: &[PartSpec], bytes: u64) -> Result<Vec<(u64, u64)>> {
+    let invalid = |what: String| FixtureError::Invalid {
+        path: image.to_path_buf(),
+        what,
+    };
     #[derive(Deserialize)]
     struct Dump {
         partitiontable: Table,
@@ -388,6 +339,77 @@ fn partition(image: &Path, kind: &str, parts: &[PartSpec], bytes: u64) -> Result
         )));
     }
     Ok(places)
+}
+
+/// A GPT table with sgdisk, one partition a `PartSpec`.
+fn sgdisk_table(image: &Path, parts: &[PartSpec]) -> Result<()> {
+    let mut cmd = Command::new("sgdisk");
+    for (i, p) in parts.iter().enumerate() {
+        let n = i + 1;
+        let end = p
+            .size_mib
+            .map(|m| format!("+{m}M"))
+            .unwrap_or_else(|| "0".into());
+        cmd.arg(format!("--new={n}:0:{end}"));
+        cmd.arg(format!("--typecode={n}:{}", gpt_code(&p.content)));
+        cmd.arg(format!(
+            "--change-name={n}:{}",
+            p.label.clone().unwrap_or_else(|| format!("part{n}"))
+        ));
+    }
+    run(cmd.arg(image))?;
+    Ok(())
+}
+
+/// An MBR table with sfdisk, one partition a `PartSpec`.
+fn sfdisk_table(image: &Path, parts: &[PartSpec]) -> Result<()> {
+    // Up to four partitions are primary; with more, the fourth record is an extended
+    // partition holding the rest as logical partitions (sfdisk places their EBRs).
+    let mut script = String::from("label: dos\nunit: sectors\n");
+    let primaries = if parts.len() > 4 { 3 } else { parts.len() };
+    let size = |p: &PartSpec| {
+        p.size_mib
+            .map(|m| format!("size={}, ", m * MIB / 512))
+            .unwrap_or_default()
+    };
+    for p in &parts[..primaries] {
+        script += &format!("{}type={:x}\n", size(p), mbr_code(&p.content));
+    }
+    if parts.len() > 4 {
+        script += "type=5\n";
+        for p in &parts[3..] {
+            script += &format!("{}type={:x}\n", size(p), mbr_code(&p.content));
+        }
+    }
+    let mut child = Command::new("sfdisk")
+        .args(["--quiet", "--no-reread", "--no-tell-kernel"])
+        .arg(image)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => FixtureError::ToolMissing("sfdisk".into()),
+            _ => FixtureError::Tool {
+                tool: "sfdisk".into(),
+                stderr: e.to_string(),
+            },
+        })?;
+    use std::io::Write;
+    child
+        .stdin
+        .take()
+        .expect("piped")
+        .write_all(script.as_bytes())
+        .map_err(io(image))?;
+    let out = child.wait_with_output().map_err(io(image))?;
+    if !out.status.success() {
+        return Err(FixtureError::Tool {
+            tool: format!("sfdisk {}", image.display()),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        });
+    }
+    Ok(())
 }
 
 fn gpt_code(c: &Content) -> &'static str {
@@ -452,26 +474,12 @@ fn fill(image: &Path, offset: u64, len: u64, content: &Content, what: &str) -> R
             tree.file("data/README", "backups\n")?;
             ext4(image, offset, len, &tree, "data")
         }
-        Content::EspWithEntries | Content::EspEmpty => {
-            let tmp = scratch(len)?;
-            run(Command::new("mkfs.fat")
-                .args(["-n", "ESP", "-i", "12345678"])
-                .arg(tmp.path()))?;
-            if matches!(content, Content::EspWithEntries) {
-                let tree = Staging::new()?;
-                tree.file("EFI/BOOT/BOOTX64.EFI", "MZ not a loader\n")?;
-                tree.file("EFI/ubuntu/shimx64.efi", "MZ not a loader\n")?;
-                tree.file("EFI/ubuntu/grubx64.efi", "MZ not a loader\n")?;
-                tree.file("EFI/ubuntu/grub.cfg", "configfile $prefix/grub.cfg\n")?;
-                run(Command::new("mcopy")
-                    .env("MTOOLS_SKIP_CHECK", "1")
-                    .args(["-s", "-i"])
-                    .arg(tmp.path())
-                    .arg(tree.path().join("EFI"))
-                    .arg("::/"))?;
-            }
-            copy_in(tmp.path(), image, offset)
-        }
+        Content::EspWithEntries | Content::EspEmpty => fill_esp(
+            image,
+            offset,
+            len,
+            matches!(content, Content::EspWithEntries),
+        ),
         Content::LvmPv { uuid } => {
             let bytes = write_pv(uuid, len)
                 .ok_or_else(|| invalid(format!("bad PV uuid {uuid:?} or size")))?;
@@ -485,44 +493,93 @@ fn fill(image: &Path, offset: u64, len: u64, content: &Content, what: &str) -> R
             raid_disks,
             inner,
         } => {
-            let array_uuid =
-                parse_md_uuid(uuid).ok_or_else(|| invalid(format!("bad md uuid {uuid:?}")))?;
-            let dev_number = dev_number.unwrap_or(0);
-            let mut device_uuid = array_uuid;
-            device_uuid.reverse();
-            device_uuid[0] ^= dev_number as u8 + 1;
-            let params = MdV1Params {
-                metadata: metadata.clone().unwrap_or_else(|| "1.2".into()),
-                array_uuid,
-                device_uuid,
-                name: "rescue:0".into(),
+            let member = MdMember {
+                uuid,
                 level: *level,
+                metadata: metadata.as_deref(),
+                dev_number: dev_number.unwrap_or(0),
                 raid_disks: raid_disks.unwrap_or(2),
-                dev_number,
-                time: 1_700_000_000,
-                clean: true,
+                inner: inner.as_deref(),
             };
-            let (at, sb) = write_md_v1(&params, len)
-                .ok_or_else(|| invalid("bad md metadata or size".into()))?;
-            if let Some(inner) = inner {
-                // 1.1 and 1.2 keep the data 1 MiB in (write_md_v1), 1.0 at the start.
-                let data = if params.metadata == "1.0" { 0 } else { 1 << 20 };
-                let data_len = if params.metadata == "1.0" {
-                    at
-                } else {
-                    len - data
-                };
-                fill(
-                    image,
-                    offset + data,
-                    data_len,
-                    inner,
-                    &format!("{what} (array data)"),
-                )?;
-            }
-            write_at(image, offset + at, &sb)
+            fill_md_member(image, offset, len, &member, what)
         }
     }
+}
+
+/// A FAT ESP, with another system's loader files when `with_entries`.
+fn fill_esp(image: &Path, offset: u64, len: u64, with_entries: bool) -> Result<()> {
+    let tmp = scratch(len)?;
+    run(Command::new("mkfs.fat")
+        .args(["-n", "ESP", "-i", "12345678"])
+        .arg(tmp.path()))?;
+    if with_entries {
+        let tree = Staging::new()?;
+        tree.file("EFI/BOOT/BOOTX64.EFI", "MZ not a loader\n")?;
+        tree.file("EFI/ubuntu/shimx64.efi", "MZ not a loader\n")?;
+        tree.file("EFI/ubuntu/grubx64.efi", "MZ not a loader\n")?;
+        tree.file("EFI/ubuntu/grub.cfg", "configfile $prefix/grub.cfg\n")?;
+        run(Command::new("mcopy")
+            .env("MTOOLS_SKIP_CHECK", "1")
+            .args(["-s", "-i"])
+            .arg(tmp.path())
+            .arg(tree.path().join("EFI"))
+            .arg("::/"))?;
+    }
+    copy_in(tmp.path(), image, offset)
+}
+
+/// The fields of `Content::MdMember`, defaults applied.
+struct MdMember<'a> {
+    uuid: &'a str,
+    level: i32,
+    metadata: Option<&'a str>,
+    dev_number: u32,
+    raid_disks: u32,
+    inner: Option<&'a Content>,
+}
+
+/// An md v1 member superblock, and the array data (`inner`) where the metadata version puts it.
+fn fill_md_member(image: &Path, offset: u64, len: u64, m: &MdMember, what: &str) -> Result<()> {
+    let invalid = |w: String| FixtureError::Invalid {
+        path: image.to_path_buf(),
+        what: format!("{what}: {w}"),
+    };
+    let array_uuid =
+        parse_md_uuid(m.uuid).ok_or_else(|| invalid(format!("bad md uuid {:?}", m.uuid)))?;
+    let dev_number = m.dev_number;
+    let mut device_uuid = array_uuid;
+    device_uuid.reverse();
+    device_uuid[0] ^= dev_number as u8 + 1;
+    let params = MdV1Params {
+        metadata: m.metadata.unwrap_or("1.2").into(),
+        array_uuid,
+        device_uuid,
+        name: "rescue:0".into(),
+        level: m.level,
+        raid_disks: m.raid_disks,
+        dev_number,
+        time: 1_700_000_000,
+        clean: true,
+    };
+    let (at, sb) =
+        write_md_v1(&params, len).ok_or_else(|| invalid("bad md metadata or size".into()))?;
+    if let Some(inner) = m.inner {
+        // 1.1 and 1.2 keep the data 1 MiB in (write_md_v1), 1.0 at the start.
+        let data = if params.metadata == "1.0" { 0 } else { 1 << 20 };
+        let data_len = if params.metadata == "1.0" {
+            at
+        } else {
+            len - data
+        };
+        fill(
+            image,
+            offset + data,
+            data_len,
+            inner,
+            &format!("{what} (array data)"),
+        )?;
+    }
+    write_at(image, offset + at, &sb)
 }
 
 /// A scratch directory tree that becomes a filesystem.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use ingot_layers::select::{GpuVendor, Role};
+use ingot_layers::machine_args::MachineArgs;
 
 /// Write a signed ingot stack to a disk: only the layers this machine gets (streamed straight
 /// from a registry), every block read back and checked against the signed hash tree, the
@@ -31,7 +31,21 @@ use ingot_layers::select::{GpuVendor, Role};
     name = "ingot-writer",
     version = ingot_artifact::version::VERSION,
     verbatim_doc_comment,
-    after_help = EXIT_STATUS
+    after_help = EXIT_STATUS,
+    mut_arg("role", |a| a.help(
+        "This machine's role (default: from the bootstrap data when provisioning, else worker)"
+    )),
+    mut_arg("gpu", |a| a.requires("target").help(
+        "With --target: a GPU vendor present on this machine (repeatable): nvidia. \
+         Provisioning detects it from PCI"
+    )),
+    mut_arg("virt", |a| a.requires("target").help(
+        "With --target: hardware virtualization is available. Provisioning detects it"
+    )),
+    mut_arg("uefi", |a| a.requires("target").help(
+        "With --target: the machine boots with UEFI firmware; implied, the writer writes \
+         UEFI-bootable disks"
+    ))
 )]
 pub struct Cli {
     /// The stack: `oci://REGISTRY/REPO:TAG` (or `@sha256:...`), or an OCI image layout directory
@@ -54,16 +68,10 @@ pub struct Cli {
     /// (docs/manifest.md, "Two signatures").
     #[arg(long, value_name = "PUB")]
     pub trust_key: Option<PathBuf>,
-    /// This machine's role (default: from the bootstrap data when provisioning, else worker).
-    #[arg(long, value_name = "ROLE")]
-    pub role: Option<Role>,
-    /// With --target: a GPU vendor present on this machine (repeatable): nvidia. Provisioning
-    /// detects it from PCI.
-    #[arg(long, value_name = "VENDOR", requires = "target")]
-    pub gpu: Vec<GpuVendor>,
-    /// With --target: hardware virtualization is available. Provisioning detects it.
-    #[arg(long, requires = "target")]
-    pub virt: bool,
+    // The machine the layer rules see: --role, and with --target --gpu/--virt/--uefi
+    // (provisioning detects those).
+    #[command(flatten)]
+    pub machine: MachineArgs,
     /// Provisioning: read /sys, /proc and /dev below DIR (a fixture machine) instead of /.
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub sysroot: PathBuf,

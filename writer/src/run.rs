@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use ingot_artifact::verify::{StackRef, Trust};
-use ingot_layers::select::{Machine, Role};
+use ingot_layers::select::Role;
 use ingot_machine::host::{Fixture, Host, Live};
 
 use crate::caph::{self, Reboot, OUTPUT_JSON};
@@ -157,9 +157,7 @@ fn write_target(
     settings: WriteSettings,
     deadline: Instant,
 ) -> Result<ExitCode> {
-    let mut machine = Machine::new(cli.role.unwrap_or(Role::Worker));
-    machine.gpus = cli.gpu.clone();
-    machine.virt = cli.virt;
+    let mut machine = cli.machine.to_machine(Role::Worker);
     // The writer only makes UEFI-bootable disks.
     machine.uefi = true;
     let req = WriteRequest {
@@ -285,7 +283,7 @@ fn provision(
         root_devices,
         sysroot: cli.sysroot.clone(),
         host,
-        role: cli.role,
+        role: cli.machine.role,
         allow_foreign_os: cli.allow_foreign_os || eff.file.allow_foreign_os.unwrap_or(false),
         min_read_kib_s: cli.min_read_speed.or(eff.file.min_read_speed),
         read_test: Duration::from_secs_f64(eff.read_test_seconds),

@@ -320,6 +320,26 @@ fn assert_secure_esp(p: &Published, w: &Written) -> String {
     node
 }
 
+/// The consoles of two machines of one release: the same UKI, the same PCR 11, the one
+/// `ingot inspect` predicts for `layout`; two nodes: two credentials, two PCR 12 values.
+fn assert_pcrs_of_one_release(one: &str, two: &str, layout: &Path) {
+    let (pcr_one, pcr_two) = (pcrs(one), pcrs(two));
+    assert_eq!(
+        pcr_one.0, pcr_two.0,
+        "PCR 11 differs between two machines of one release"
+    );
+    assert_ne!(
+        pcr_one.1, pcr_two.1,
+        "PCR 12 is the same for two node credentials"
+    );
+    let source = ingot_artifact::verify::LayoutSource::open(layout).unwrap();
+    let predicted = ingot::inspect::inspect(&source, None, None, false)
+        .unwrap()
+        .pcr11
+        .expect("inspect predicts PCR 11");
+    assert_eq!(pcr_one.0, predicted, "PCR 11 is not the predicted value");
+}
+
 #[test]
 fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
     if !usable(ingot_testkit::test_name!()) {
@@ -413,23 +433,7 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
     let c = |what: &str| consoles[what].as_str();
     assert_secure_boot(c("secure-boot"), &signed, &node, "worker-7");
     assert_secure_boot(c("secure-boot-2"), &signed, &node2, "worker-8");
-    let (pcr_one, pcr_two) = (pcrs(c("secure-boot")), pcrs(c("secure-boot-2")));
-    // One release: the same UKI, the same PCR 11, the one `ingot inspect` predicts. Two nodes:
-    // two credentials, two PCR 12 values.
-    assert_eq!(
-        pcr_one.0, pcr_two.0,
-        "PCR 11 differs between two machines of one release"
-    );
-    assert_ne!(
-        pcr_one.1, pcr_two.1,
-        "PCR 12 is the same for two node credentials"
-    );
-    let source = ingot_artifact::verify::LayoutSource::open(&p.stack.layout).unwrap();
-    let predicted = ingot::inspect::inspect(&source, None, None, false)
-        .unwrap()
-        .pcr11
-        .expect("inspect predicts PCR 11");
-    assert_eq!(pcr_one.0, predicted, "PCR 11 is not the predicted value");
+    assert_pcrs_of_one_release(c("secure-boot"), c("secure-boot-2"), &p.stack.layout);
     assert_refused(c("changed-cmdline"), "one byte of .cmdline changed");
     assert_refused(c("unsigned-uki"), "signature removed");
     // Under Secure Boot the stub ignores the entry's line: the signed one, every hash verified.

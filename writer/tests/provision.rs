@@ -341,45 +341,7 @@ fn provisions_with(
     );
     assert_eq!(run.output_json["state"], "done", "{}", run.output_json);
 
-    // Every stage started, in order (the events file has them all) ...
-    let stages: Vec<String> = run
-        .events
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["event"] == "start")
-        .map(|e| e["stage"].as_str().unwrap().to_string())
-        .fold(Vec::new(), |mut v, s| {
-            if v.last() != Some(&s) {
-                v.push(s);
-            }
-            v
-        });
-    let want_stages = [
-        "check",
-        "gate",
-        "guard",
-        "resolve",
-        "verify",
-        "stage",
-        "seal",
-        "gate",
-        "plan",
-        "wipe",
-        "write",
-        "esp",
-        "partition-table",
-    ];
-    assert_eq!(stages, want_stages, "{}", run.events);
-    // ... and output.json's message, polled while the writer ran, changed with them, each
-    // message naming its stage, the last one the result.
-    assert!(run.messages.len() >= 3, "{:#?}", run.messages);
-    for m in &run.messages[..run.messages.len() - 1] {
-        assert!(
-            want_stages.iter().any(|s| m.starts_with(&format!("{s}: "))),
-            "{m}"
-        );
-    }
-    assert!(run.messages.last().unwrap().starts_with("wrote demo 1.0.0"));
+    assert_stages_in_order(&run);
 
     // The layers this machine gets, the node layer, and nothing else.
     let image = &m.m.images[disk];
@@ -450,7 +412,56 @@ fn provisions_with(
         "the fixture runs kubeadm somehow"
     );
 
-    // Nothing secret in any output: the token, the host key, the data's private keys.
+    assert_no_secret_in_output(&run, &host_key, &parsed);
+    let seen = p.published.front.auth_seen.lock().unwrap().clone();
+    assert!(!seen.is_empty(), "the writer authenticated to the registry");
+}
+
+/// Every stage started, in order (the events file has them all), and output.json's message,
+/// polled while the writer ran, changed with them.
+fn assert_stages_in_order(run: &Run) {
+    let stages: Vec<String> = run
+        .events
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["event"] == "start")
+        .map(|e| e["stage"].as_str().unwrap().to_string())
+        .fold(Vec::new(), |mut v, s| {
+            if v.last() != Some(&s) {
+                v.push(s);
+            }
+            v
+        });
+    let want_stages = [
+        "check",
+        "gate",
+        "guard",
+        "resolve",
+        "verify",
+        "stage",
+        "seal",
+        "gate",
+        "plan",
+        "wipe",
+        "write",
+        "esp",
+        "partition-table",
+    ];
+    assert_eq!(stages, want_stages, "{}", run.events);
+    // ... and output.json's message, polled while the writer ran, changed with them, each
+    // message naming its stage, the last one the result.
+    assert!(run.messages.len() >= 3, "{:#?}", run.messages);
+    for m in &run.messages[..run.messages.len() - 1] {
+        assert!(
+            want_stages.iter().any(|s| m.starts_with(&format!("{s}: "))),
+            "{m}"
+        );
+    }
+    assert!(run.messages.last().unwrap().starts_with("wrote demo 1.0.0"));
+}
+
+/// Nothing secret in any output: the token, the host key, the data's private keys.
+fn assert_no_secret_in_output(run: &Run, host_key: &str, parsed: &ingot_bootstrap::Bootstrap) {
     let all = run.all_output();
     assert!(!all.contains(TOKEN), "the token leaked");
     use base64::Engine;
@@ -468,8 +479,6 @@ fn provisions_with(
             );
         }
     }
-    let seen = p.published.front.auth_seen.lock().unwrap().clone();
-    assert!(!seen.is_empty(), "the writer authenticated to the registry");
 }
 
 #[test]
@@ -1430,17 +1439,8 @@ fn a_failed_teardown_leaves_the_disks_without_a_partition_table_and_says_so() {
     assert!(!has_partition_table(&sdb), "sdb keeps its table");
 }
 
-/// Issue "hostile input, second pass", items 14, 15 and 16 as CAPH runs the writer: a target
-/// spec naming a partition, naming a disk twice, or a WWN two disks share; a stack of 70
-/// layers (144 GPT entries), of 40 (a kernel command line past 2047 bytes) and one whose
-/// kernel is missing. Each fails with its reason before any disk changes.
-#[test]
-fn targets_and_stacks_past_a_limit_fail_before_any_disk_changes() {
-    if !usable(ingot_testkit::test_name!()) {
-        return;
-    }
-    let worker = bootstrap_fixture("cloud-config-worker-join.yaml");
-    let demo = published();
+/// The demo stack with 70 layers, with 40, and with a missing kernel, each published.
+fn stacks_past_a_limit(demo: &Fixture) -> (Fixture, Fixture, Fixture) {
     let publish = |stack: common::Stack| {
         let published = common::publish_behind_token(
             &stack.layout,
@@ -1459,25 +1459,44 @@ fn targets_and_stacks_past_a_limit_fail_before_any_disk_changes() {
     let no_kernel = publish(common::resigned(&demo.stack, |d| {
         d.boot.kernel = "/boot/vmlinuz-missing".into()
     }));
+    (seventy, forty, no_kernel)
+}
+
+/// sda1 as sysfs shows a partition: a directory of its disk's, linked from /sys/class/block.
+fn sda1_as_a_partition(root: &Path) {
+    let part = root.join("sys/block/sda/sda1");
+    fs::create_dir_all(&part).unwrap();
+    fs::write(part.join("partition"), "1\n").unwrap();
+    fs::create_dir_all(root.join("sys/class/block")).unwrap();
+    std::os::unix::fs::symlink("../../block/sda/sda1", root.join("sys/class/block/sda1")).unwrap();
+}
+
+/// sdb with the WWN of sda.
+fn sdb_with_sdas_wwn(root: &Path) {
+    fs::write(
+        root.join("sys/block/sdb/device/wwid"),
+        "naa.5002538e40a1b2c3\n",
+    )
+    .unwrap();
+}
+
+/// Issue "hostile input, second pass", items 14, 15 and 16 as CAPH runs the writer: a target
+/// spec naming a partition, naming a disk twice, or a WWN two disks share; a stack of 70
+/// layers (144 GPT entries), of 40 (a kernel command line past 2047 bytes) and one whose
+/// kernel is missing. Each fails with its reason before any disk changes.
+#[test]
+fn targets_and_stacks_past_a_limit_fail_before_any_disk_changes() {
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    let worker = bootstrap_fixture("cloud-config-worker-join.yaml");
+    let demo = published();
+    let (seventy, forty, no_kernel) = stacks_past_a_limit(&demo);
     // What a test does to the materialized machine first.
     type Edit = fn(&Path);
     let none: Edit = |_| {};
-    // sda1 as sysfs shows a partition: a directory of its disk's, linked from /sys/class/block.
-    let partition: Edit = |root| {
-        let part = root.join("sys/block/sda/sda1");
-        fs::create_dir_all(&part).unwrap();
-        fs::write(part.join("partition"), "1\n").unwrap();
-        fs::create_dir_all(root.join("sys/class/block")).unwrap();
-        std::os::unix::fs::symlink("../../block/sda/sda1", root.join("sys/class/block/sda1"))
-            .unwrap();
-    };
-    let same_wwn: Edit = |root| {
-        fs::write(
-            root.join("sys/block/sdb/device/wwid"),
-            "naa.5002538e40a1b2c3\n",
-        )
-        .unwrap();
-    };
+    let partition: Edit = sda1_as_a_partition;
+    let same_wwn: Edit = sdb_with_sdas_wwn;
     let cases: Vec<(&str, &str, Edit, &Fixture, &str, &str)> = vec![
         (
             "cpu-worker",

@@ -305,33 +305,7 @@ fn tampered_stacks_are_refused() {
     // A descriptor claiming another root hash, with the manifest and index re-pointed at it so
     // every digest is consistent: only the signature can catch it.
     let desc_edit = copy("desc-edit");
-    {
-        let path = blob(&desc_edit, m["config"]["digest"].as_str().unwrap());
-        let t = fs::read_to_string(&path).unwrap();
-        let root = t.split("\"rootHash\":\"").nth(1).unwrap()[..64].to_string();
-        let other = format!(
-            "{}{}",
-            &root[..63],
-            if root.ends_with('0') { "1" } else { "0" }
-        );
-        let edited = t.replacen(&root, &other, 1);
-        let put = |bytes: &[u8]| -> String {
-            use sha2::Digest;
-            let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)));
-            fs::write(blob(&desc_edit, &digest), bytes).unwrap();
-            digest
-        };
-        let mut manifest = m.clone();
-        manifest["config"]["digest"] = put(edited.as_bytes()).into();
-        let manifest_bytes = serde_json::to_vec(&manifest).unwrap();
-        let manifest_digest = put(&manifest_bytes);
-        let index_path = desc_edit.join("index.json");
-        let mut index: serde_json::Value =
-            serde_json::from_slice(&fs::read(&index_path).unwrap()).unwrap();
-        index["manifests"][0]["digest"] = manifest_digest.into();
-        index["manifests"][0]["size"] = manifest_bytes.len().into();
-        fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
-    }
+    claim_another_root_hash(&desc_edit, &m);
     cases.push((desc_edit, stack.public.clone(), "signature", true));
     let other_key = work.join("other.pub");
     fs::write(&other_key, SecretKey::generate().public_key().to_minisign()).unwrap();
@@ -373,6 +347,36 @@ fn tampered_stacks_are_refused() {
             );
         }
     }
+}
+
+/// Changes one root hash in the descriptor of the layout at `layout` (whose image manifest is
+/// `m`) and re-points the manifest and index.json at it, so every digest is consistent.
+fn claim_another_root_hash(layout: &Path, m: &serde_json::Value) {
+    let path = blob(layout, m["config"]["digest"].as_str().unwrap());
+    let t = fs::read_to_string(&path).unwrap();
+    let root = t.split("\"rootHash\":\"").nth(1).unwrap()[..64].to_string();
+    let other = format!(
+        "{}{}",
+        &root[..63],
+        if root.ends_with('0') { "1" } else { "0" }
+    );
+    let edited = t.replacen(&root, &other, 1);
+    let put = |bytes: &[u8]| -> String {
+        use sha2::Digest;
+        let digest = format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)));
+        fs::write(blob(layout, &digest), bytes).unwrap();
+        digest
+    };
+    let mut manifest = m.clone();
+    manifest["config"]["digest"] = put(edited.as_bytes()).into();
+    let manifest_bytes = serde_json::to_vec(&manifest).unwrap();
+    let manifest_digest = put(&manifest_bytes);
+    let index_path = layout.join("index.json");
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&fs::read(&index_path).unwrap()).unwrap();
+    index["manifests"][0]["digest"] = manifest_digest.into();
+    index["manifests"][0]["size"] = manifest_bytes.len().into();
+    fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
 }
 
 fn blob(layout: &Path, digest: &str) -> PathBuf {

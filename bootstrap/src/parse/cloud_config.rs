@@ -44,28 +44,7 @@ const NOT_APPLIED: &[(&str, &str)] = &[
 ];
 
 pub(super) fn parse(text: &str, jinja: bool) -> Result<Bootstrap, ParseError> {
-    // Before serde_norway: loading a deeply nested document costs time quadratic in its depth.
-    let scan = super::yaml_scan(text);
-    if let Some(at) = scan.too_deep {
-        return Err(ParseError::TooDeep {
-            line: at.line,
-            column: at.column,
-            limit: super::MAX_YAML_DEPTH,
-        });
-    }
-    // Before serde_norway too: its events and values cost far more than the text.
-    super::entries::check(scan.entries)?;
-    let root: Value = serde_norway::from_str(text).map_err(|e| {
-        let (line, column) = e
-            .location()
-            .map(|l| (l.line(), l.column()))
-            .unwrap_or((0, 0));
-        ParseError::Yaml {
-            line,
-            column,
-            message: e.to_string(),
-        }
-    })?;
+    let root = load(text)?;
     let mut b = Bootstrap::empty(Format::CloudConfig { jinja });
     if text.contains("!!binary") {
         b.warnings.push(
@@ -88,59 +67,7 @@ pub(super) fn parse(text: &str, jinja: bool) -> Result<Bootstrap, ParseError> {
     };
     let mut budget = Budget::new();
     for (k, v) in map {
-        let key = key_name(k);
-        match key.as_str() {
-            "write_files" => write_files(v, jinja, &mut budget, &mut b)?,
-            "runcmd" => b.commands = commands("runcmd", v)?,
-            "bootcmd" => {
-                b.boot_commands = commands("bootcmd", v)?;
-                if !b.boot_commands.is_empty() {
-                    b.warnings.push(
-                        "bootcmd: run once on first boot before runcmd (cloud-init runs it on every boot)"
-                            .to_string(),
-                    );
-                }
-            }
-            "users" => users(v, &mut b)?,
-            "groups" => groups(v, &mut b)?,
-            "ssh_authorized_keys" => {
-                b.root_authorized_keys = string_list("ssh_authorized_keys", v)?;
-                if !b.root_authorized_keys.is_empty() {
-                    b.warnings.push(
-                        "ssh_authorized_keys: ingot has no distro default user; the keys are installed for root"
-                            .to_string(),
-                    );
-                }
-            }
-            "hostname" => b.hostname = opt_string("hostname", v)?,
-            "fqdn" => b.fqdn = opt_string("fqdn", v)?,
-            "preserve_hostname" => {
-                if as_bool("preserve_hostname", v)? {
-                    b.warnings.push(
-                        "preserve_hostname: ignored; ingot always writes /etc/hostname".to_string(),
-                    );
-                }
-            }
-            "manage_etc_hosts" => {
-                if matches!(v, Value::Bool(false)) {
-                    b.warnings.push(
-                        "manage_etc_hosts: false ignored; ingot always writes /etc/hosts"
-                            .to_string(),
-                    );
-                }
-            }
-            "prefer_fqdn_over_hostname" => b.warnings.push(
-                "prefer_fqdn_over_hostname: ignored; /etc/hostname gets the short hostname"
-                    .to_string(),
-            ),
-            "ntp" => ntp(v, &mut budget, &mut b)?,
-            other => match NOT_APPLIED.iter().find(|(k, _)| *k == other) {
-                Some((_, why)) => b.warnings.push(format!("{other}: not applied ({why})")),
-                None => b
-                    .warnings
-                    .push(format!("{other}: key not understood, not applied")),
-            },
-        }
+        apply_key(&key_name(k), v, jinja, &mut budget, &mut b)?;
     }
     let files = &b.files;
     let shell = b.commands.join("\n");
@@ -152,6 +79,93 @@ pub(super) fn parse(text: &str, jinja: bool) -> Result<Bootstrap, ParseError> {
             .map(|f| String::from_utf8_lossy(&f.content).into_owned())
     });
     Ok(b)
+}
+
+/// The document as YAML values, refused before loading when too deep or with too many entries.
+fn load(text: &str) -> Result<Value, ParseError> {
+    // Before serde_norway: loading a deeply nested document costs time quadratic in its depth.
+    let scan = super::yaml_scan(text);
+    if let Some(at) = scan.too_deep {
+        return Err(ParseError::TooDeep {
+            line: at.line,
+            column: at.column,
+            limit: super::MAX_YAML_DEPTH,
+        });
+    }
+    // Before serde_norway too: its events and values cost far more than the text.
+    super::entries::check(scan.entries)?;
+    serde_norway::from_str(text).map_err(|e| {
+        let (line, column) = e
+            .location()
+            .map(|l| (l.line(), l.column()))
+            .unwrap_or((0, 0));
+        ParseError::Yaml {
+            line,
+            column,
+            message: e.to_string(),
+        }
+    })
+}
+
+/// One top-level key: applied to `b`, or a warning saying why it is not.
+fn apply_key(
+    key: &str,
+    v: &Value,
+    jinja: bool,
+    budget: &mut Budget,
+    b: &mut Bootstrap,
+) -> Result<(), ParseError> {
+    match key {
+        "write_files" => write_files(v, jinja, budget, b)?,
+        "runcmd" => b.commands = commands("runcmd", v)?,
+        "bootcmd" => {
+            b.boot_commands = commands("bootcmd", v)?;
+            if !b.boot_commands.is_empty() {
+                b.warnings.push(
+                    "bootcmd: run once on first boot before runcmd (cloud-init runs it on every boot)"
+                        .to_string(),
+                );
+            }
+        }
+        "users" => users(v, b)?,
+        "groups" => groups(v, b)?,
+        "ssh_authorized_keys" => {
+            b.root_authorized_keys = string_list("ssh_authorized_keys", v)?;
+            if !b.root_authorized_keys.is_empty() {
+                b.warnings.push(
+                    "ssh_authorized_keys: ingot has no distro default user; the keys are installed for root"
+                        .to_string(),
+                );
+            }
+        }
+        "hostname" => b.hostname = opt_string("hostname", v)?,
+        "fqdn" => b.fqdn = opt_string("fqdn", v)?,
+        "preserve_hostname" => {
+            if as_bool("preserve_hostname", v)? {
+                b.warnings.push(
+                    "preserve_hostname: ignored; ingot always writes /etc/hostname".to_string(),
+                );
+            }
+        }
+        "manage_etc_hosts" => {
+            if matches!(v, Value::Bool(false)) {
+                b.warnings.push(
+                    "manage_etc_hosts: false ignored; ingot always writes /etc/hosts".to_string(),
+                );
+            }
+        }
+        "prefer_fqdn_over_hostname" => b.warnings.push(
+            "prefer_fqdn_over_hostname: ignored; /etc/hostname gets the short hostname".to_string(),
+        ),
+        "ntp" => ntp(v, budget, b)?,
+        other => match NOT_APPLIED.iter().find(|(k, _)| *k == other) {
+            Some((_, why)) => b.warnings.push(format!("{other}: not applied ({why})")),
+            None => b
+                .warnings
+                .push(format!("{other}: key not understood, not applied")),
+        },
+    }
+    Ok(())
 }
 
 fn key_name(k: &Value) -> String {
@@ -293,80 +307,75 @@ fn write_files(
         let Value::Mapping(m) = item else {
             return Err(shape(&at, "a mapping with `path` and `content`"));
         };
-        let raw_path = match m.get("path") {
-            Some(p) => scalar(&format!("{at}.path"), p)?,
-            None => return Err(shape(&format!("{at}.path"), "a path (the key is missing)")),
-        };
-        let path = check_path(&at, &raw_path)?;
-        let p = path.display().to_string();
-        let mut file = FileSpec {
-            path,
-            content: Vec::new(),
-            mode: 0o644,
-            owner: Owner::default(),
-            append: false,
-            jinja: false,
-        };
-        let mut encoding = "text".to_string();
-        let mut content: Option<String> = None;
-        for (k, val) in m {
-            let key = key_name(k);
-            match key.as_str() {
-                "path" => {}
-                "content" => content = opt_string(&format!("{at}.content ({p})"), val)?,
-                "encoding" => {
-                    encoding = opt_string(&format!("{at}.encoding ({p})"), val)?
-                        .unwrap_or_else(|| "text".to_string())
-                }
-                "permissions" => {
-                    file.mode = match val {
-                        Value::Number(n) => {
-                            let n = n.as_i64().ok_or_else(|| ParseError::Permissions {
-                                path: p.clone(),
-                                value: n.to_string(),
-                                reason: "not an integer".to_string(),
-                            })?;
-                            let mode = numeric_mode(&p, n)?;
-                            // cloud-init takes a YAML integer as the mode itself.
-                            b.warnings.push(format!(
-                                "{at} ({p}): permissions {n} is a YAML integer, taken as mode {mode:#o}; quote it ('0644') to mean octal"
-                            ));
-                            mode
-                        }
-                        Value::Null => 0o644,
-                        _ => octal_mode(&p, &scalar(&format!("{at}.permissions ({p})"), val)?)?,
-                    }
-                }
-                "owner" => {
-                    if let Some(o) = opt_string(&format!("{at}.owner ({p})"), val)? {
-                        file.owner = owner(&p, &o)?;
-                    }
-                }
-                "append" => file.append = as_bool(&format!("{at}.append ({p})"), val)?,
-                // Deferred writes happen after users exist; owners are resolved against the
-                // accounts ingot creates anyway, so the order does not matter here.
-                "defer" => {
-                    as_bool(&format!("{at}.defer ({p})"), val)?;
-                }
-                "source" => {
-                    return Err(ParseError::Unsupported {
-                        at: format!("{at} ({p})"),
-                        what: "`source` (fetching content from a URL)".to_string(),
-                    })
-                }
-                other => b
-                    .warnings
-                    .push(format!("{at} ({p}): key `{other}` not understood, ignored")),
+        let file = write_file(&at, m, jinja, budget, &mut b.warnings)?;
+        b.files.push(file);
+    }
+    Ok(())
+}
+
+/// One `write_files` entry: its keys, then its content decoded (counted against `budget`).
+fn write_file(
+    at: &str,
+    m: &serde_norway::Mapping,
+    jinja: bool,
+    budget: &mut Budget,
+    warnings: &mut Vec<String>,
+) -> Result<FileSpec, ParseError> {
+    let raw_path = match m.get("path") {
+        Some(p) => scalar(&format!("{at}.path"), p)?,
+        None => return Err(shape(&format!("{at}.path"), "a path (the key is missing)")),
+    };
+    let path = check_path(at, &raw_path)?;
+    let p = path.display().to_string();
+    let mut file = FileSpec {
+        path,
+        content: Vec::new(),
+        mode: 0o644,
+        owner: Owner::default(),
+        append: false,
+        jinja: false,
+    };
+    let mut encoding = "text".to_string();
+    let mut content: Option<String> = None;
+    for (k, val) in m {
+        let key = key_name(k);
+        match key.as_str() {
+            "path" => {}
+            "content" => content = opt_string(&format!("{at}.content ({p})"), val)?,
+            "encoding" => {
+                encoding = opt_string(&format!("{at}.encoding ({p})"), val)?
+                    .unwrap_or_else(|| "text".to_string())
             }
+            "permissions" => file.mode = mode(at, &p, val, warnings)?,
+            "owner" => {
+                if let Some(o) = opt_string(&format!("{at}.owner ({p})"), val)? {
+                    file.owner = owner(&p, &o)?;
+                }
+            }
+            "append" => file.append = as_bool(&format!("{at}.append ({p})"), val)?,
+            // Deferred writes happen after users exist; owners are resolved against the
+            // accounts ingot creates anyway, so the order does not matter here.
+            "defer" => {
+                as_bool(&format!("{at}.defer ({p})"), val)?;
+            }
+            "source" => {
+                return Err(ParseError::Unsupported {
+                    at: format!("{at} ({p})"),
+                    what: "`source` (fetching content from a URL)".to_string(),
+                })
+            }
+            other => warnings.push(format!("{at} ({p}): key `{other}` not understood, ignored")),
         }
-        let text = content.unwrap_or_default();
-        let enc = encoding.trim().to_ascii_lowercase();
-        let bad = |reason: String| ParseError::Encoding {
-            path: p.clone(),
-            encoding: encoding.clone(),
-            reason,
-        };
-        file.content = match enc.as_str() {
+    }
+    let text = content.unwrap_or_default();
+    let enc = encoding.trim().to_ascii_lowercase();
+    let bad = |reason: String| ParseError::Encoding {
+        path: p.clone(),
+        encoding: encoding.clone(),
+        reason,
+    };
+    file.content =
+        match enc.as_str() {
             "" | "text" | "text/plain" => {
                 file.jinja = jinja;
                 text.into_bytes()
@@ -385,10 +394,30 @@ fn write_files(
                     .to_string(),
             )),
         };
-        budget.take(&p, file.content.len())?;
-        b.files.push(file);
-    }
-    Ok(())
+    budget.take(&p, file.content.len())?;
+    Ok(file)
+}
+
+/// A `permissions` value: an octal string, or a YAML integer taken as the mode itself (with a
+/// warning, as cloud-init does).
+fn mode(at: &str, p: &str, val: &Value, warnings: &mut Vec<String>) -> Result<u32, ParseError> {
+    Ok(match val {
+        Value::Number(n) => {
+            let n = n.as_i64().ok_or_else(|| ParseError::Permissions {
+                path: p.to_string(),
+                value: n.to_string(),
+                reason: "not an integer".to_string(),
+            })?;
+            let mode = numeric_mode(p, n)?;
+            // cloud-init takes a YAML integer as the mode itself.
+            warnings.push(format!(
+            "{at} ({p}): permissions {n} is a YAML integer, taken as mode {mode:#o}; quote it ('0644') to mean octal"
+        ));
+            mode
+        }
+        Value::Null => 0o644,
+        _ => octal_mode(p, &scalar(&format!("{at}.permissions ({p})"), val)?)?,
+    })
 }
 
 fn users(v: &Value, b: &mut Bootstrap) -> Result<(), ParseError> {

@@ -283,74 +283,7 @@ impl Accounts {
                 }
                 (p, false)
             }
-            None => {
-                let gid = match &u.primary_group {
-                    Some(g) => self.ensure_group(g, None, u.system)?,
-                    None => {
-                        // A user-private group, with gid = uid when that is free.
-                        match self.gid(&u.name) {
-                            Some(g) => g,
-                            None => {
-                                let want =
-                                    u.uid.filter(|id| !self.groups.iter().any(|g| g.gid == *id));
-                                self.ensure_group(&u.name, want, u.system)?
-                            }
-                        }
-                    }
-                };
-                let uid = match u.uid {
-                    Some(id) if self.users.iter().any(|p| p.uid == id) => {
-                        return Err(StageError::User {
-                            name: u.name.clone(),
-                            reason: format!("uid {id} is already taken in /etc/passwd"),
-                        })
-                    }
-                    Some(id) => id,
-                    None => {
-                        let gid_free = !self.users.iter().any(|p| p.uid == gid)
-                            && gid >= if u.system { 100 } else { 1000 };
-                        if gid_free && u.primary_group.is_none() {
-                            gid
-                        } else {
-                            Self::free_id(|id| self.users.iter().any(|p| p.uid == id), u.system)
-                                .ok_or_else(|| StageError::User {
-                                    name: u.name.clone(),
-                                    reason: "no free uid".to_string(),
-                                })?
-                        }
-                    }
-                };
-                let home = u
-                    .home
-                    .clone()
-                    .unwrap_or_else(|| format!("/home/{}", u.name));
-                let shell = u.shell.clone().unwrap_or_else(|| "/bin/sh".to_string());
-                let gecos = u.gecos.clone().unwrap_or_default();
-                for (what, v) in [("home", &home), ("shell", &shell), ("gecos", &gecos)] {
-                    if v.contains([':', '\n', '\0']) {
-                        return Err(StageError::User {
-                            name: u.name.clone(),
-                            reason: format!("{what} contains `:` or a line break"),
-                        });
-                    }
-                }
-                if !home.starts_with('/') || home.split('/').any(|c| c == "..") {
-                    return Err(StageError::User {
-                        name: u.name.clone(),
-                        reason: format!("home {home:?} is not an absolute path"),
-                    });
-                }
-                self.new_passwd
-                    .push(format!("{}:*:{uid}:{gid}:{gecos}:{home}:{shell}", u.name));
-                let pw = Pw {
-                    name: u.name.clone(),
-                    uid,
-                    gid,
-                    home,
-                };
-                self.users.push(pw.clone());
-                (pw, !u.no_create_home)
-            }
+            None => (self.new_user(u)?, !u.no_create_home),
         };
         for g in &u.groups {
             self.ensure_group(g, None, false)?;
@@ -366,6 +299,83 @@ impl Accounts {
             sudo: u.sudo.clone(),
         });
         Ok(())
+    }
+
+    /// A user the base OS does not have: its primary group, uid and passwd line.
+    fn new_user(&mut self, u: &UserSpec) -> Result<Pw, StageError> {
+        let gid = self.primary_gid(u)?;
+        let uid = self.new_uid(u, gid)?;
+        let home = u
+            .home
+            .clone()
+            .unwrap_or_else(|| format!("/home/{}", u.name));
+        let shell = u.shell.clone().unwrap_or_else(|| "/bin/sh".to_string());
+        let gecos = u.gecos.clone().unwrap_or_default();
+        for (what, v) in [("home", &home), ("shell", &shell), ("gecos", &gecos)] {
+            if v.contains([':', '\n', '\0']) {
+                return Err(StageError::User {
+                    name: u.name.clone(),
+                    reason: format!("{what} contains `:` or a line break"),
+                });
+            }
+        }
+        if !home.starts_with('/') || home.split('/').any(|c| c == "..") {
+            return Err(StageError::User {
+                name: u.name.clone(),
+                reason: format!("home {home:?} is not an absolute path"),
+            });
+        }
+        self.new_passwd
+            .push(format!("{}:*:{uid}:{gid}:{gecos}:{home}:{shell}", u.name));
+        let pw = Pw {
+            name: u.name.clone(),
+            uid,
+            gid,
+            home,
+        };
+        self.users.push(pw.clone());
+        Ok(pw)
+    }
+
+    /// The named primary group, or a user-private group with gid = uid when that is free.
+    fn primary_gid(&mut self, u: &UserSpec) -> Result<u32, StageError> {
+        Ok(match &u.primary_group {
+            Some(g) => self.ensure_group(g, None, u.system)?,
+            None => match self.gid(&u.name) {
+                Some(g) => g,
+                None => {
+                    let want = u.uid.filter(|id| !self.groups.iter().any(|g| g.gid == *id));
+                    self.ensure_group(&u.name, want, u.system)?
+                }
+            },
+        })
+    }
+
+    /// The asked uid when free; else the primary gid when free and the group is the user's
+    /// own; else the first free id.
+    fn new_uid(&self, u: &UserSpec, gid: u32) -> Result<u32, StageError> {
+        Ok(match u.uid {
+            Some(id) if self.users.iter().any(|p| p.uid == id) => {
+                return Err(StageError::User {
+                    name: u.name.clone(),
+                    reason: format!("uid {id} is already taken in /etc/passwd"),
+                })
+            }
+            Some(id) => id,
+            None => {
+                let gid_free = !self.users.iter().any(|p| p.uid == gid)
+                    && gid >= if u.system { 100 } else { 1000 };
+                if gid_free && u.primary_group.is_none() {
+                    gid
+                } else {
+                    Self::free_id(|id| self.users.iter().any(|p| p.uid == id), u.system)
+                        .ok_or_else(|| StageError::User {
+                            name: u.name.clone(),
+                            reason: "no free uid".to_string(),
+                        })?
+                }
+            }
+        })
     }
 
     /// The full `/etc/passwd`: the base file, then the new accounts.

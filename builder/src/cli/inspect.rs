@@ -6,7 +6,7 @@ use crate::display::{Safe, SafeText};
 use crate::inspect::{inspect, render_table};
 use clap::Args;
 use ingot_artifact::verify::{open_with, StackRef};
-use ingot_layers::select::{GpuVendor, Machine, Role};
+use ingot_layers::machine_args::MachineArgs;
 
 /// Show a stack artifact's layers (name, kind, selection rule, size, compressed size, verity
 /// root hash) and, given a machine (--role, and --gpu/--virt/--uefi), which layers it gets.
@@ -14,6 +14,12 @@ use ingot_layers::select::{GpuVendor, Machine, Role};
 /// Reads only the manifest and the descriptor; the signature is reported, not enforced
 /// (use `ingot verify` for that).
 #[derive(Args, Debug)]
+#[command(
+    mut_arg("role", |a| a.help("The machine's role: show which layers it gets")),
+    mut_arg("gpu", |a| a.requires("role").help("A GPU vendor the machine has (repeatable)")),
+    mut_arg("virt", |a| a.requires("role")),
+    mut_arg("uefi", |a| a.requires("role"))
+)]
 pub struct InspectArgs {
     /// The artifact: an OCI image layout directory (`DIR` or `oci:DIR`), or a registry
     /// reference `oci://HOST[:PORT]/REPO:TAG` (or `…@sha256:DIGEST`).
@@ -30,30 +36,11 @@ pub struct InspectArgs {
     /// the manifest under its `sha256-<HEX>.sig` tag.
     #[arg(long, value_name = "PUB")]
     pub trust_key: Option<String>,
-    /// The machine's role: show which layers it gets.
-    #[arg(long, value_parser = parse_role)]
-    pub role: Option<Role>,
-    /// A GPU vendor the machine has (repeatable).
-    #[arg(long, value_parser = parse_gpu, requires = "role")]
-    pub gpu: Vec<GpuVendor>,
-    /// The machine has hardware virtualization.
-    #[arg(long, requires = "role")]
-    pub virt: bool,
-    /// The machine boots with UEFI firmware.
-    #[arg(long, requires = "role")]
-    pub uefi: bool,
+    // The machine whose layers to show: --role, and --gpu/--virt/--uefi with it.
+    #[command(flatten)]
+    pub machine: MachineArgs,
     #[command(flatten)]
     pub registry: crate::cli::publish::RegistryArgs,
-}
-
-fn parse_role(s: &str) -> Result<Role, String> {
-    s.parse()
-        .map_err(|e: ingot_layers::select::RuleError| e.to_string())
-}
-
-fn parse_gpu(s: &str) -> Result<GpuVendor, String> {
-    s.parse()
-        .map_err(|e: ingot_layers::select::RuleError| e.to_string())
 }
 
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
@@ -63,12 +50,7 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         .as_deref()
         .map(ingot_artifact::trust_key::from_arg)
         .transpose()?;
-    let machine = args.role.map(|role| Machine {
-        role,
-        gpus: args.gpu.clone(),
-        virt: args.virt,
-        uefi: args.uefi,
-    });
+    let machine = args.machine.given();
     let options = args.registry.options()?;
     let opened = open_with(&stack, options);
     let report =

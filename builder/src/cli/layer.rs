@@ -137,9 +137,9 @@ fn build(a: BuildArgs) -> Result<ExitCode> {
         if let (Some(vi), Some(h)) = (&built.verity, &a.verity) {
             v["hash"] = serde_json::json!(h);
             v["rootHash"] = serde_json::json!(vi.root_hash);
-            v["salt"] = serde_json::json!(hex::encode(&vi.salt));
-            v["verityUuid"] = serde_json::json!(ingot_verity::uuid_to_string(&vi.uuid));
-            v["hashSize"] = serde_json::json!(vi.hash_size);
+            v["salt"] = serde_json::json!(vi.salt);
+            v["verityUuid"] = serde_json::json!(vi.uuid);
+            v["hashSize"] = serde_json::json!(built.hash_size);
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {

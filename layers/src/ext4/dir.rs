@@ -119,56 +119,14 @@ pub fn build(
     seed: u32,
     hash_seed: &[u32; 4],
 ) -> Result<DirBlocks, LayerError> {
-    let dot = [
-        Entry {
-            name: b".",
-            ino,
-            file_type: FT_DIR,
-        },
-        Entry {
-            name: b"..",
-            ino: parent,
-            file_type: FT_DIR,
-        },
-    ];
     let linear_bytes: usize = 24 + entries.iter().map(|e| rec_len(e.name.len())).sum::<usize>();
     if linear_bytes <= LEAF_SPACE {
-        let all: Vec<Entry<'_>> = dot.iter().cloned().chain(entries.iter().cloned()).collect();
-        let (mut blocks, _) = pack(&all, |_| false);
-        for b in &mut blocks {
-            seal_leaf(b, seed);
-        }
         return Ok(DirBlocks {
-            blocks,
+            blocks: linear(ino, parent, entries, seed),
             indexed: false,
         });
     }
-
-    // Hashed: leaves hold entries sorted by (hash, name); the index maps hash ranges to leaves.
-    let mut hashed: Vec<(u32, Entry<'_>)> = entries
-        .iter()
-        .map(|e| (half_md4_hash(e.name, hash_seed), e.clone()))
-        .collect();
-    hashed.sort_by(|a, b| (a.0, a.1.name).cmp(&(b.0, b.1.name)));
-    let sorted: Vec<Entry<'_>> = hashed.iter().map(|h| h.1.clone()).collect();
-    let (mut leaves, firsts) = pack(&sorted, |_| false);
-    for b in &mut leaves {
-        seal_leaf(b, seed);
-    }
-    // Index key of each leaf: the hash of its first entry, with the low bit set when that hash
-    // continues from the previous leaf (a collision run split across blocks).
-    let keys: Vec<u32> = firsts
-        .iter()
-        .map(|&i| {
-            let h = hashed[i].0;
-            if i > 0 && hashed[i - 1].0 == h {
-                h | 1
-            } else {
-                h
-            }
-        })
-        .collect();
-
+    let (leaves, keys) = hashed_leaves(entries, seed, hash_seed);
     let n = leaves.len();
     let levels = if n <= ROOT_LIMIT {
         0
@@ -181,8 +139,72 @@ pub fn build(
             ROOT_LIMIT * NODE_LIMIT
         )));
     };
+    let mut blocks = index_blocks(ino, parent, &keys, levels, seed);
+    blocks.extend(leaves);
+    Ok(DirBlocks {
+        blocks,
+        indexed: true,
+    })
+}
 
-    // Logical block layout: 0 = root, then index nodes (if any), then leaves.
+/// A linear directory: `.`, `..` and the entries, packed into sealed leaf blocks.
+fn linear(ino: u32, parent: u32, entries: &[Entry<'_>], seed: u32) -> Vec<Vec<u8>> {
+    let dot = [
+        Entry {
+            name: b".",
+            ino,
+            file_type: FT_DIR,
+        },
+        Entry {
+            name: b"..",
+            ino: parent,
+            file_type: FT_DIR,
+        },
+    ];
+    let all: Vec<Entry<'_>> = dot.iter().cloned().chain(entries.iter().cloned()).collect();
+    let (mut blocks, _) = pack(&all, |_| false);
+    for b in &mut blocks {
+        seal_leaf(b, seed);
+    }
+    blocks
+}
+
+/// A hashed directory's sealed leaves, entries sorted by (hash, name), and each leaf's index
+/// key: the hash of its first entry, with the low bit set when that hash continues from the
+/// previous leaf (a collision run split across blocks).
+fn hashed_leaves(
+    entries: &[Entry<'_>],
+    seed: u32,
+    hash_seed: &[u32; 4],
+) -> (Vec<Vec<u8>>, Vec<u32>) {
+    let mut hashed: Vec<(u32, Entry<'_>)> = entries
+        .iter()
+        .map(|e| (half_md4_hash(e.name, hash_seed), e.clone()))
+        .collect();
+    hashed.sort_by(|a, b| (a.0, a.1.name).cmp(&(b.0, b.1.name)));
+    let sorted: Vec<Entry<'_>> = hashed.iter().map(|h| h.1.clone()).collect();
+    let (mut leaves, firsts) = pack(&sorted, |_| false);
+    for b in &mut leaves {
+        seal_leaf(b, seed);
+    }
+    let keys: Vec<u32> = firsts
+        .iter()
+        .map(|&i| {
+            let h = hashed[i].0;
+            if i > 0 && hashed[i - 1].0 == h {
+                h | 1
+            } else {
+                h
+            }
+        })
+        .collect();
+    (leaves, keys)
+}
+
+/// The index blocks of a hashed directory whose leaves have `keys`: the root (logical block 0)
+/// then, with `levels` = 1, the index nodes; the leaves follow them.
+fn index_blocks(ino: u32, parent: u32, keys: &[u32], levels: usize, seed: u32) -> Vec<Vec<u8>> {
+    let n = keys.len();
     let node_count = if levels == 1 {
         n.div_ceil(NODE_LIMIT)
     } else {
@@ -198,17 +220,6 @@ pub fn build(
     put_u8(&mut root, 29, 8);
     put_u8(&mut root, 30, levels as u8);
     put_u8(&mut root, 31, 0);
-
-    let write_index = |b: &mut [u8], cl: usize, limit: usize, items: &[(u32, usize)]| {
-        put_u16(b, cl, limit as u16);
-        put_u16(b, cl + 2, items.len() as u16);
-        for (i, &(key, blk)) in items.iter().enumerate() {
-            if i > 0 {
-                put_u32(b, cl + i * 8, key);
-            }
-            put_u32(b, cl + i * 8 + 4, blk as u32);
-        }
-    };
 
     let leaf_items: Vec<(u32, usize)> = keys
         .iter()
@@ -238,11 +249,20 @@ pub fn build(
         blocks.push(root);
         blocks.extend(nodes);
     }
-    blocks.extend(leaves);
-    Ok(DirBlocks {
-        blocks,
-        indexed: true,
-    })
+    blocks
+}
+
+/// Writes a count/limit header at `cl` and the (hash key, block) entries after it; the first
+/// entry's key slot is the count/limit header itself.
+fn write_index(b: &mut [u8], cl: usize, limit: usize, items: &[(u32, usize)]) {
+    put_u16(b, cl, limit as u16);
+    put_u16(b, cl + 2, items.len() as u16);
+    for (i, &(key, blk)) in items.iter().enumerate() {
+        if i > 0 {
+            put_u32(b, cl + i * 8, key);
+        }
+        put_u32(b, cl + i * 8 + 4, blk as u32);
+    }
 }
 
 #[cfg(test)]

@@ -134,7 +134,20 @@ pub const SPARSE_SIZE: u64 = 5 << 30;
 /// and the sparse 5 GiB file. Device nodes, owners and security.* / trusted.* attributes need
 /// root; without it they are left out.
 pub fn varied_tree(root: &Path, big: bool) {
-    let r = is_root();
+    files_and_modes(root);
+    links(root);
+    specials_names_and_depth(root);
+    user_xattrs(root);
+    if is_root() {
+        owners_devices_and_security(root);
+    }
+    if big {
+        huge_directory_and_sparse_file(root);
+    }
+}
+
+/// Files of sizes around the inline, block and extent limits, and odd modes.
+fn files_and_modes(root: &Path) {
     fs::create_dir_all(root.join("etc/ssl")).unwrap();
     fs::create_dir_all(root.join("usr/bin")).unwrap();
     fs::create_dir_all(root.join("usr/lib")).unwrap();
@@ -168,7 +181,11 @@ pub fn varied_tree(root: &Path, big: bool) {
     chmod(&root.join("tmp"), 0o1777);
     write(&root.join("etc/secret"), b"s3cret");
     chmod(&root.join("etc/secret"), 0o600);
-    // Symlinks: fast (< 60 bytes, in the inode) and slow (a block), absolute and dangling.
+}
+
+/// Symlinks, fast (< 60 bytes, in the inode) and slow (a block), and hard links.
+fn links(root: &Path) {
+    // Absolute and dangling.
     std::os::unix::fs::symlink("../usr/bin/tool", root.join("etc/fast-link")).unwrap();
     let slow = format!("/{}", "very-long-component/".repeat(10));
     std::os::unix::fs::symlink(&slow, root.join("etc/slow-link")).unwrap();
@@ -186,6 +203,10 @@ pub fn varied_tree(root: &Path, big: bool) {
         )
         .unwrap();
     }
+}
+
+/// A fifo and a socket, names at the limits, deep nesting, a medium hashed directory.
+fn specials_names_and_depth(root: &Path) {
     // Special files.
     mknod(&root.join("tmp/fifo"), FileType::Fifo, 0o644, 0, 0);
     let sock = std::os::unix::net::UnixListener::bind(root.join("tmp/sock")).unwrap();
@@ -218,80 +239,86 @@ pub fn varied_tree(root: &Path, big: bool) {
             &bytes(i, (i % 7) as usize * 100),
         );
     }
-    // Extended attributes: user.* everywhere, inline and in blocks, shared blocks.
+}
+
+/// user.* attributes everywhere, inline and in blocks, shared blocks.
+fn user_xattrs(root: &Path) {
     set_xattr(&root.join("etc/hostname"), "user.small", b"1");
     set_xattr(&root.join("usr/lib/blob1"), "user.big", &bytes(5, 1500));
     set_xattr(&root.join("usr/lib/blob2"), "user.big", &bytes(5, 1500));
     set_xattr(&root.join("usr/lib/blob3"), "user.a", b"");
     set_xattr(&root.join("usr/lib/blob3"), "user.b", b"bee");
     set_xattr(&root.join("etc"), "user.on-dir", b"dir attr");
-    if r {
-        use std::os::unix::fs::lchown;
-        mknod(
-            &root.join("tmp/null"),
-            FileType::CharacterDevice,
-            0o666,
-            1,
-            3,
-        );
-        mknod(&root.join("tmp/sda"), FileType::BlockDevice, 0o660, 8, 0);
-        mknod(
-            &root.join("tmp/bigdev"),
-            FileType::CharacterDevice,
-            0o600,
-            511,
-            1_000_000,
-        );
-        lchown(root.join("etc/secret"), Some(1000), Some(1000)).unwrap();
-        lchown(root.join("usr/lib"), Some(65534), Some(65533)).unwrap();
-        lchown(root.join("etc/fast-link"), Some(7), Some(8)).unwrap();
-        lchown(
-            root.join("usr/lib/blob4"),
-            Some(4_000_000_000),
-            Some(3_000_000_000),
-        )
-        .unwrap();
-        // chown clears setuid: set it again.
-        chmod(&root.join("usr/bin/tool"), 0o4755);
-        let cap = [
-            1, 0, 0, 2, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        ];
-        set_xattr(&root.join("usr/bin/tool"), "security.capability", &cap);
-        set_xattr(
-            &root.join("usr/bin/tool"),
-            "security.selinux",
-            b"system_u:object_r:bin_t:s0\0",
-        );
-        set_xattr(
-            &root.join("usr/bin/sgid"),
-            "security.selinux",
-            b"system_u:object_r:bin_t:s0\0",
-        );
-        // trusted.* storage (not trusted.overlay.*: every source refuses overlay metadata).
-        set_xattr(&root.join("etc/hostname"), "trusted.ingot-test", b"y");
-        set_xattr(&root.join("usr/bin/sgid"), "security.capability", &cap);
-        set_xattr(&root.join("usr/bin/sgid"), "user.extra", &bytes(9, 40));
-        set_xattr(
-            &root.join("etc/fast-link"),
-            "security.selinux",
-            b"system_u:object_r:etc_t:s0\0",
-        );
+}
+
+/// What needs root: device nodes, owners, security.* and trusted.* attributes.
+fn owners_devices_and_security(root: &Path) {
+    use std::os::unix::fs::lchown;
+    mknod(
+        &root.join("tmp/null"),
+        FileType::CharacterDevice,
+        0o666,
+        1,
+        3,
+    );
+    mknod(&root.join("tmp/sda"), FileType::BlockDevice, 0o660, 8, 0);
+    mknod(
+        &root.join("tmp/bigdev"),
+        FileType::CharacterDevice,
+        0o600,
+        511,
+        1_000_000,
+    );
+    lchown(root.join("etc/secret"), Some(1000), Some(1000)).unwrap();
+    lchown(root.join("usr/lib"), Some(65534), Some(65533)).unwrap();
+    lchown(root.join("etc/fast-link"), Some(7), Some(8)).unwrap();
+    lchown(
+        root.join("usr/lib/blob4"),
+        Some(4_000_000_000),
+        Some(3_000_000_000),
+    )
+    .unwrap();
+    // chown clears setuid: set it again.
+    chmod(&root.join("usr/bin/tool"), 0o4755);
+    let cap = [
+        1, 0, 0, 2, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    ];
+    set_xattr(&root.join("usr/bin/tool"), "security.capability", &cap);
+    set_xattr(
+        &root.join("usr/bin/tool"),
+        "security.selinux",
+        b"system_u:object_r:bin_t:s0\0",
+    );
+    set_xattr(
+        &root.join("usr/bin/sgid"),
+        "security.selinux",
+        b"system_u:object_r:bin_t:s0\0",
+    );
+    // trusted.* storage (not trusted.overlay.*: every source refuses overlay metadata).
+    set_xattr(&root.join("etc/hostname"), "trusted.ingot-test", b"y");
+    set_xattr(&root.join("usr/bin/sgid"), "security.capability", &cap);
+    set_xattr(&root.join("usr/bin/sgid"), "user.extra", &bytes(9, 40));
+    set_xattr(
+        &root.join("etc/fast-link"),
+        "security.selinux",
+        b"system_u:object_r:etc_t:s0\0",
+    );
+}
+
+/// The 20,000-entry directory and the sparse 5 GiB file.
+fn huge_directory_and_sparse_file(root: &Path) {
+    fs::create_dir(root.join("huge")).unwrap();
+    for i in 0..20_000u32 {
+        File::create(root.join(format!("huge/f{i:05}-{}", "p".repeat((i % 40) as usize)))).unwrap();
     }
-    if big {
-        fs::create_dir(root.join("huge")).unwrap();
-        for i in 0..20_000u32 {
-            File::create(root.join(format!("huge/f{i:05}-{}", "p".repeat((i % 40) as usize))))
-                .unwrap();
-        }
-        fs::hard_link(root.join("etc/hostname"), root.join("huge/hostname-link")).unwrap();
-        let f = File::create(root.join("usr/lib/sparse-5g")).unwrap();
-        f.set_len(SPARSE_SIZE).unwrap();
-        for (i, off) in [0u64, 3 << 30, (4 << 30) + 12345, SPARSE_SIZE - 5000]
-            .iter()
-            .enumerate()
-        {
-            f.write_all_at(&bytes(100 + i as u64, 5000), *off).unwrap();
-        }
+    fs::hard_link(root.join("etc/hostname"), root.join("huge/hostname-link")).unwrap();
+    let f = File::create(root.join("usr/lib/sparse-5g")).unwrap();
+    f.set_len(SPARSE_SIZE).unwrap();
+    for (i, off) in [0u64, 3 << 30, (4 << 30) + 12345, SPARSE_SIZE - 5000]
+        .iter()
+        .enumerate()
+    {
+        f.write_all_at(&bytes(100 + i as u64, 5000), *off).unwrap();
     }
 }
 

@@ -84,43 +84,78 @@ fn place<'a>(scan: &'a DiskScan, region: &'a super::RegionScan) -> Place<'a> {
 /// target and non-target disks, `lvm-on-target` when a volume group with a PV on a target also
 /// uses a PV on another disk (or one no disk shows); otherwise what to tear down.
 pub(super) fn storage_on_targets(scans: &[DiskScan]) -> Result<Teardown, GateFailure> {
-    let mut teardown = Teardown::default();
-    let mut arrays: BTreeMap<&str, (&super::MdMember, Vec<Place>)> = BTreeMap::new();
-    let mut pvs: BTreeMap<&str, Vec<Place>> = BTreeMap::new();
-    let mut vgs: BTreeMap<&str, &super::VolumeGroup> = BTreeMap::new();
-    for scan in scans {
-        for region in &scan.regions {
-            for f in &region.findings {
-                match f {
-                    Finding::MdMember(m) => arrays
-                        .entry(&m.array_uuid)
-                        .or_insert_with(|| (m, Vec::new()))
-                        .1
-                        .push(place(scan, region)),
-                    Finding::LvmPv {
-                        uuid, volume_group, ..
-                    } => {
-                        pvs.entry(uuid).or_default().push(place(scan, region));
-                        if let Some(vg) = volume_group {
-                            vgs.entry(&vg.id).or_insert(vg);
-                        }
-                    }
-                    _ => {}
+    let found = Signatures::collect(scans);
+    Ok(Teardown {
+        md_arrays: arrays_on_targets(&found.arrays)?,
+        volume_groups: groups_on_targets(&found.vgs, &found.pvs)?,
+        regions: regions_to_clear(scans),
+    })
+}
+
+/// The md arrays, LVM PVs and volume groups the scans show, each with where it was found.
+#[derive(Default)]
+struct Signatures<'a> {
+    arrays: BTreeMap<&'a str, (&'a super::MdMember, Vec<Place<'a>>)>,
+    pvs: BTreeMap<&'a str, Vec<Place<'a>>>,
+    vgs: BTreeMap<&'a str, &'a super::VolumeGroup>,
+}
+
+impl<'a> Signatures<'a> {
+    fn collect(scans: &'a [DiskScan]) -> Self {
+        let mut found = Self::default();
+        for scan in scans {
+            for region in &scan.regions {
+                for f in &region.findings {
+                    found.add(f, place(scan, region));
                 }
             }
-            if scan.target && region.partition.is_some() && holds_storage(region) {
-                teardown.regions.push(region.name.clone());
-            }
         }
-    }
-    // Whole disks last: clearing one drops its partition table, and with it the partitions.
-    for scan in scans.iter().filter(|s| s.target) {
-        if scan.regions.first().is_some_and(holds_storage) {
-            teardown.regions.push(scan.disk.clone());
-        }
+        found
     }
 
-    for (uuid, (member, places)) in &arrays {
+    fn add(&mut self, finding: &'a Finding, at: Place<'a>) {
+        match finding {
+            Finding::MdMember(m) => self
+                .arrays
+                .entry(&m.array_uuid)
+                .or_insert_with(|| (m, Vec::new()))
+                .1
+                .push(at),
+            Finding::LvmPv {
+                uuid, volume_group, ..
+            } => {
+                self.pvs.entry(uuid).or_default().push(at);
+                if let Some(vg) = volume_group {
+                    self.vgs.entry(&vg.id).or_insert(vg);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Target partitions holding md or LVM signatures, then whole target disks that do: clearing
+/// a disk drops its partition table, and with it the partitions.
+fn regions_to_clear(scans: &[DiskScan]) -> Vec<String> {
+    let targets = || scans.iter().filter(|s| s.target);
+    let partitions = targets().flat_map(|scan| {
+        scan.regions
+            .iter()
+            .filter(|r| r.partition.is_some() && holds_storage(r))
+    });
+    let disks = targets().filter(|scan| scan.regions.first().is_some_and(holds_storage));
+    partitions
+        .map(|r| r.name.clone())
+        .chain(disks.map(|scan| scan.disk.clone()))
+        .collect()
+}
+
+/// The arrays with a member on a target; `md-spans-disks` when one also has a member elsewhere.
+fn arrays_on_targets(
+    arrays: &BTreeMap<&str, (&super::MdMember, Vec<Place>)>,
+) -> Result<Vec<ArrayOnTargets>, GateFailure> {
+    let mut on_targets = Vec::new();
+    for (uuid, (member, places)) in arrays {
         let on_target: Vec<&str> = places
             .iter()
             .filter(|p| p.target)
@@ -143,15 +178,24 @@ pub(super) fn storage_on_targets(scans: &[DiskScan]) -> Result<Teardown, GateFai
                 ),
             ));
         }
-        teardown.md_arrays.push(ArrayOnTargets {
+        on_targets.push(ArrayOnTargets {
             uuid: uuid.to_string(),
             name: member.name.clone(),
             level: member.level,
             members: on_target.iter().map(|s| s.to_string()).collect(),
         });
     }
+    Ok(on_targets)
+}
 
-    for (id, vg) in &vgs {
+/// The volume groups with a PV on a target; `lvm-on-target` when one also uses a PV on another
+/// disk or one no disk shows.
+fn groups_on_targets(
+    vgs: &BTreeMap<&str, &super::VolumeGroup>,
+    pvs: &BTreeMap<&str, Vec<Place>>,
+) -> Result<Vec<VgOnTargets>, GateFailure> {
+    let mut on_targets = Vec::new();
+    for (id, vg) in vgs {
         let on_target = vg.pv_ids.iter().any(|pv| {
             pvs.get(pv.as_str())
                 .is_some_and(|ps| ps.iter().any(|p| p.target))
@@ -159,41 +203,49 @@ pub(super) fn storage_on_targets(scans: &[DiskScan]) -> Result<Teardown, GateFai
         if !on_target {
             continue;
         }
-        let mut regions = Vec::new();
-        for pv in &vg.pv_ids {
-            let places = pvs.get(pv.as_str()).map(Vec::as_slice).unwrap_or_default();
-            if places.is_empty() {
-                return Err(GateFailure::new(
-                    Reason::LvmOnTarget,
-                    None,
-                    format!(
-                        "volume group {} has a PV on a target disk and also uses PV {pv}, which \
-                         no disk of this machine shows: writing would break it; remove the \
-                         volume group first (vgremove, pvremove) or wipe its disks",
-                        vg.name
-                    ),
-                ));
-            }
-            if let Some(p) = places.iter().find(|p| !p.target) {
-                return Err(GateFailure::new(
-                    Reason::LvmOnTarget,
-                    Some(p.disk),
-                    format!(
-                        "volume group {} has PVs on target disks and on {} (PV {pv}): target \
-                         all its disks, or remove the volume group first (vgremove, pvremove)",
-                        vg.name, p.region
-                    ),
-                ));
-            }
-            regions.extend(places.iter().map(|p| p.region.to_string()));
-        }
-        regions.sort();
-        regions.dedup();
-        teardown.volume_groups.push(VgOnTargets {
+        on_targets.push(VgOnTargets {
             name: vg.name.clone(),
             id: id.to_string(),
-            pvs: regions,
+            pvs: pv_regions(vg, pvs)?,
         });
     }
-    Ok(teardown)
+    Ok(on_targets)
+}
+
+/// The regions holding a target volume group's PVs, refused when one is not on a target.
+fn pv_regions(
+    vg: &super::VolumeGroup,
+    pvs: &BTreeMap<&str, Vec<Place>>,
+) -> Result<Vec<String>, GateFailure> {
+    let mut regions = Vec::new();
+    for pv in &vg.pv_ids {
+        let places = pvs.get(pv.as_str()).map(Vec::as_slice).unwrap_or_default();
+        if places.is_empty() {
+            return Err(GateFailure::new(
+                Reason::LvmOnTarget,
+                None,
+                format!(
+                    "volume group {} has a PV on a target disk and also uses PV {pv}, which \
+                     no disk of this machine shows: writing would break it; remove the \
+                     volume group first (vgremove, pvremove) or wipe its disks",
+                    vg.name
+                ),
+            ));
+        }
+        if let Some(p) = places.iter().find(|p| !p.target) {
+            return Err(GateFailure::new(
+                Reason::LvmOnTarget,
+                Some(p.disk),
+                format!(
+                    "volume group {} has PVs on target disks and on {} (PV {pv}): target \
+                     all its disks, or remove the volume group first (vgremove, pvremove)",
+                    vg.name, p.region
+                ),
+            ));
+        }
+        regions.extend(places.iter().map(|p| p.region.to_string()));
+    }
+    regions.sort();
+    regions.dedup();
+    Ok(regions)
 }

@@ -42,10 +42,9 @@ use ingot_layers::machine_args::MachineArgs;
     mut_arg("virt", |a| a.requires("target").help(
         "With --target: hardware virtualization is available. Provisioning detects it"
     )),
-    mut_arg("uefi", |a| a.requires("target").help(
-        "With --target: the machine boots with UEFI firmware; implied, the writer writes \
-         UEFI-bootable disks"
-    ))
+    // The writer's disks always boot with UEFI (the machine it describes has it), so the shared
+    // flag says nothing here: accepted, not offered.
+    mut_arg("uefi", |a| a.requires("target").hide(true))
 )]
 pub struct Cli {
     /// The stack: `oci://REGISTRY/REPO:TAG` (or `@sha256:...`), or an OCI image layout directory
@@ -68,7 +67,7 @@ pub struct Cli {
     /// (docs/manifest.md, "Two signatures").
     #[arg(long, value_name = "PUB")]
     pub trust_key: Option<PathBuf>,
-    // The machine the layer rules see: --role, and with --target --gpu/--virt/--uefi
+    // The machine the layer rules see: --role, and with --target --gpu/--virt (UEFI always)
     // (provisioning detects those).
     #[command(flatten)]
     pub machine: MachineArgs,

@@ -69,21 +69,35 @@ impl Stage {
         <Stage as strum::IntoEnumIterator>::iter()
     }
 
-    /// What the stage does, for the operator's table (one arm each: a new stage without it
-    /// does not compile).
+    /// What the stage does, for the operator's table (one arm each in `what`: a new stage
+    /// without it does not compile).
     pub fn text(self) -> StageText {
         use Stage::*;
-        let (runs, changes_disk, what) = match self {
-            Check => (
-                Runs::Provisioning,
-                false,
+        StageText {
+            runs: match self {
+                Check | Gate | Guard | Staging | Seal | Teardown => Runs::Provisioning,
+                Resolve | Verify | Plan | Wipe | Write | Esp | PartitionTable | Finish => {
+                    Runs::Always
+                }
+            },
+            changes_disk: match self {
+                Teardown | Wipe | Write | Esp | PartitionTable => true,
+                Check | Gate | Guard | Resolve | Verify | Staging | Seal | Plan | Finish => false,
+            },
+            what: self.what(),
+        }
+    }
+
+    /// What the stage does.
+    fn what(self) -> &'static str {
+        use Stage::*;
+        match self {
+            Check => {
                 "machine facts (UEFI, NVIDIA GPU from PCI, virtualization from CPU flags and \
                  /dev/kvm, disks); parse the bootstrap data; the role from it (`kubeadm init`, or \
-                 a join with a control-plane section, is a control plane) unless `--role`",
-            ),
-            Gate => (
-                Runs::Provisioning,
-                false,
+                 a join with a control-plane section, is a control plane) unless `--role`"
+            }
+            Gate => {
                 "tools on PATH (`smartctl` on a real machine; `sh` and `reboot` with \
                  `--reboot`), UEFI firmware, the target disks from names or WWNs, and for every \
                  target SMART health (a disk that cannot report is a warning) and an O_DIRECT \
@@ -91,49 +105,37 @@ impl Stage {
                  40,000 KiB/s otherwise, over `--read-test-seconds`, default 3). Again after \
                  `verify`, on a BIOS machine: it passes when the stack carries a BIOS loader \
                  (`[boot] bios`). Again after `seal`: every target is large enough for the \
-                 plan, node layer included",
-            ),
-            Guard => (
-                Runs::Provisioning,
-                false,
+                 plan, node layer included"
+            }
+            Guard => {
                 "read every disk's partition table, file systems, md superblocks and LVM \
                  metadata: stop when a non-target disk holds a Linux root, /boot or an ESP with \
                  boot entries (`--allow-foreign-os` makes it a warning), or an md array or LVM \
                  volume group spans target and non-target disks; arrays and volume groups \
                  living only on targets are listed for the teardown (a warning each), whose \
                  commands are planned from what is active (`details.teardown`) and their tools \
-                 gated",
-            ),
-            Resolve => (
-                Runs::Always,
-                false,
+                 gated"
+            }
+            Resolve => {
                 "open the source (an OCI layout, or a registry: a tag is resolved to its \
-                 digest, `details.resolved` names the source that resolved it)",
-            ),
-            Verify => (
-                Runs::Always,
-                false,
+                 digest, `details.resolved` names the source that resolved it)"
+            }
+            Verify => {
                 "check the signature over the descriptor (minisign, or cosign), parse it, \
                  select this machine's layers, fetch each selected layer's hash tree and check \
                  every hash block against the signed root hash; on a UEFI machine, read and \
-                 check the release's signed UKI when the stack has one",
-            ),
-            Staging => (
-                Runs::Provisioning,
-                false,
+                 check the release's signed UKI when the stack has one"
+            }
+            Staging => {
                 "read `/etc/passwd` and `/etc/group` from the base layer's blob (from a \
                  registry only the zstd frames holding them, by `Range` requests), stage the \
-                 per-node files from the bootstrap data (`bootstrap.md`)",
-            ),
-            Seal => (
-                Runs::Provisioning,
-                false,
+                 per-node files from the bootstrap data (`bootstrap.md`)"
+            }
+            Seal => {
                 "the staged files as a deterministic ext4 image with its dm-verity tree, by the \
-                 same layer builder the stack uses",
-            ),
-            Teardown => (
-                Runs::Provisioning,
-                true,
+                 same layer builder the stack uses"
+            }
+            Teardown => {
                 "only when the guard found md arrays or volume groups living only on the \
                  targets: remove active device-mapper devices on them, empty and stop active \
                  arrays, `wipefs` every target region with a signature, one message per \
@@ -141,55 +143,36 @@ impl Stage {
                  machine) the same commands run against the fixture: each is recorded in \
                  `SYSROOT/host/ran`, `mdadm --stop` and `dmsetup remove` take the device out of \
                  its `sys/block`, and a program named by a `SYSROOT/host/fail/PROGRAM` file \
-                 fails with that file's text",
-            ),
-            Plan => (
-                Runs::Always,
-                false,
+                 fails with that file's text"
+            }
+            Plan => {
                 "for each target in turn: open it (refused when mounted or held, locked by \
                  another writer, or read-only: `BLKROGET`, an immutable file, a read-only \
                  filesystem), read the base layer's boot files, lay out the disk, check the \
-                 boot contract's limits, refuse a target too small for the plan",
-            ),
-            Wipe => (
-                Runs::Always,
-                true,
-                "zero the first and last MiB (protective MBR, both GPTs)",
-            ),
-            Write => (
-                Runs::Always,
-                true,
+                 boot contract's limits, refuse a target too small for the plan"
+            }
+            Wipe => "zero the first and last MiB (protective MBR, both GPTs)",
+            Write => {
                 "per layer: decompress zstd frames in parallel (streamed from the registry when \
                  the source is one; disks after the first copy from the first), write with \
                  O_DIRECT, read back with O_DIRECT and check every block against the signed \
                  tree; a frame that reads back wrong but is right in memory is rewritten up to \
-                 `--max-attempts` times; then the hash tree, read back and compared",
-            ),
-            Esp => (
-                Runs::Always,
-                true,
+                 `--max-attempts` times; then the hash tree, read back and compared"
+            }
+            Esp => {
                 "read the boot files from the written base layer (every block checked against \
                  its tree), build the FAT32 ESP for the disk's boot chain (a systemd-boot entry, \
                  or the signed UKI; GRUB's core image into the BIOS boot partition with a BIOS \
-                 loader), write it, read it back",
-            ),
-            PartitionTable => (
-                Runs::Always,
-                true,
+                 loader), write it, read it back"
+            }
+            PartitionTable => {
                 "write the GPT and protective MBR last (GRUB's boot code in the MBR with a BIOS \
-                 loader), sync, read the table back and compare it with the plan",
-            ),
-            Finish => (
-                Runs::Always,
-                false,
+                 loader), sync, read the table back and compare it with the plan"
+            }
+            Finish => {
                 "the summary: which stack went to which disks and the boot chain they got \
-                 (`IMAGE_URL_DONE …` when provisioning)",
-            ),
-        };
-        StageText {
-            runs,
-            changes_disk,
-            what,
+                 (`IMAGE_URL_DONE …` when provisioning)"
+            }
         }
     }
 }

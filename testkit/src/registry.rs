@@ -213,24 +213,9 @@ pub struct Traffic {
 
 impl Front {
     pub fn start(upstream: u16, options: FrontOptions) -> Front {
-        let counters = Counters::default();
-        let (auth_seen, refused, traffic, tokens) = (
-            counters.seen.clone(),
-            counters.refused.clone(),
-            counters.traffic.clone(),
-            counters.tokens.clone(),
-        );
-        let upstream = SocketAddr::from(([127, 0, 0, 1], upstream));
-        let server = Server::local(move |conn| serve(conn, upstream, &options, &counters))
-            .expect("starting the registry front");
-        Front {
-            port: server.port(),
-            auth_seen,
-            refused,
-            traffic,
-            tokens,
-            _server: server,
-        }
+        Front::run(upstream, move |conn, upstream, counters| {
+            serve(conn, upstream, &options, counters)
+        })
     }
 
     /// A front that is its own token service, in two realms: `/v2/` names realm `a`
@@ -239,6 +224,17 @@ impl Front {
     /// a token expired or a repository is served by another token service. A client passes only
     /// by answering a `401` with a token from the realm it names.
     pub fn start_with_realms(upstream: u16) -> Front {
+        Front::run(upstream, serve_realms)
+    }
+
+    /// A front on 127.0.0.1 running `behaviour` for each request, with the counters it shares.
+    fn run(
+        upstream: u16,
+        behaviour: impl Fn(&mut Conn, SocketAddr, &Counters) -> std::io::Result<()>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Front {
         let counters = Counters::default();
         let (auth_seen, refused, traffic, tokens) = (
             counters.seen.clone(),
@@ -247,7 +243,7 @@ impl Front {
             counters.tokens.clone(),
         );
         let upstream = SocketAddr::from(([127, 0, 0, 1], upstream));
-        let server = Server::local(move |conn| serve_realms(conn, upstream, &counters))
+        let server = Server::local(move |conn| behaviour(conn, upstream, &counters))
             .expect("starting the registry front");
         Front {
             port: server.port(),

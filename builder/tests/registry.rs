@@ -479,6 +479,32 @@ fn published_bulk(dir: &Path, bytes: usize) -> (PathBuf, PathBuf, Registry) {
     (layout, pk, reg)
 }
 
+/// A blob larger than one chunk goes up in several 4 MiB `PATCH`es, each to the location the
+/// answer before it named, and comes back whole.
+#[test]
+fn a_chunked_upload_of_a_large_blob_takes_several_patches() {
+    let test = ingot_testkit::test_name!();
+    if !have_registry(test) {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let (layout, _pk, reg) = published_bulk(tmp.path(), 9 << 20);
+    let chunked = reg.url("stacks/chunked-bulk:1.0.0");
+    ok(ingot_with(
+        &["publish", p(&layout), &chunked, "-q", "--chunked"],
+        &[],
+        None,
+    ));
+    let patches = reg
+        .log_text()
+        .matches("PATCH /v2/stacks/chunked-bulk/blobs/uploads/")
+        .count();
+    assert!(patches >= 3, "{patches} PATCH requests for a 9 MiB blob");
+    let pulled = tmp.path().join("pulled");
+    ok(ingot_with(&["pull", &chunked, p(&pulled), "-q"], &[], None));
+    assert_eq!(tree_digests(&pulled), tree_digests(&layout));
+}
+
 #[test]
 fn pull_resumes_with_range_after_the_registry_restarts() {
     let test = ingot_testkit::test_name!();

@@ -5,8 +5,8 @@ use crate::auth::ExplicitAuth;
 use crate::limits::SpeedLimit;
 use crate::retry::RetryPolicy;
 
-/// Default size of the items a blob upload is streamed in (with `chunked`, one `PATCH` request
-/// per item).
+/// Default size of the items a streamed blob upload (one `PUT`) is read from its file in; with
+/// `chunked`, each `PATCH` carries 4 MiB whatever this is.
 pub const DEFAULT_PUSH_ITEM: usize = 8 << 20;
 
 /// How to talk to a registry.

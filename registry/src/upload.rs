@@ -4,7 +4,7 @@
 //!
 //! - a blob: `POST …/blobs/uploads/` opens a session (`202`, its URL in `Location`), then either
 //!   one `PUT <location>?digest=…` streaming the whole file (the default), or, with `chunked`, a
-//!   `PATCH <location>` per item (`Content-Range`, each answer naming the next location) and an
+//!   `PATCH <location>` per 4 MiB (`Content-Range`, each answer naming the next location) and an
 //!   empty closing `PUT`; `201` is success;
 //! - a manifest: `PUT …/manifests/<tag or digest>` with its exact bytes and media type.
 //!
@@ -32,6 +32,10 @@ use crate::token::Access;
 /// The media type of a blob's bytes in an upload request.
 const OCTET_STREAM: &str = "application/octet-stream";
 
+/// The bytes of one `PATCH` with `chunked`: small enough for a registry or proxy that caps a
+/// request body at 5 MiB (why anyone asks for chunks), whatever `push_item` says.
+const CHUNK: usize = 4 << 20;
+
 /// An open upload session: where the next request goes, and the `Authorization` it carries.
 struct Session {
     location: reqwest::Url,
@@ -45,20 +49,30 @@ impl Endpoint {
         digest: &str,
     ) -> Result<bool, RegistryError> {
         let what = format!("blob {digest}");
-        let url = format!("{}/blobs/{digest}", self.repo_url(reference));
-        retry(self.options.retry, &what, || async {
-            let (answer, _) = self
-                .send(reference, Access::Pull, &what, || {
-                    self.transport.http.head(&url)
-                })
-                .await?;
-            match answer.status() {
-                s if s.is_success() => Ok(true),
-                StatusCode::NOT_FOUND => Ok(false),
-                _ => Err(error_answer(&self.ctx(), &what, answer).await),
-            }
+        retry(self.options.retry, &what, || {
+            self.head_blob(reference, digest, &what)
         })
         .await
+    }
+
+    /// One `HEAD` of a blob: whether the registry has it.
+    async fn head_blob(
+        &self,
+        reference: &RegistryRef,
+        digest: &str,
+        what: &str,
+    ) -> Result<bool, Failure> {
+        let url = format!("{}/blobs/{digest}", self.repo_url(reference));
+        let (answer, _) = self
+            .send(reference, Access::Pull, what, || {
+                self.transport.http.head(&url)
+            })
+            .await?;
+        match answer.status() {
+            s if s.is_success() => Ok(true),
+            StatusCode::NOT_FOUND => Ok(false),
+            _ => Err(error_answer(&self.ctx(), what, answer).await),
+        }
     }
 
     /// Upload a file as a blob, streamed in `push_item`-sized items. A failed upload is retried
@@ -77,12 +91,8 @@ impl Endpoint {
             let retried = !std::mem::replace(&mut first, false);
             let what = &what;
             async move {
-                if retried
-                    && self
-                        .blob_exists_async(reference, digest)
-                        .await
-                        .unwrap_or(false)
-                {
+                // One HEAD, its failure an attempt of this loop (not a retry loop of its own).
+                if retried && self.head_blob(reference, digest, what).await? {
                     return Ok(());
                 }
                 if let Some(p) = progress {
@@ -201,7 +211,7 @@ impl Endpoint {
         })?;
         let mut at = 0u64;
         loop {
-            let chunk = read_item(&mut file, self.push_item()).map_err(|e| {
+            let chunk = read_item(&mut file, CHUNK).map_err(|e| {
                 Failure::Fatal(RegistryError::Io {
                     path: path.to_owned(),
                     source: e,

@@ -1189,13 +1189,66 @@ fn control_plane(p: &Published) {
         &["base", "kata", "control-plane"],
     );
     let w = write_machine(p, &node);
-    let console = boot(&w, "cp-1");
+    let console = boot_nested(&w, "cp-1");
     assert!(console.contains("formatting it (first boot)"), "{console}");
     let first = assert_first_boot(p, &w, &console, true);
     assert_kata(p, &checks(&console), &console, Nested::Runs);
-    let again = boot(&w, "cp-1-again");
+    let again = boot_nested(&w, "cp-1-again");
     assert_second_boot(p, &w, &again, &first, true);
     assert_kata(p, &checks(&again), &again, Nested::ForcedHang);
+}
+
+/// [`boot`] for the machine that runs the nested guest, which TCG (QEMU 7.2) now and then
+/// freezes whole while that guest boots even with [`NESTED_ARG`] (1 boot in about 20 on an AMD
+/// host: the node's console stopped 16 s after `l2-start` and printed nothing for 600 s). That
+/// freeze is the emulator's, not the node's, so a boot whose console went silent inside the
+/// nested window (its last check line `l2-start`, no `l2-exit`) is booted once more from the disk
+/// as it was before, and says so; a freeze anywhere else, a second freeze, or any other failure
+/// fails the test as before.
+fn boot_nested(w: &Written, what: &str) -> String {
+    let before = w.dir.path().join(format!("{what}.before.img"));
+    copy_sparse(&w.image, &before);
+    let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| boot(w, what)));
+    let payload = match first {
+        Ok(console) => {
+            fs::remove_file(&before).unwrap();
+            return console;
+        }
+        Err(payload) => payload,
+    };
+    let log = w.dir.path().join(format!("vm-{what}")).join("serial.log");
+    let console = ingot_testkit::console::clean(&fs::read(&log).unwrap_or_default());
+    if !froze_in_nested_window(&panic_text(&payload), &console) {
+        std::panic::resume_unwind(payload);
+    }
+    eprintln!(
+        "{what}: froze while its nested guest booted (TCG's defect, see boot_nested); \
+         booting it once more from its disk as it was before that boot"
+    );
+    copy_sparse(&before, &w.image);
+    fs::remove_file(&before).unwrap();
+    boot(w, &format!("{what}-retry"))
+}
+
+/// The hang [`boot_nested`] boots again for: the watcher's silence, with the check unit's last
+/// line `l2-start` (the nested guest was booting, and nothing after it was printed).
+fn froze_in_nested_window(panic: &str, console: &str) -> bool {
+    let last = console.lines().rfind(|l| l.contains(CHECK));
+    panic.contains("(the guest hung)")
+        && last.is_some_and(|l| l.contains(&format!("{CHECK}l2-start ")))
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// A copy of a sparse disk image that stays sparse (the 4 GiB disk holds about 1.5 GiB).
+fn copy_sparse(from: &Path, to: &Path) {
+    run_ok(Command::new("cp").arg("--sparse=always").arg(from).arg(to));
 }
 
 /// A Hetzner cloud VM (CAPH's hcloud call: `sda`, no UEFI): the writer adds the BIOS boot
@@ -1519,4 +1572,21 @@ fn debian_node_boots_read_only_and_runs_its_first_boot_once() {
         "where the boots' time went (one guest per host core at once):\n{}",
         qemu::runs_table()
     );
+}
+
+/// Only the nested window's freeze is booted again: a silence after `l2-exit`, one before the
+/// nested guest started, or any other failure still fails the test.
+#[test]
+fn only_a_freeze_inside_the_nested_window_is_booted_again() {
+    let hung = "cp-1: the console printed nothing for 600s (the guest hung) after 853.1s";
+    let booting = "[ 223.4] check[642]: INGOT-CHECK kvm-device character special file\n\
+                   [ 223.5] check[642]: INGOT-CHECK l2-start limit 300s\n\
+                   [ 239.6] kvm [839]: vcpu0 Unhandled WRMSR(0xc0010007) = 0xffff\n";
+    assert!(froze_in_nested_window(hung, booting));
+    let after = format!("{booting}[ 250.1] check[642]: INGOT-CHECK l2-exit 0\n");
+    assert!(!froze_in_nested_window(hung, &after));
+    let before = "[ 223.4] check[642]: INGOT-CHECK kvm-device character special file\n";
+    assert!(!froze_in_nested_window(hung, before));
+    let timeout = "cp-1: no poweroff within 2400s; whole console in x";
+    assert!(!froze_in_nested_window(timeout, booting));
 }

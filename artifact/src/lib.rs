@@ -11,6 +11,7 @@ pub use ingot_registry::error_chain;
 pub mod image_file;
 pub mod layerfs;
 pub use ingot_registry::oci_layout;
+pub mod pcr_policy;
 pub mod registry;
 pub mod sbom;
 pub mod sign;

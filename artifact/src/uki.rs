@@ -56,33 +56,51 @@ pub fn cmdline(image: &[u8]) -> Result<String, UkiError> {
     Ok(text.trim_end_matches(['\0', '\n']).to_string())
 }
 
-/// The sections systemd-stub 252 measures into PCR 11, in the order it measures them.
-pub const MEASURED: [&str; 4] = [".linux", ".osrel", ".cmdline", ".initrd"];
+/// The sections systemd-stub 252 measures into PCR 11, in the order it measures them (its
+/// `unified_sections` list without `.pcrsig`, which it never measures: the signature cannot
+/// cover itself).
+pub const MEASURED: [&str; 7] = [
+    ".linux", ".osrel", ".cmdline", ".initrd", ".splash", ".dtb", ".pcrpkey",
+];
+
+/// One PCR extend: `SHA256(pcr || SHA256(data))`.
+pub fn extend(pcr: [u8; 32], data: &[u8]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(pcr);
+    h.update(Sha256::digest(data));
+    h.finalize().into()
+}
 
 /// The PCR 11 (SHA-256 bank) value systemd-stub leaves when it boots `image`: from zero, for
 /// each measured section present, extend by SHA-256 of its name with a NUL, then by SHA-256 of
-/// its bytes. `systemd-measure calculate --phase=` computes the same (the tests compare); a
-/// systemd initrd's `systemd-pcrphase` extends it further (`enter-initrd`, ...).
+/// its bytes. `systemd-measure calculate --phase=` computes the same (the tests compare); the
+/// booted system's `systemd-pcrphase` extends it further (`sysinit`, ...).
 pub fn pcr11(image: &[u8]) -> Result<[u8; 32], UkiError> {
-    let extend = |pcr: [u8; 32], data: &[u8]| -> [u8; 32] {
-        let mut h = Sha256::new();
-        h.update(pcr);
-        h.update(Sha256::digest(data));
-        h.finalize().into()
-    };
-    let mut pcr = [0u8; 32];
+    let mut present = Vec::with_capacity(MEASURED.len());
     for name in MEASURED {
-        let bytes = match section(image, name) {
-            Ok(b) => b,
+        match section(image, name) {
+            Ok(b) => present.push((name, b)),
             Err(UkiError::Missing(_)) => continue,
             Err(e) => return Err(e),
+        }
+    }
+    Ok(pcr11_of(&present))
+}
+
+/// [`pcr11`] of sections given by name, before they are put into an image (any order: they are
+/// measured in [`MEASURED`]'s; names it does not list are not measured).
+pub fn pcr11_of(sections: &[(&str, &[u8])]) -> [u8; 32] {
+    let mut pcr = [0u8; 32];
+    for name in MEASURED {
+        let Some((_, bytes)) = sections.iter().find(|(n, _)| *n == name) else {
+            continue;
         };
         let mut tag = name.as_bytes().to_vec();
         tag.push(0);
         pcr = extend(pcr, &tag);
         pcr = extend(pcr, bytes);
     }
-    Ok(pcr)
+    pcr
 }
 
 #[cfg(test)]

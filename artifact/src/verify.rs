@@ -421,6 +421,9 @@ pub enum VerifyError {
     /// The UKI the descriptor pins does not parse.
     #[error("the UKI blob")]
     UkiImage(#[source] crate::uki::UkiError),
+    /// The UKI's signed PCR policy does not hold.
+    #[error("the UKI's PCR policy")]
+    PcrPolicy(#[source] crate::pcr_policy::PcrPolicyError),
     /// Which part of the artifact the inner error is about.
     #[error("{what}")]
     About {
@@ -460,6 +463,7 @@ impl VerifyError {
             | VerifyError::TreeBytes { .. }
             | VerifyError::Uki { .. }
             | VerifyError::UkiImage(_)
+            | VerifyError::PcrPolicy(_)
             | VerifyError::LayerFs(_) => 5,
             VerifyError::About { source, .. } => source.exit_code(),
             VerifyError::Format(_)
@@ -653,7 +657,8 @@ pub fn verify(
 /// is not those bytes is refused by the source), and its `.cmdline` section must be exactly the
 /// command line the descriptor's layers make ([`ingot_layers::boot::signed_cmdline`]: every
 /// layer's name, root hash and rule, the stack's kernel arguments), which the descriptor also
-/// records. The Authenticode signature is the firmware's to check (`sbverify` in the tests).
+/// records. A PCR policy it carries must hold ([`crate::pcr_policy::of_uki`]). The Authenticode
+/// signature is the firmware's to check (`sbverify` in the tests).
 pub fn read_uki(
     source: &dyn ArtifactSource,
     d: &StackDescriptor,
@@ -685,6 +690,7 @@ pub fn read_uki(
             "its .cmdline section is {inside:?}, the signed descriptor's layers make {want:?}"
         )));
     }
+    crate::pcr_policy::of_uki(&bytes).map_err(VerifyError::PcrPolicy)?;
     Ok(Some(bytes))
 }
 

@@ -34,6 +34,7 @@ use crate::preload::{self, PreloadError};
 use crate::uki::{self, BootParts, SecureBootKey, UkiError};
 use ingot_artifact::compress;
 use ingot_artifact::oci_layout::{sha256_file, LayoutWriter};
+use ingot_artifact::pcr_policy::PcrKey;
 use ingot_artifact::sign::SecretKey;
 
 /// How to build.
@@ -55,6 +56,8 @@ pub struct BuildOptions {
     pub progress: bool,
     /// Make the release's signed UKI with this Secure Boot db key ([`crate::uki`]).
     pub secure_boot: Option<SecureBootKey>,
+    /// Give that UKI a signed PCR 11 policy with this RSA key (PEM, [`ingot_artifact::pcr_policy`]).
+    pub pcr_key: Option<PathBuf>,
 }
 
 /// What a build produced.
@@ -131,6 +134,12 @@ pub enum BuildError {
     /// The Secure Boot db key cannot sign a UKI firmware is required to accept.
     #[error(transparent)]
     SecureBootKey(#[from] crate::db_key::DbKeyError),
+    #[error("the PCR key {}", path.display())]
+    PcrKey {
+        path: PathBuf,
+        #[source]
+        source: ingot_artifact::pcr_policy::PcrPolicyError,
+    },
     /// The signed UKI could not be made.
     #[error("stack `{stack}`: the Secure Boot UKI")]
     Uki {
@@ -224,6 +233,7 @@ pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, Bu
             warn!("{w}");
         }
     }
+    let pcr_key = opts.pcr_key.as_deref().map(read_pcr_key).transpose()?;
     let out = &opts.out;
     let staging = staging_dir(out, opts.force, &manifest.path)?;
     let layout_dir = staging.path().join("layout");
@@ -259,7 +269,11 @@ pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, Bu
         uki: None,
     };
     if let (Some(key), Some(parts)) = (&opts.secure_boot, built[0].boot_parts.take()) {
-        descriptor.uki = Some(write_uki(&descriptor, &parts, key, &work, &writer)?);
+        let signer = uki::Signer {
+            db: key,
+            pcr: pcr_key.as_ref(),
+        };
+        descriptor.uki = Some(write_uki(&descriptor, &parts, &signer, &work, &writer)?);
     }
     let descriptor_bytes = canonical_descriptor(&descriptor)?;
     let config = writer
@@ -591,12 +605,21 @@ fn seal_layer(
     })
 }
 
+/// The PCR policy key at `path`, checked before anything is written.
+fn read_pcr_key(path: &Path) -> Result<PcrKey, BuildError> {
+    let pem = fs::read_to_string(path).map_err(io_err("reading the PCR key", path))?;
+    PcrKey::from_pem(&pem).map_err(|source| BuildError::PcrKey {
+        path: path.to_owned(),
+        source,
+    })
+}
+
 /// The release's UKI ([`uki::make`]) for `descriptor`'s layers, stored as a blob of the
 /// layout; what the descriptor pins.
 fn write_uki(
     descriptor: &StackDescriptor,
     parts: &BootParts,
-    key: &SecureBootKey,
+    key: &uki::Signer,
     work: &Path,
     writer: &LayoutWriter,
 ) -> Result<UkiBlob, BuildError> {

@@ -101,6 +101,10 @@ pub struct InspectReport {
     /// The TPM PCR 11 (SHA-256) value systemd-stub leaves when it boots that UKI (hex).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pcr11: Option<String>,
+    /// The UKI's signed PCR 11 policy (its key's fingerprint and the phase each signature is
+    /// for), checked, if it carries one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pcr_policy: Option<ingot_artifact::pcr_policy::Policy>,
     /// Every layer.
     pub layers: Vec<LayerRow>,
     /// The machine asked about, if any.
@@ -165,6 +169,7 @@ pub fn report(
         signature: signature_text(signature),
         uki: descriptor.uki.clone(),
         pcr11: None,
+        pcr_policy: None,
         layers,
         machine: machine.cloned(),
         selected,
@@ -195,6 +200,8 @@ pub fn inspect(
     if let Some(uki) = ingot_artifact::verify::read_uki(source, &r.descriptor)? {
         let pcr = ingot_artifact::uki::pcr11(&uki).map_err(VerifyError::UkiImage)?;
         out.pcr11 = Some(hex::encode(pcr));
+        out.pcr_policy =
+            ingot_artifact::pcr_policy::of_uki(&uki).map_err(VerifyError::PcrPolicy)?;
     }
     if packages {
         for (row, layer) in out.layers.iter_mut().zip(&r.descriptor.layers) {
@@ -221,6 +228,42 @@ pub fn human_size(n: u64) -> String {
     }
 }
 
+/// The UKI lines of [`render_table`]: its digest and command line, PCR 11, its PCR policy.
+fn render_uki(r: &InspectReport, out: &mut String) {
+    use std::fmt::Write;
+    if let Some(uki) = &r.uki {
+        let _ = writeln!(
+            out,
+            "uki        {} ({}, Secure Boot signed)\ncmdline    {}",
+            Safe(&uki.digest),
+            human_size(uki.size),
+            Safe(&uki.cmdline)
+        );
+        if let Some(pcr) = &r.pcr11 {
+            let _ = writeln!(out, "pcr 11     sha256:{} (systemd-stub)", Safe(pcr));
+        }
+        if let Some(p) = &r.pcr_policy {
+            let phases: Vec<String> = p
+                .phases
+                .iter()
+                .map(|ph| {
+                    if ph.is_empty() {
+                        "(stub)".into()
+                    } else {
+                        Safe(ph).to_string()
+                    }
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "pcr policy key {} signs PCR 11 in: {}",
+                Safe(&p.key),
+                phases.join(", ")
+            );
+        }
+    }
+}
+
 /// The report as a plain-text table. Every string from the artifact goes through [`Safe`].
 pub fn render_table(r: &InspectReport) -> String {
     use std::fmt::Write;
@@ -235,18 +278,7 @@ pub fn render_table(r: &InspectReport) -> String {
     let _ = writeln!(out, "manifest   {}", Safe(&r.manifest_digest));
     let _ = writeln!(out, "descriptor {}", Safe(&r.descriptor_digest));
     let _ = writeln!(out, "signature  {}", Safe(&r.signature));
-    if let Some(uki) = &r.uki {
-        let _ = writeln!(
-            out,
-            "uki        {} ({}, Secure Boot signed)\ncmdline    {}",
-            Safe(&uki.digest),
-            human_size(uki.size),
-            Safe(&uki.cmdline)
-        );
-        if let Some(pcr) = &r.pcr11 {
-            let _ = writeln!(out, "pcr 11     sha256:{} (systemd-stub)", Safe(pcr));
-        }
-    }
+    render_uki(r, &mut out);
     out.push('\n');
     let header = ["NAME", "KIND", "RULE", "SIZE", "COMPRESSED", "ROOT HASH"];
     let rows: Vec<[String; 6]> = r
@@ -382,6 +414,10 @@ mod tests {
                 cmdline: evil("cmdline"),
             }),
             pcr11: Some(evil("pcr")),
+            pcr_policy: Some(ingot_artifact::pcr_policy::Policy {
+                key: evil("pkfp"),
+                phases: vec![evil("phase")],
+            }),
             layers: vec![layer],
             machine: None,
             selected: None,

@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use ingot_artifact::image_file::ImageFile;
+use ingot_artifact::pcr_policy::{self, PcrKey};
 use ingot_layers::descriptor::BootFiles;
 
 use crate::tool::ToolError;
@@ -23,12 +24,15 @@ use crate::tool::ToolError;
 pub const STUB_PATH: &str = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub";
 /// os-release, in the order systemd reads it.
 const OS_RELEASE: [&str; 2] = ["/etc/os-release", "/usr/lib/os-release"];
-/// Section addresses from systemd-stub(7) of systemd 252 (the stub itself ends below 0x20000).
-const SECTIONS: [(&str, &str); 4] = [
-    (".osrel", "0x20000"),
-    (".cmdline", "0x30000"),
-    (".linux", "0x2000000"),
-    (".initrd", "0x3000000"),
+/// Section addresses from systemd-stub(7) and systemd-measure(1) of systemd 252 (the stub
+/// itself ends below 0x20000), with the file each is written to in the work directory.
+const SECTIONS: [(&str, &str, &str); 6] = [
+    (".osrel", "0x20000", "osrel"),
+    (".cmdline", "0x30000", "cmdline"),
+    (".pcrsig", "0x80000", "pcrsig.json"),
+    (".pcrpkey", "0x90000", "pcrpkey.pem"),
+    (".linux", "0x2000000", "linux"),
+    (".initrd", "0x3000000", "initrd"),
 ];
 
 /// The operator's Secure Boot db key and certificate (PEM).
@@ -36,6 +40,13 @@ const SECTIONS: [(&str, &str); 4] = [
 pub struct SecureBootKey {
     pub key: PathBuf,
     pub cert: PathBuf,
+}
+
+/// The keys a UKI is made with: the Secure Boot db key signs the image, the PCR key (if any)
+/// signs its PCR 11 policy.
+pub struct Signer<'a> {
+    pub db: &'a SecureBootKey,
+    pub pcr: Option<&'a PcrKey>,
 }
 
 /// What goes into the UKI from the base layer.
@@ -66,6 +77,8 @@ pub enum UkiError {
     Tool(#[from] ToolError),
     #[error("the signed command line is {len} bytes, more than the {max} x86 Linux keeps")]
     CmdlineTooLong { len: usize, max: usize },
+    #[error(transparent)]
+    PcrPolicy(#[from] ingot_artifact::pcr_policy::PcrPolicyError),
 }
 
 /// The stub, kernel, initrd and os-release from the base layer's built image `img` (symlinks
@@ -143,12 +156,13 @@ fn run(
 }
 
 /// Assembles and signs the UKI in `work` with the clock frozen at `created` (the descriptor's
-/// RFC 3339 time, from `source_date_epoch`); returns its bytes.
+/// RFC 3339 time, from `source_date_epoch`); returns its bytes. With a PCR key the UKI also
+/// carries `.pcrpkey` and the `.pcrsig` of the PCR 11 values its own sections leave.
 pub fn make(
     parts: &BootParts,
     cmdline: &str,
     created: &str,
-    key: &SecureBootKey,
+    keys: &Signer,
     work: &Path,
 ) -> Result<Vec<u8>, UkiError> {
     let max = ingot_layers::boot::COMMAND_LINE_SIZE - 1;
@@ -163,23 +177,27 @@ pub fn make(
         path: work.to_owned(),
         source,
     })?;
-    let files: [(&str, &[u8]); 5] = [
-        ("stub.efi", &parts.stub),
-        ("osrel", &parts.osrel),
-        ("cmdline", cmdline.as_bytes()),
-        ("linux", &parts.kernel),
-        ("initrd", &parts.initrd),
+    let mut sections: Vec<(&str, Vec<u8>)> = vec![
+        (".osrel", parts.osrel.clone()),
+        (".cmdline", cmdline.as_bytes().to_vec()),
+        (".linux", parts.kernel.clone()),
+        (".initrd", parts.initrd.clone()),
     ];
-    for (name, bytes) in files {
-        let path = work.join(name);
-        fs::write(&path, bytes).map_err(|source| UkiError::Io {
-            what: "writing",
-            path,
-            source,
-        })?;
+    if let Some(pcr) = keys.pcr {
+        sections.push((".pcrpkey", pcr.public_pem().as_bytes().to_vec()));
+        let measured: Vec<(&str, &[u8])> = sections.iter().map(|(n, b)| (*n, &b[..])).collect();
+        let stub = ingot_artifact::uki::pcr11_of(&measured);
+        let sig = pcr.sign(stub, &pcr_policy::PHASES)?;
+        let json = serde_json::to_vec(&sig).expect("a PcrSig serialises");
+        sections.push((".pcrsig", json));
     }
+    write_file(&work.join("stub.efi"), &parts.stub)?;
     let mut args: Vec<std::ffi::OsString> = Vec::new();
-    for ((section, vma), file) in SECTIONS.iter().zip(["osrel", "cmdline", "linux", "initrd"]) {
+    for (section, vma, file) in SECTIONS {
+        let Some((_, bytes)) = sections.iter().find(|(n, _)| *n == section) else {
+            continue;
+        };
+        write_file(&work.join(file), bytes)?;
         let mut add = std::ffi::OsString::from(format!("{section}="));
         add.push(work.join(file));
         args.extend(["--add-section".into(), add]);
@@ -196,9 +214,9 @@ pub fn make(
     run("objcopy", "binutils", created, &refs)?;
     let sign: [&std::ffi::OsStr; 7] = [
         "--key".as_ref(),
-        key.key.as_os_str(),
+        keys.db.key.as_os_str(),
         "--cert".as_ref(),
-        key.cert.as_os_str(),
+        keys.db.cert.as_os_str(),
         "--output".as_ref(),
         signed.as_os_str(),
         unsigned.as_os_str(),
@@ -207,6 +225,14 @@ pub fn make(
     fs::read(&signed).map_err(|source| UkiError::Io {
         what: "reading",
         path: signed,
+        source,
+    })
+}
+
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), UkiError> {
+    fs::write(path, bytes).map_err(|source| UkiError::Io {
+        what: "writing",
+        path: path.to_owned(),
         source,
     })
 }

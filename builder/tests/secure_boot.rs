@@ -31,7 +31,17 @@ fn usable(test: &str) -> bool {
         ],
     ) && have_file(test, Path::new(STUB))
         && have_file(test, Path::new("/lib/systemd/systemd-measure"))
+        && have_tools(test, &["swtpm"])
+        && have_file(test, Path::new(TCTI_SWTPM))
+        && have_file(test, Path::new(ESYS))
 }
+
+/// What `systemd-measure sign` loads to reach a TPM (it computes the policy digest in a TPM
+/// trial session): the TSS2 ESAPI and its swtpm transport.
+const ESYS: &str = "/usr/lib/x86_64-linux-gnu/libtss2-esys.so.0";
+const TCTI_SWTPM: &str = "/usr/lib/x86_64-linux-gnu/libtss2-tcti-swtpm.so.0";
+/// The boot phases ingot signs (`ingot_artifact::pcr_policy::PHASES`), as inspect names them.
+const SHOWN_PHASES: &str = "(stub), sysinit, sysinit:ready";
 
 /// The demo's base with systemd-stub, and one more layer with a rule; the manifest carries
 /// kernel arguments.
@@ -63,7 +73,7 @@ fn stack(dir: &Path) -> PathBuf {
     manifest
 }
 
-fn build(manifest: &Path, out: &Path, sign: &Path, keys: &Path) {
+fn build(manifest: &Path, out: &Path, sign: &Path, keys: &Path, pcr: &Path) {
     ingot_ok([
         "build".as_ref(),
         manifest.as_os_str(),
@@ -78,7 +88,39 @@ fn build(manifest: &Path, out: &Path, sign: &Path, keys: &Path) {
         keys.join("db.key").as_os_str(),
         "--secure-boot-cert".as_ref(),
         keys.join("db.crt").as_os_str(),
+        "--pcr-key".as_ref(),
+        pcr.as_os_str(),
     ]);
+}
+
+/// `ingot key generate --pcr`: (private, public) PEM, the public half what openssl derives.
+fn pcr_keypair(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let (sk, pk) = (
+        dir.join(format!("{name}.key")),
+        dir.join(format!("{name}.pub")),
+    );
+    let out = ingot_ok([
+        "key".as_ref(),
+        "generate".as_ref(),
+        "--pcr".as_ref(),
+        "--secret".as_ref(),
+        sk.as_os_str(),
+        "--public".as_ref(),
+        pk.as_os_str(),
+    ]);
+    let derived = common::run_ok(
+        Command::new("openssl")
+            .args(["pkey", "-pubout", "-in"])
+            .arg(&sk),
+    );
+    assert_eq!(derived, fs::read_to_string(&pk).unwrap(), "{out}");
+    let text = common::run_ok(
+        Command::new("openssl")
+            .args(["pkey", "-noout", "-text", "-in"])
+            .arg(&sk),
+    );
+    assert!(text.contains("Private-Key: (2048 bit"), "{text}");
+    (sk, pk)
 }
 
 fn uki_path(layout: &Path) -> PathBuf {
@@ -163,13 +205,14 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
     let keys = secure_boot_keys(dir.path());
 
     let (sign, public) = keypair(dir.path(), "release");
+    let (pcr_key, pcr_pub) = pcr_keypair(dir.path(), "pcr");
     let manifest = stack(dir.path());
     let (a, b) = (dir.path().join("a"), dir.path().join("b"));
     let started = std::time::Instant::now();
-    build(&manifest, &a, &sign, &keys);
+    build(&manifest, &a, &sign, &keys, &pcr_key);
     eprintln!("secure boot build: {:.1?}", started.elapsed());
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    build(&manifest, &b, &sign, &keys);
+    build(&manifest, &b, &sign, &keys, &pcr_key);
     let (la, lb) = (read_layout(&a), read_layout(&b));
     assert_eq!(la.manifest_digest, lb.manifest_digest, "two builds differ");
     let (ua, ub) = (uki_path(&a), uki_path(&b));
@@ -211,7 +254,9 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
         "{shown}"
     );
     assert!(shown.contains(&format!("cmdline    {want}")), "{shown}");
-    assert_pcr11_is_systemd_measure(&uki, &shown, &dir.path().join("sections"));
+    let sections = dir.path().join("sections");
+    assert_pcr11_is_systemd_measure(&uki, &shown, &sections);
+    assert_pcr_policy_is_systemd_measure(&uki, &shown, &sections, (&pcr_key, &pcr_pub));
 
     // verify accepts it; a flipped byte in the UKI blob is a digest mismatch (exit 4).
     ingot_ok([
@@ -243,6 +288,7 @@ fn a_signed_uki_is_deterministic_verified_and_names_every_layer() {
     );
 
     assert_a_foreign_cmdline_is_refused(&a, &want, &roots[1].1, &base, &keys, dir.path());
+    assert_a_foreign_pcr_key_is_refused(&a, &ua, dir.path());
 }
 
 /// Puts `bytes` into the layout's blob store; (digest, size).
@@ -258,13 +304,7 @@ fn assert_pcr11_is_systemd_measure(uki: &[u8], shown: &str, sections: &Path) {
     fs::create_dir_all(sections).unwrap();
     let mut measure = Command::new("/lib/systemd/systemd-measure");
     measure.args(["calculate", "--bank=sha256", "--phase="]);
-    for name in ingot_artifact::uki::MEASURED {
-        let file = sections.join(&name[1..]);
-        fs::write(&file, ingot_artifact::uki::section(uki, name).unwrap()).unwrap();
-        let mut arg = std::ffi::OsString::from(format!("--{}=", &name[1..]));
-        arg.push(&file);
-        measure.arg(arg);
-    }
+    measure.args(section_args(uki, sections));
     let oracle = common::run_ok(&mut measure);
     let value = oracle
         .lines()
@@ -274,6 +314,123 @@ fn assert_pcr11_is_systemd_measure(uki: &[u8], shown: &str, sections: &Path) {
         shown.contains(&format!("pcr 11     sha256:{value} (systemd-stub)")),
         "{shown}\n{oracle}"
     );
+}
+
+/// `--linux=FILE ...` for systemd-measure: every measured section `uki` has, written to
+/// `sections`.
+fn section_args(uki: &[u8], sections: &Path) -> Vec<std::ffi::OsString> {
+    let mut args = Vec::new();
+    for name in ingot_artifact::uki::MEASURED {
+        let Ok(bytes) = ingot_artifact::uki::section(uki, name) else {
+            continue;
+        };
+        let file = sections.join(&name[1..]);
+        fs::write(&file, bytes).unwrap();
+        let mut arg = std::ffi::OsString::from(format!("--{}=", &name[1..]));
+        arg.push(&file);
+        args.push(arg);
+    }
+    args
+}
+
+/// A software TPM on a unix socket, for `systemd-measure sign`'s trial session; killed on drop.
+struct Tpm(std::process::Child);
+
+impl Tpm {
+    fn start(dir: &Path) -> (Tpm, String) {
+        fs::create_dir_all(dir).unwrap();
+        let sock = dir.join("sock");
+        let child = Command::new("swtpm")
+            .args(["socket", "--tpm2", "--flags", "startup-clear"])
+            .arg("--tpmstate")
+            .arg(format!("dir={}", dir.display()))
+            .arg("--server")
+            .arg(format!("type=unixio,path={}", sock.display()))
+            .arg("--ctrl")
+            .arg(format!("type=unixio,path={}.ctrl", sock.display()))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("swtpm");
+        for _ in 0..100 {
+            if sock.exists() && dir.join("sock.ctrl").exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        (Tpm(child), format!("swtpm:path={}", sock.display()))
+    }
+}
+
+impl Drop for Tpm {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The UKI's `.pcrsig` is what `systemd-measure sign` makes (on swtpm) for its sections, phases
+/// and key, signature for signature (RSA PKCS#1 v1.5 is deterministic), and inspect names the
+/// phases.
+fn assert_pcr_policy_is_systemd_measure(
+    uki: &[u8],
+    shown: &str,
+    sections: &Path,
+    (key, public): (&Path, &Path),
+) {
+    let (_tpm, device) = Tpm::start(&sections.join("tpm"));
+    let mut measure = Command::new("/lib/systemd/systemd-measure");
+    measure
+        .args(["sign", "--bank=sha256", "--json=short"])
+        .args(["--phase=", "--phase=sysinit", "--phase=sysinit:ready"])
+        .arg(format!("--tpm2-device={device}"))
+        .arg(format!("--private-key={}", key.display()))
+        .arg(format!("--public-key={}", public.display()))
+        .args(section_args(uki, sections));
+    let oracle: serde_json::Value = serde_json::from_str(&common::run_ok(&mut measure)).unwrap();
+    let inside = ingot_artifact::uki::section(uki, ".pcrsig").unwrap();
+    let ours: serde_json::Value = serde_json::from_slice(inside).unwrap();
+    assert_eq!(ours, oracle);
+    let pkey = ingot_artifact::uki::section(uki, ".pcrpkey").unwrap();
+    assert!(
+        pkey == fs::read(public).unwrap(),
+        ".pcrpkey is not the key's public half"
+    );
+    let pkfp = oracle["sha256"][0]["pkfp"].as_str().unwrap();
+    assert!(
+        shown.contains(&format!(
+            "pcr policy key {pkfp} signs PCR 11 in: {SHOWN_PHASES}"
+        )),
+        "{shown}"
+    );
+}
+
+/// The release's UKI with its `.pcrpkey` replaced by another key's (objcopy; the signatures then
+/// name a key the UKI does not carry) is refused by what `verify` and the writer run.
+fn assert_a_foreign_pcr_key_is_refused(a: &Path, uki: &Path, dir: &Path) {
+    let (_, other) = pcr_keypair(dir, "other-pcr");
+    let evil = dir.join("evil-pcrpkey.efi");
+    let mut objcopy = Command::new("objcopy");
+    objcopy
+        .arg(format!("--update-section=.pcrpkey={}", other.display()))
+        .arg(uki)
+        .arg(&evil);
+    common::run_ok(&mut objcopy);
+    let evil = fs::read(&evil).unwrap();
+    let layout = LayoutSource::open(a).unwrap();
+    let (digest, size) = layout_blob(a, &evil);
+    let trust = Trust {
+        key: None,
+        allow_unsigned: true,
+    };
+    let (report, _) = verify_metadata(&layout, &trust).unwrap();
+    let mut d = report.descriptor;
+    let pinned = d.uki.as_mut().unwrap();
+    (pinned.digest, pinned.size) = (digest, size);
+    let e = read_uki(&layout, &d).unwrap_err();
+    assert!(matches!(e, VerifyError::PcrPolicy(_)), "{e}");
+    let chain = ingot_artifact::error_chain::text(&e);
+    assert!(chain.contains("names key"), "{chain}");
+    assert_eq!(e.exit_code(), 5);
 }
 
 /// A UKI whose .cmdline is not the layers' (here: one root hash changed), correctly pinned and
@@ -297,11 +454,15 @@ fn assert_a_foreign_cmdline_is_refused(
         key: keys.join("db.key"),
         cert: keys.join("db.crt"),
     };
+    let signer = ingot::uki::Signer {
+        db: &key,
+        pcr: None,
+    };
     let evil = ingot::uki::make(
         &parts,
         &changed,
         "2023-11-14T22:13:20Z",
-        &key,
+        &signer,
         &dir.join("evil"),
     )
     .unwrap();

@@ -737,6 +737,7 @@ fn an_unsigned_stack_is_refused_without_naming_a_flag_the_writer_lacks() {
             force: false,
             progress: false,
             secure_boot: None,
+            pcr_key: None,
         },
     )
     .unwrap();

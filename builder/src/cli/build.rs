@@ -41,6 +41,14 @@ pub struct BuildArgs {
     /// The db certificate (PEM) that goes with --secure-boot-key.
     #[arg(long, value_name = "CERT", requires = "secure_boot_key")]
     pub secure_boot_cert: Option<PathBuf>,
+    /// Give the release's UKI a signed PCR 11 policy: its public half as the `.pcrpkey` section
+    /// and, as `.pcrsig`, its signatures of the PCR 11 values the UKI leaves in the boot phases a
+    /// node opens its secrets in (the stub's measurement alone, `sysinit`, `sysinit:ready`), in
+    /// the format systemd 252's `systemd-creds` and `systemd-cryptenroll --tpm2-public-key` take
+    /// (docs/boot-contract.md, "Measured boot"). An RSA private key in PEM, at least 2048 bits
+    /// (`ingot key generate --pcr` or `openssl genpkey -algorithm RSA`); needs --secure-boot-key.
+    #[arg(long, value_name = "KEY", requires = "secure_boot_key")]
+    pub pcr_key: Option<PathBuf>,
     /// Uncompressed bytes per zstd frame (recorded in the descriptor).
     #[arg(long, default_value_t = DEFAULT_FRAME_SIZE, value_name = "BYTES")]
     pub frame_size: usize,
@@ -112,6 +120,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
             }),
             _ => None,
         },
+        pcr_key: args.pcr_key.clone(),
     };
     let out =
         build(&manifest, &opts).with_context(|| format!("building {}", args.manifest.display()))?;

@@ -1,5 +1,5 @@
 //! `ingot key`: minisign key pairs for signing stacks, cosign key pairs for signing their
-//! manifests, Secure Boot key sets.
+//! manifests, PCR policy keys for the UKI's signed PCR 11 policy, Secure Boot key sets.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -22,17 +22,26 @@ pub enum KeyCommand {
     /// is allowed, as cosign allows it) for `ingot publish --cosign-key`, cosign and skopeo's
     /// `--sign-by-sigstore-private-key`, and `cosign.pub` for `--trust-key`, `cosign verify
     /// --key` and a `policy.json` `sigstoreSigned` requirement.
+    ///
+    /// With --pcr, a PCR policy key pair: `pcr.key` (RSA-2048, PKCS#8 PEM, unencrypted, mode
+    /// 0600) for `ingot build --pcr-key`, and `pcr.pub` (its public half, PEM, what the UKI's
+    /// `.pcrpkey` section carries and `systemd-creds --tpm2-public-key` takes).
     #[command(after_help = super::exit_status::PLAIN)]
     Generate {
-        /// Where to write the secret key [default: ingot.key, with --cosign cosign.key].
+        /// Where to write the secret key [default: ingot.key, with --cosign cosign.key, with
+        /// --pcr pcr.key].
         #[arg(long, short = 's', value_name = "PATH")]
         secret: Option<PathBuf>,
-        /// Where to write the public key [default: ingot.pub, with --cosign cosign.pub].
+        /// Where to write the public key [default: ingot.pub, with --cosign cosign.pub, with
+        /// --pcr pcr.pub].
         #[arg(long, short = 'p', value_name = "PATH")]
         public: Option<PathBuf>,
         /// Make a cosign key pair instead of a minisign one.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "pcr")]
         cosign: bool,
+        /// Make a PCR policy key pair (RSA) instead of a minisign one.
+        #[arg(long)]
+        pcr: bool,
         /// With --cosign: read the private key's password from this file (its first line),
         /// instead of COSIGN_PASSWORD.
         #[arg(long, value_name = "FILE", requires = "cosign")]
@@ -120,12 +129,30 @@ pub fn run(cmd: KeyCommand) -> anyhow::Result<ExitCode> {
             cosign: true,
             password_file,
             force,
+            ..
         } => generate_cosign(
             &secret.unwrap_or_else(|| "cosign.key".into()),
             &public.unwrap_or_else(|| "cosign.pub".into()),
             password_file.as_deref(),
             force,
         ),
+        KeyCommand::Generate {
+            secret,
+            public,
+            pcr: true,
+            force,
+            ..
+        } => {
+            let secret = secret.unwrap_or_else(|| "pcr.key".into());
+            let public = public.unwrap_or_else(|| "pcr.pub".into());
+            let (key, pem) = ingot_artifact::pcr_policy::PcrKey::generate()?;
+            write_new(&secret, &pem, 0o600, force)?;
+            write_new(&public, key.public_pem(), 0o644, force)?;
+            println!("key id     {}", key.fingerprint_hex());
+            println!("secret key {}", secret.display());
+            println!("public key {}", public.display());
+            Ok(ExitCode::SUCCESS)
+        }
         KeyCommand::Generate {
             secret,
             public,

@@ -91,6 +91,7 @@ pub fn build_stack_keyed(
             force: false,
             progress: false,
             secure_boot,
+            pcr_key: None,
         },
     )
     .unwrap_or_else(|e| panic!("building {}: {e}", manifest.display()));

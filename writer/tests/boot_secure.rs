@@ -13,8 +13,9 @@
 //! boot's firmware also offers a command line as an SMBIOS OEM string (systemd-stub's
 //! `io.systemd.stub.kernel-cmdline-extra`), and no kernel gets it. A BIOS
 //! machine of the release gets GRUB and the loader entry and boots under SeaBIOS. With swtpm,
-//! two machines of the release agree in PCR 11 (the value `ingot inspect` predicts) and differ
-//! in PCR 12 (their node credentials).
+//! two machines of the release agree in PCR 11 (the value `ingot inspect` predicts, for which
+//! the release's signed PCR policy has its first signature) and differ in PCR 12 (their node
+//! credentials).
 //!
 //! Needs root, qemu-system-x86_64, OVMF's Secure Boot build, docker-registry, sbsigntool,
 //! efitools, faketime, mtools and what `tests/boot/build-stack.sh` needs; skipped with a
@@ -333,11 +334,13 @@ fn assert_pcrs_of_one_release(one: &str, two: &str, layout: &Path) {
         "PCR 12 is the same for two node credentials"
     );
     let source = ingot_artifact::verify::LayoutSource::open(layout).unwrap();
-    let predicted = ingot::inspect::inspect(&source, None, None, false)
-        .unwrap()
-        .pcr11
-        .expect("inspect predicts PCR 11");
+    let report = ingot::inspect::inspect(&source, None, None, false).unwrap();
+    let predicted = report.pcr11.expect("inspect predicts PCR 11");
     assert_eq!(pcr_one.0, predicted, "PCR 11 is not the predicted value");
+    // The release's signed PCR policy (checked by inspect) has a signature for exactly the
+    // value the TPM holds while the initramfs runs: the stub's phase, `.pcrpkey` measured.
+    let policy = report.pcr_policy.expect("a PCR policy");
+    assert_eq!(policy.phases, ["", "sysinit", "sysinit:ready"]);
 }
 
 #[test]

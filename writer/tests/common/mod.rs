@@ -80,6 +80,14 @@ pub fn build_stack_keyed(
     fs::write(&public, key.public_key().to_minisign()).unwrap();
     let layout = dir.path().join("layout");
     let m = Manifest::load(manifest).unwrap_or_else(|e| panic!("{e}"));
+    // A Secure Boot release also carries a signed PCR policy (boot-contract.md, "Measured
+    // boot"): boot_secure.rs checks the TPM's PCR 11 against it.
+    let pcr_key = secure_boot.as_ref().map(|_| {
+        let (_, pem) = ingot_artifact::pcr_policy::PcrKey::generate().unwrap();
+        let path = dir.path().join("pcr.key");
+        fs::write(&path, pem).unwrap();
+        path
+    });
     let built = build(
         &m,
         &BuildOptions {
@@ -91,7 +99,7 @@ pub fn build_stack_keyed(
             force: false,
             progress: false,
             secure_boot,
-            pcr_key: None,
+            pcr_key,
         },
     )
     .unwrap_or_else(|e| panic!("building {}: {e}", manifest.display()));

@@ -72,6 +72,7 @@ fn the_lower_crates_use_nothing_above_them() {
             &["ingot-bootstrap", "ingot-layers", "ingot-verity"],
         ),
         ("ingot-machine", &["ingot-machine"]),
+        ("ingot-vm", &["ingot-vm"]),
         (
             "ingot-registry",
             &["ingot-registry", "ingot-layers", "ingot-verity"],
@@ -157,4 +158,5 @@ const LINED_CRATES: &[&str] = &[
     "docgen",
     "testkit",
     "testproxy",
+    "vm",
 ];

@@ -2,7 +2,8 @@
 //! binary): real tools and real services, started and checked the same way everywhere.
 
 pub mod command;
-pub mod console;
+/// A QEMU serial console as text: `ingot-vm`'s.
+pub use ingot_vm::console;
 pub mod cores;
 pub mod digest;
 pub mod error_rule;

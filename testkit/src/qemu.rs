@@ -1,16 +1,21 @@
 //! QEMU (TCG) for the boot tests: a VM runs until its guest powers off, and its serial console
 //! comes back as text. [`boot_disk`] boots written disk images the way a node's firmware does.
+//! The machines, their command lines, the firmware's files, swtpm and the watched run are
+//! `ingot-vm`'s, the code `ingot vm` boots with; this module adds the tests' policy: TCG, a
+//! free host core per vCPU, generous limits, a failure that panics with the console's end.
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
-pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
-/// OVMF built with Secure Boot (needs SMM and a secure flash); with [`OVMF_VARS`] it starts in
-/// Setup Mode (no keys: Secure Boot off until a PK is enrolled).
-pub const OVMF_CODE_SECBOOT: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
+use ingot_vm::accel::Accel;
+/// The firmware's files where Debian installs them (the boot tests check for them to skip).
+pub use ingot_vm::firmware::*;
+use ingot_vm::machine::{Boot, Disk, Machine, Serial};
+use ingot_vm::run::{End, Watch};
+use ingot_vm::swtpm::Swtpm;
+
 /// TCG on two shared cores: generous, never a measure of anything.
 pub const TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -28,25 +33,6 @@ pub fn writer_kernel_args() -> Vec<&'static str> {
         .collect()
 }
 
-/// The firmware a VM boots with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Firmware {
-    /// OVMF: the machine has `/sys/firmware/efi`.
-    Uefi,
-    /// QEMU's default SeaBIOS: legacy BIOS, as Hetzner's cloud VMs boot.
-    Bios,
-}
-
-/// A qemu process, killed on drop (a failing assertion must not leave it running).
-struct Qemu(std::process::Child);
-
-impl Drop for Qemu {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Boots a written disk (virtio-blk) with `firmware` until the node powers off; returns the
 /// serial console.
 pub fn boot_disk(image: &Path, firmware: Firmware, what: &str) -> String {
@@ -58,118 +44,76 @@ pub fn boot_disk(image: &Path, firmware: Firmware, what: &str) -> String {
 pub fn boot_disks(images: &[&Path], firmware: Firmware, what: &str) -> String {
     let work = tempfile::tempdir_in("/var/tmp").unwrap();
     let log = work.path().join("serial.log");
-    let mut cmd = vm(firmware, 1, 1024, work.path());
-    for image in images {
-        cmd.arg("-drive")
-            .arg(format!("file={},format=raw,if=virtio", image.display()));
-    }
-    cmd.arg("-serial").arg(format!("file:{}", log.display()));
-    run_qemu(cmd, &log, &work.path().join("qemu.err"), what)
+    let mut m = machine(firmware, 1, 1024, work.path());
+    m.disks = virtio(images);
+    m.serial = Serial::File(log.clone());
+    run_qemu(m.command(), &log, &work.path().join("qemu.err"), what)
 }
 
-/// A q35 TCG machine with `cpus` and `mem_mib`, no devices yet, that powers off instead of
-/// rebooting; with UEFI, OVMF with its own copy of the variable store in `work`.
-pub fn vm(firmware: Firmware, cpus: u32, mem_mib: u32, work: &Path) -> Command {
-    let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args(["-machine", "q35", "-accel", "tcg", "-cpu", "max"])
-        .args(["-smp", &cpus.to_string(), "-m", &mem_mib.to_string()])
-        .args(["-display", "none", "-monitor", "none"])
-        .args(["-nodefaults", "-no-reboot"]);
-    if firmware == Firmware::Uefi {
-        let vars = work.join("vars.fd");
-        fs::copy(OVMF_VARS, &vars).unwrap();
-        cmd.arg("-drive")
-            .arg(format!(
-                "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}"
-            ))
-            .arg("-drive")
-            .arg(format!(
-                "if=pflash,format=raw,unit=1,file={}",
-                vars.display()
-            ));
-    }
-    cmd
-}
-
-/// A q35 TCG machine with OVMF's Secure Boot build, SMM and a secure flash, booting with the
-/// variable store `vars` (used in place: pass a copy), that powers off instead of rebooting;
-/// no disks yet.
-pub fn vm_secure_boot(cpus: u32, mem_mib: u32, vars: &Path) -> Command {
-    let mut cmd = Command::new("qemu-system-x86_64");
-    cmd.args(["-machine", "q35,smm=on", "-accel", "tcg", "-cpu", "max"])
-        .args(["-smp", &cpus.to_string(), "-m", &mem_mib.to_string()])
-        .args(["-display", "none", "-monitor", "none"])
-        .args(["-nodefaults", "-no-reboot"])
-        .args(["-global", "driver=cfi.pflash01,property=secure,value=on"])
-        .arg("-drive")
-        .arg(format!(
-            "if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE_SECBOOT}"
-        ))
-        .arg("-drive")
-        .arg(format!(
-            "if=pflash,format=raw,unit=1,file={}",
-            vars.display()
-        ));
-    cmd
-}
-
-/// A software TPM 2.0 (`swtpm socket`) for one VM, its state in a directory of its own; the
-/// process is killed on drop.
-pub struct Swtpm {
-    child: std::process::Child,
-    socket: std::path::PathBuf,
-}
-
-impl Swtpm {
-    /// Starts swtpm with a fresh state in `dir`; waits for its control socket.
-    pub fn start(dir: &Path) -> Swtpm {
-        let state = dir.join("tpm");
-        fs::create_dir_all(&state).unwrap();
-        let socket = state.join("ctrl.sock");
-        let child = Command::new("swtpm")
-            .arg("socket")
-            .arg("--tpm2")
-            .arg("--tpmstate")
-            .arg(format!("dir={}", state.display()))
-            .arg("--ctrl")
-            .arg(format!("type=unixio,path={}", socket.display()))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("swtpm");
-        let tpm = Swtpm { child, socket };
-        let started = Instant::now();
-        while !tpm.socket.exists() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "swtpm did not start"
-            );
-            std::thread::sleep(Duration::from_millis(50));
+/// A test machine (TCG) booting with `firmware` (UEFI: its own copy of the variable
+/// store in `work`), `cpus` and `mem_mib`, no disks and no serial port yet.
+pub fn machine(firmware: Firmware, cpus: u32, mem_mib: u32, work: &Path) -> Machine {
+    let images = Lookup::system()
+        .firmware(firmware)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let boot = match images.vars_template {
+        None => Boot::Bios { image: images.code },
+        Some(template) => {
+            let vars = work.join("vars.fd");
+            fs::copy(template, &vars).unwrap();
+            match firmware {
+                Firmware::SecureBoot => Boot::SecureBoot {
+                    code: images.code,
+                    vars,
+                },
+                _ => Boot::Uefi {
+                    code: images.code,
+                    vars,
+                },
+            }
         }
-        tpm
-    }
-
-    /// The qemu arguments that give the VM this TPM (TIS, as on most servers).
-    pub fn qemu_args(&self) -> Vec<String> {
-        vec![
-            "-chardev".into(),
-            format!("socket,id=chrtpm,path={}", self.socket.display()),
-            "-tpmdev".into(),
-            "emulator,id=tpm0,chardev=chrtpm".into(),
-            "-device".into(),
-            "tpm-tis,tpmdev=tpm0".into(),
-        ]
-    }
+    };
+    let mut m = Machine::new(boot, Serial::None);
+    (m.accel, m.cpus, m.memory_mib) = (Accel::Tcg, cpus, mem_mib);
+    m
 }
 
-impl Drop for Swtpm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `images` as virtio-blk disks.
+pub fn virtio(images: &[&Path]) -> Vec<Disk> {
+    images
+        .iter()
+        .map(|i| Disk {
+            image: i.to_path_buf(),
+            id: None,
+        })
+        .collect()
 }
 
-/// Boots `images` (virtio-blk, the firmware boots the first) under OVMF's Secure Boot build with
+/// A q35 TCG machine's command line with `cpus` and `mem_mib`, no devices and no serial port
+/// yet, that powers off instead of rebooting; with UEFI, its own copy of the variable store in
+/// `work`. The caller adds the disks and the serial console.
+pub fn vm(firmware: Firmware, cpus: u32, mem_mib: u32, work: &Path) -> Command {
+    machine(firmware, cpus, mem_mib, work).command()
+}
+
+/// A q35 TCG machine's command line with the Secure Boot firmware, booting with the variable
+/// store `vars` (used in place: pass a copy), that powers off instead of rebooting; no disks
+/// and no serial console yet.
+pub fn vm_secure_boot(cpus: u32, mem_mib: u32, vars: &Path) -> Command {
+    let code = Lookup::system()
+        .firmware(Firmware::SecureBoot)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .code;
+    let boot = Boot::SecureBoot {
+        code,
+        vars: vars.to_path_buf(),
+    };
+    let mut m = Machine::new(boot, Serial::None);
+    (m.cpus, m.memory_mib) = (cpus, mem_mib);
+    m.command()
+}
+
+/// Boots `images` (virtio-blk, the firmware boots the first) under the Secure Boot firmware with
 /// a copy of the variable store `vars` (and, with `tpm`, a fresh software TPM), until the guest
 /// powers off, or, with `until`, until the console shows one of those texts (a refused image:
 /// the firmware then waits for a boot option for ever); returns the serial console. `smbios`:
@@ -185,23 +129,20 @@ pub fn boot_secure(
 ) -> String {
     let work = tempfile::tempdir_in("/var/tmp").unwrap();
     let log = work.path().join("serial.log");
-    let copy = work.path().join("vars.fd");
-    fs::copy(vars, &copy).unwrap();
-    let mut cmd = vm_secure_boot(1, 1024, &copy);
-    for s in smbios {
-        cmd.arg("-smbios").arg(format!("type=11,value={s}"));
+    let mut m = machine(Firmware::SecureBoot, 1, 1024, work.path());
+    m.serial = Serial::File(log.clone());
+    if let Boot::SecureBoot { vars: copy, .. } = &m.boot {
+        fs::copy(vars, copy).unwrap();
     }
-    for image in images {
-        cmd.arg("-drive")
-            .arg(format!("file={},format=raw,if=virtio", image.display()));
-    }
-    let swtpm = tpm.then(|| Swtpm::start(work.path()));
-    if let Some(t) = &swtpm {
-        cmd.args(t.qemu_args());
-    }
-    cmd.arg("-serial").arg(format!("file:{}", log.display()));
+    m.oem_strings = smbios.iter().map(|s| s.to_string()).collect();
+    m.disks = virtio(images);
+    let swtpm = tpm.then(|| {
+        let program = Lookup::system().swtpm().unwrap_or_else(|e| panic!("{e}"));
+        Swtpm::start(&program, &work.path().join("tpm")).expect("swtpm")
+    });
+    m.tpm = swtpm.as_ref().map(|t| t.socket().to_path_buf());
     let console = run_qemu_until(
-        cmd,
+        m.command(),
         &log,
         &work.path().join("qemu.err"),
         what,
@@ -242,12 +183,10 @@ pub fn run_qemu_until(
     run_qemu_watched(cmd, log, err, what, until, timeout, None)
 }
 
-/// [`run_qemu_until`] that also fails once the console has printed nothing for `silence`: a
-/// guest frozen whole (a nested guest that never gives its vCPU back stops every timer of the
-/// guest's own, so no bound inside it can fire) fails then, naming its last line, and not only
-/// at `timeout`.
+/// [`run_qemu_until`] that also fails once the console has printed nothing for `silence`
+/// ([`Watch::silence`]), naming its last line, and not only at `timeout`.
 pub fn run_qemu_watched(
-    mut cmd: Command,
+    cmd: Command,
     log: &Path,
     err: &Path,
     what: &str,
@@ -259,77 +198,42 @@ pub fn run_qemu_watched(
     if cores.waited > Duration::from_secs(1) {
         eprintln!("{what}: waited {:.1?} for a free core", cores.waited);
     }
-    let started = Instant::now();
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(err).unwrap())
-        .spawn()
-        .expect("qemu-system-x86_64");
-    let mut q = Qemu(child);
-    let mut seen = false;
-    let (mut printed, mut last_output) = (0, Instant::now());
-    let mut silent = false;
-    let status = loop {
-        if let Some(s) = q.0.try_wait().unwrap() {
-            break Some(s);
-        }
-        if started.elapsed() > timeout {
-            break None;
-        }
-        if let Some(limit) = silence {
-            let len = fs::metadata(log).map_or(0, |m| m.len());
-            if len != printed {
-                (printed, last_output) = (len, Instant::now());
-            } else if last_output.elapsed() > limit {
-                silent = true;
-                break None;
-            }
-        }
-        if !until.is_empty() {
-            let text = crate::console::clean(&fs::read(log).unwrap_or_default());
-            if until.iter().any(|u| text.contains(u)) {
-                seen = true;
-                break None;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(200));
+    let watch = Watch {
+        log,
+        stderr: err,
+        until,
+        timeout,
+        silence,
     };
-    let console = crate::console::clean(&fs::read(log).unwrap_or_default());
-    if seen {
-        eprintln!(
-            "{what}: console showed {until:?} after {:.1?}",
-            started.elapsed()
-        );
-        record(what, cores.waited, started.elapsed());
-        return console;
-    }
-    let Some(status) = status else {
-        let kept = keep_console(what, &console);
-        if silent {
-            panic!(
-                "{what}: the console printed nothing for {:?} (the guest hung) after {:.1?}; \
-                 whole console in {kept}; its end:\n{}",
-                silence.unwrap_or_default(),
-                started.elapsed(),
-                crate::console::tail(&console, TAIL_LINES)
-            );
+    let ran = ingot_vm::run::watch(cmd, &watch).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let console = ran.console;
+    let tail = || crate::console::tail(&console, TAIL_LINES);
+    match ran.end {
+        End::Marker(_) => {
+            eprintln!("{what}: console showed {until:?} after {:.1?}", ran.ran);
         }
-        panic!(
-            "{what}: no poweroff within {timeout:?}; whole console in {kept}; its end:\n{}",
-            crate::console::tail(&console, TAIL_LINES)
-        );
-    };
-    let err = fs::read_to_string(err).unwrap_or_default();
-    if !status.success() {
-        let kept = keep_console(what, &console);
-        panic!(
-            "{what}: qemu {status}: {err}\nwhole console in {kept}; its end:\n{}",
-            crate::console::tail(&console, TAIL_LINES)
-        );
+        End::Silent => panic!(
+            "{what}: the console printed nothing for {:?} (the guest hung) after {:.1?}; \
+             whole console in {}; its end:\n{}",
+            silence.unwrap_or_default(),
+            ran.ran,
+            keep_console(what, &console),
+            tail()
+        ),
+        End::TimedOut => panic!(
+            "{what}: no poweroff within {timeout:?}; whole console in {}; its end:\n{}",
+            keep_console(what, &console),
+            tail()
+        ),
+        End::Exited(status) if !status.success() => panic!(
+            "{what}: qemu {status}: {}\nwhole console in {}; its end:\n{}",
+            ran.stderr,
+            keep_console(what, &console),
+            tail()
+        ),
+        End::Exited(_) => eprintln!("{what}: qemu ran {:.1?}", ran.ran),
     }
-    eprintln!("{what}: qemu ran {:.1?}", started.elapsed());
-    record(what, cores.waited, started.elapsed());
+    record(what, cores.waited, ran.ran);
     console
 }
 
@@ -447,11 +351,11 @@ mod tests {
 
     #[test]
     fn vcpus_come_from_smp() {
-        let mut c = Command::new("qemu-system-x86_64");
+        let mut c = Command::new(QEMU);
         assert_eq!(vcpus(&c), 1);
         c.args(["-m", "2048", "-smp", "2"]);
         assert_eq!(vcpus(&c), 2);
-        let mut c = Command::new("qemu-system-x86_64");
+        let mut c = Command::new(QEMU);
         c.args(["-smp", "cpus=4,sockets=1"]);
         assert_eq!(vcpus(&c), 4);
     }

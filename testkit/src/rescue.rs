@@ -15,7 +15,10 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Instant;
 
-pub use crate::qemu::{boot_disk, run_qemu, Firmware, OVMF_CODE, OVMF_VARS, TIMEOUT};
+pub use crate::qemu::{boot_disk, run_qemu, Firmware, TIMEOUT};
+/// The firmware's files, for the tests that check for them.
+pub use ingot_vm::firmware::*;
+use ingot_vm::machine::{DiskId, GuestForward, Kernel, Net, Serial, Share, UserNet};
 
 /// A disk of the VM: a raw image file with the identity the kernel sees.
 pub struct Disk {
@@ -93,43 +96,43 @@ impl Rescue {
         );
         let work = tempfile::tempdir_in("/var/tmp").unwrap();
         let log = work.path().join("serial.log");
-        let mut cmd = crate::qemu::vm(firmware, 2, 2048, work.path());
+        let mut m = crate::qemu::machine(firmware, 2, 2048, work.path());
         let mut append = format!("{} loglevel=4", crate::qemu::KERNEL_ARGS.join(" "));
-        let mut netdev = "user,id=n0,restrict=on".to_string();
+        // restrict=on leaves the forward to the registry the VM's only way out.
+        let mut net = UserNet {
+            restrict: true,
+            ..UserNet::default()
+        };
         if let Some(port) = registry {
             append.push_str(&format!(" ingot.registry={port}"));
-            // One process per connection; restrict=on leaves this the VM's only way out.
-            netdev.push_str(&format!(
-                ",guestfwd=tcp:10.0.2.100:{port}-cmd:/bin/busybox nc 127.0.0.1 {port}"
-            ));
+            // One process per connection.
+            net.guest_forwards.push(GuestForward {
+                port,
+                command: format!("/bin/busybox nc 127.0.0.1 {port}"),
+            });
         }
-        cmd.arg("-kernel")
-            .arg(&self.kernel)
-            .arg("-initrd")
-            .arg(&self.initrd)
-            .arg("-append")
-            .arg(append)
-            .args(["-netdev", &netdev, "-device", "virtio-net-pci,netdev=n0"])
-            .args(["-device", "virtio-scsi-pci,id=scsi0"]);
-        for (i, d) in disks.iter().enumerate() {
-            cmd.arg("-drive")
-                .arg(format!(
-                    "file={},if=none,id=d{i},format=raw,cache=unsafe",
-                    d.image.display()
-                ))
-                .arg("-device")
-                .arg(format!(
-                    "scsi-hd,drive=d{i},bus=scsi0.0,scsi-id={i},wwn={},serial={}",
-                    d.wwn, d.serial
-                ));
-        }
-        cmd.arg("-virtfs")
-            .arg(format!(
-                "local,path={},mount_tag=job,security_model=none,id=job",
-                job.display()
-            ))
-            .arg("-serial")
-            .arg(format!("file:{}", log.display()));
+        m.kernel = Some(Kernel {
+            kernel: self.kernel.clone(),
+            initrd: self.initrd.clone(),
+            append,
+        });
+        m.net = Net::User(net);
+        m.disks = disks
+            .iter()
+            .map(|d| ingot_vm::machine::Disk {
+                image: d.image.clone(),
+                id: Some(DiskId {
+                    wwn: d.wwn.clone(),
+                    serial: d.serial.clone(),
+                }),
+            })
+            .collect();
+        m.shares.push(Share {
+            tag: "job".into(),
+            path: job.to_path_buf(),
+        });
+        m.serial = Serial::File(log.clone());
+        let cmd = m.command();
         run_qemu(cmd, &log, &work.path().join("qemu.err"), "rescue")
     }
 }

@@ -9,7 +9,8 @@ mod probe;
 
 use std::time::Duration;
 
-pub use probe::{image as probe_image, ProbeError, EXIT_STATUS, QEMU};
+pub use crate::firmware::QEMU;
+pub use probe::{image as probe_image, ProbeError, EXIT_STATUS};
 
 /// How long the probe guest may take under KVM: it needs milliseconds where guests run on the
 /// CPU (and under a tenth of a second under TCG); QEMU's start is in this too.

@@ -1,5 +1,13 @@
 //! The machinery that boots stacks under QEMU, shared by `ingot vm` and the test suite, so the
-//! product and the tests cannot drift. Today it holds the accelerator choice ([`accel`]): KVM
-//! only when a guest really runs under it, else TCG and why.
+//! product and the tests cannot drift: the accelerator choice ([`accel`]: KVM only when a guest
+//! really runs under it, else TCG and why), the firmware and programs found or refused naming
+//! their Debian package ([`firmware`]), a machine described as a type and rendered into QEMU's
+//! command line ([`machine`]), a software TPM ([`swtpm`]), and a run watched on its serial
+//! console ([`run`], [`console`]).
 
 pub mod accel;
+pub mod console;
+pub mod firmware;
+pub mod machine;
+pub mod run;
+pub mod swtpm;

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-/// The QEMU binary the probe runs (and `ingot vm` boots with).
-pub const QEMU: &str = "qemu-system-x86_64";
+use crate::firmware::QEMU;
+
 /// QEMU's status when the guest wrote 0x2a to isa-debug-exit: `(0x2a << 1) | 1`.
 pub const EXIT_STATUS: i32 = 85;
 /// The firmware image's size: QEMU takes a BIOS of whole 64 KiB units.

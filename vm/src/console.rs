@@ -1,4 +1,4 @@
-//! A QEMU serial console as text, for the boot tests to read markers from.
+//! A QEMU serial console as text, for markers to be read from it.
 
 /// The serial log without CRs and ANSI escape sequences (OVMF draws with them).
 pub fn clean(raw: &[u8]) -> String {

@@ -31,8 +31,9 @@ STUB=/usr/lib/systemd/boot/efi/linuxx64.efi.stub
 GRUB_PC=/usr/lib/grub/i386-pc
 # GRUB modules built into core.img, so BIOS boot needs nothing from the ESP but grub/grub.cfg.
 GRUB_MODULES=(biosdisk part_gpt fat normal linux echo test)
-# The modules /init loads, with their dependencies (modprobe resolves them, softdeps included).
-MODULES=(virtio_pci virtio_blk dm-verity ext4 crc32c_generic overlay raid1)
+# The modules /init loads, with their dependencies (modprobe resolves them, softdeps included):
+# virtio-blk disks (the boot tests), SCSI disks on virtio-scsi (`ingot vm`, WWNs as on a server).
+MODULES=(virtio_pci virtio_blk virtio_scsi sd_mod dm-verity ext4 crc32c_generic overlay raid1)
 
 die() { echo "build-stack.sh: $*" >&2; exit 1; }
 for tool in modprobe gzip veritysetup blkid mke2fs mdadm ldd grub-mkimage; do

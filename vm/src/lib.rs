@@ -8,6 +8,8 @@
 pub mod accel;
 pub mod console;
 pub mod firmware;
+pub mod fixture;
 pub mod machine;
 pub mod run;
+pub mod state;
 pub mod swtpm;

@@ -20,3 +20,7 @@ error (2 usage, 3 signature, 4 digest or size, 5 verity, as `ingot verify`).";
 
 pub const VERITY_VERIFY: &str = "Exit status: 0 intact; 1 any other error; 2 a data or hash \
 block does not match (the first bad block is named), as veritysetup.";
+
+pub const VM: &str = "Exit status: QEMU's (0 the guest powered off); 1 an error before the \
+boot (named on stderr); 2 usage error; the writer's status when it failed (nothing is booted); \
+`ingot vm ssh`: ssh's.";

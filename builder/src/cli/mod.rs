@@ -18,6 +18,7 @@ mod publish;
 mod pull;
 mod verify;
 mod verity;
+mod vm;
 
 /// What `--version` prints after the program name (`ingot-docgen` prints it too).
 pub const VERSION: &str = ingot_artifact::version::VERSION;
@@ -66,6 +67,14 @@ pub enum Command {
     /// Compare two stacks: which layers changed, and which files in them.
     #[command(after_help = exit_status::DIFF)]
     Diff(diff::DiffArgs),
+    /// Boot a stack under QEMU: written onto disk images by the real writer, then booted.
+    ///
+    /// The writer (`ingot-writer`, beside `ingot` or on PATH) runs as CAPH runs it (detect,
+    /// gate, guard, stage, seal, write, verify) against a fixture machine in STATE/machine whose
+    /// disks are the VM's sparse images; QEMU then boots them as SCSI disks with the same WWNs,
+    /// the serial console on this terminal (Ctrl-A X ends the VM). See docs/vm.md.
+    #[command(after_help = exit_status::VM)]
+    Vm(vm::VmArgs),
 }
 
 /// Runs a parsed command line; the exit status says how it went.
@@ -82,6 +91,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Pull(args) => pull::run(args),
         Command::Resolve(args) => pull::run_resolve(args),
         Command::Diff(args) => diff::run(args),
+        Command::Vm(args) => vm::run(args),
     };
     match result {
         Ok(code) => code,

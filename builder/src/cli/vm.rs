@@ -1,0 +1,371 @@
+//! `ingot vm`: glue for [`ingot_vm`]. Describes the machine, has the writer write the stack
+//! onto the VM's disk images exactly as CAPH runs it (the `ingot-writer` binary with the
+//! machine fixture as its `--sysroot`), boots the disks under QEMU with the console on the
+//! terminal, and exits with QEMU's status. `ingot vm ssh` logs into the forwarded port.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand, ValueEnum};
+use ingot_vm::accel::{self, Accel};
+use ingot_vm::firmware::{Firmware, Lookup};
+use ingot_vm::state::{self, Spec, State};
+
+use super::publish::RegistryArgs;
+
+// `ingot vm --help` shows the subcommand's line in mod.rs; docs/vm.md has the walk-through.
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct VmArgs {
+    #[command(subcommand)]
+    pub command: Option<VmCommand>,
+    /// The stack, as the writer takes it: `oci://REGISTRY/REPO:TAG` (or `@sha256:...`), or an
+    /// OCI image layout directory. Not needed to boot a kept --state again.
+    pub source: Option<String>,
+    /// The public key the stack must be signed with (passed to the writer; else
+    /// INGOT_TRUST_KEY, else the writer's built-in key).
+    #[arg(long, value_name = "PUB")]
+    pub trust_key: Option<PathBuf>,
+    /// The node's role (passed to the writer; default: from the bootstrap data).
+    #[arg(long, value_name = "ROLE")]
+    pub role: Option<String>,
+    /// A GPU on the machine's PCI bus, which the writer detects (QEMU emulates none: the guest
+    /// does not see it).
+    #[arg(long, value_name = "VENDOR")]
+    pub gpu: Option<Gpu>,
+    /// Hardware virtualization, as the writer detects it (vmx and /dev/kvm in the fixture).
+    #[arg(long)]
+    pub virt: bool,
+    /// The firmware the VM boots with.
+    #[arg(long, value_enum, default_value_t = FirmwareArg::Uefi)]
+    pub firmware: FirmwareArg,
+    /// Disks (the writer writes every one, `var` mirrored when more than one).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub disks: u32,
+    /// Each disk's size: bytes, or with K, M, G or T (powers of 1024).
+    #[arg(long, default_value = "8G", value_name = "SIZE", value_parser = parse_size)]
+    pub disk_size: u64,
+    /// Virtual CPUs.
+    #[arg(long, default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub cpus: u32,
+    /// Memory in MiB.
+    #[arg(long, default_value_t = 2048, value_name = "MIB", value_parser = clap::value_parser!(u32).range(128..))]
+    pub memory: u32,
+    /// The machine's name (the hostname unless the bootstrap data sets one).
+    #[arg(long, default_value = "ingot-vm", value_name = "NAME")]
+    pub name: String,
+    /// Bootstrap data (cloud-config or Ignition), as CAPH passes it.
+    #[arg(long, value_name = "FILE", conflicts_with = "ssh_key")]
+    pub bootstrap: Option<PathBuf>,
+    /// Generate minimal bootstrap data: the hostname, and this public key authorized for root.
+    #[arg(long, value_name = "PUB")]
+    pub ssh_key: Option<PathBuf>,
+    /// The network: none (the default: the node's offline first boot), or QEMU's user
+    /// networking.
+    #[arg(long, value_enum, default_value_t = NetArg::None)]
+    pub net: NetArg,
+    /// With --net user: the host's 127.0.0.1:PORT forwarded to the guest's SSH port.
+    #[arg(long, value_name = "PORT")]
+    pub ssh_port: Option<u16>,
+    /// The accelerator (default: KVM when a probe guest runs under it, else TCG with a warning).
+    #[arg(long, value_enum)]
+    pub accel: Option<AccelArg>,
+    /// Keep the VM here: its disks, fixture, firmware variables and bootstrap data. A second
+    /// `ingot vm --state DIR` boots the disks as the first boot left them.
+    #[arg(long, value_name = "DIR", conflicts_with = "ephemeral")]
+    pub state: Option<PathBuf>,
+    /// Throw the VM away when it ends (the default without --state).
+    #[arg(long)]
+    pub ephemeral: bool,
+    /// Write SOURCE anew over the kept VM's disks, as re-provisioning a server does.
+    #[arg(long, requires = "state")]
+    pub rewrite: bool,
+    #[command(flatten)]
+    pub registry: RegistryArgs,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum VmCommand {
+    /// Log into a running VM over its forwarded SSH port (as root).
+    Ssh(SshArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SshArgs {
+    /// The VM's state directory (its SSH port is kept there).
+    #[arg(long, value_name = "DIR", required_unless_present = "port")]
+    pub state: Option<PathBuf>,
+    /// The forwarded port (instead of --state).
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
+    /// The command to run (after `--`); none: a login shell.
+    #[arg(last = true)]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Gpu {
+    Nvidia,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum FirmwareArg {
+    /// OVMF.
+    Uefi,
+    /// SeaBIOS.
+    Bios,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NetArg {
+    None,
+    User,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum AccelArg {
+    Kvm,
+    Tcg,
+}
+
+/// `8G`, `512M`, `1T`, or plain bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((s, ""), |i| s.split_at(i));
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (like 8G, 512M)"))?;
+    let shift = match unit {
+        "" => 0,
+        "K" | "k" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (use K, M, G or T)")),
+    };
+    n.checked_mul(1 << shift)
+        .filter(|&b| b >= 1 << 20)
+        .ok_or_else(|| format!("`{s}`: a disk is at least 1M and at most 16E"))
+}
+
+pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
+    if let Some(VmCommand::Ssh(ssh)) = args.command {
+        return run_ssh(ssh);
+    }
+    if args.ssh_port.is_some() && args.net != NetArg::User {
+        bail!("--ssh-port needs --net user");
+    }
+    let spec = Spec {
+        firmware: match args.firmware {
+            FirmwareArg::Uefi => Firmware::Uefi,
+            FirmwareArg::Bios => Firmware::Bios,
+        },
+        virt: args.virt,
+        nvidia_gpu: args.gpu.is_some(),
+        cpus: args.cpus,
+        memory_mib: args.memory,
+        disks: args.disks as usize,
+        disk_size: args.disk_size,
+        ssh_port: args.ssh_port,
+    };
+    let temp;
+    let state = match &args.state {
+        Some(dir) => State::new(dir),
+        None => {
+            temp = tempfile::Builder::new()
+                .prefix("ingot-vm-")
+                .tempdir_in(std::env::temp_dir())
+                .context("creating the VM's temporary state directory")?;
+            State::new(temp.path())
+        }
+    };
+    let source = plan(&args, &state)?;
+    // Refuse what is missing before writing anything.
+    let lookup = Lookup::system();
+    lookup.qemu()?;
+    let images = lookup.firmware(spec.firmware)?;
+    let forced = args.accel.map(|a| match a {
+        AccelArg::Kvm => Accel::Kvm,
+        AccelArg::Tcg => Accel::Tcg,
+    });
+    let choice = accel::choose(forced).context("--accel kvm")?;
+    if let Some(warning) = choice.warning() {
+        eprintln!("ingot vm: warning: {warning}");
+    }
+    match source {
+        Some(source) => {
+            let code = write(&args, source, &state, &spec)?;
+            if code != Some(0) {
+                eprintln!("ingot vm: the writer failed: nothing is booted");
+                return Ok(ExitCode::from(code.map_or(1, |c| c.clamp(1, 255) as u8)));
+            }
+        }
+        None => eprintln!(
+            "ingot vm: booting {} again as it was left",
+            state.dir().display()
+        ),
+    }
+    let port_file = state.ssh_port_file();
+    match spec.ssh_port {
+        Some(port) => std::fs::write(&port_file, format!("{port}\n")),
+        None => std::fs::remove_file(&port_file).or(Ok(())),
+    }
+    .with_context(|| format!("{}", port_file.display()))?;
+    let machine = state.machine_to_boot(&spec, images, choice.accel)?;
+    eprintln!(
+        "ingot vm: booting {} disk(s) with {} under {} (Ctrl-A X ends the VM)",
+        machine.disks.len(),
+        spec.firmware.name(),
+        choice.accel.name()
+    );
+    let status = ingot_vm::run::interactive(machine.command())?;
+    Ok(match status.code() {
+        Some(0) => ExitCode::SUCCESS,
+        Some(c) => ExitCode::from(c.clamp(1, 255) as u8),
+        None => ExitCode::from(1),
+    })
+}
+
+/// What to write before the boot: SOURCE onto a new VM, or over a kept one with --rewrite;
+/// nothing when a kept VM boots again.
+fn plan<'a>(args: &'a VmArgs, state: &State) -> anyhow::Result<Option<&'a str>> {
+    let dir = state.dir().display();
+    match (args.source.as_deref(), state.written(), args.rewrite) {
+        (Some(_), true, false) => bail!(
+            "{dir} already holds a VM: boot it again without SOURCE, or add --rewrite to write \
+             SOURCE over its disks"
+        ),
+        (None, false, _) => bail!("no stack to write: give SOURCE ({dir} holds no VM yet)"),
+        (None, true, true) => bail!("--rewrite needs SOURCE, the stack to write"),
+        (Some(source), _, _) => Ok(Some(source)),
+        (None, true, false) => Ok(None),
+    }
+}
+
+/// Prepares the state directory and runs the writer as CAPH does; its exit status.
+fn write(args: &VmArgs, source: &str, state: &State, spec: &Spec) -> anyhow::Result<Option<i32>> {
+    let writer = writer_binary()?;
+    let node = state.prepare(spec)?;
+    let bootstrap = state.bootstrap();
+    let data = match (&args.bootstrap, &args.ssh_key) {
+        (Some(file), _) => std::fs::read(file).with_context(|| format!("{}", file.display()))?,
+        (None, Some(key)) => {
+            let key = std::fs::read_to_string(key)
+                .with_context(|| format!("reading the SSH public key {}", key.display()))?;
+            state::bootstrap_with_key(&args.name, &key).into_bytes()
+        }
+        (None, None) => state::bootstrap_minimal(&args.name).into_bytes(),
+    };
+    std::fs::write(&bootstrap, data).with_context(|| format!("{}", bootstrap.display()))?;
+    let mut cmd = Command::new(&writer);
+    cmd.arg(source)
+        .arg(&bootstrap)
+        .arg(&args.name)
+        .arg(State::root_devices(&node))
+        .arg("--sysroot")
+        .arg(state.machine())
+        .arg("--report")
+        .arg(state.report())
+        .args(["--kernel-arg", "console=ttyS0"]);
+    if let Some(key) = &args.trust_key {
+        cmd.arg("--trust-key").arg(key);
+    }
+    if let Some(role) = &args.role {
+        cmd.arg("--role").arg(role);
+    }
+    cmd.args(registry_args(&args.registry));
+    eprintln!(
+        "ingot vm: writing {source} onto {} disk(s) in {} with {}",
+        node.disks.len(),
+        state.dir().display(),
+        writer.display()
+    );
+    let status = cmd
+        .status()
+        .with_context(|| format!("running {}", writer.display()))?;
+    Ok(status.code())
+}
+
+/// The registry options again as the writer's flags (it takes the same ones).
+fn registry_args(r: &RegistryArgs) -> Vec<OsString> {
+    let mut out: Vec<OsString> = Vec::new();
+    let mut flag = |f: &str, on: bool| {
+        if on {
+            out.push(f.into());
+        }
+    };
+    flag("--plain-http", r.plain_http);
+    flag("--insecure", r.insecure);
+    flag("--password-stdin", r.password_stdin);
+    flag("--quiet", r.quiet);
+    let mut pair = |f: &str, v: Option<OsString>| {
+        if let Some(v) = v {
+            out.push(f.into());
+            out.push(v);
+        }
+    };
+    pair("--ca-file", r.ca_file.clone().map(Into::into));
+    pair("--authfile", r.authfile.clone().map(Into::into));
+    pair("--username", r.username.clone().map(Into::into));
+    pair(
+        "--registries-conf",
+        r.registries_conf.clone().map(Into::into),
+    );
+    pair("--retries", Some(r.retries.to_string().into()));
+    pair("--speed-limit", Some(r.speed_limit.to_string().into()));
+    pair("--speed-time", Some(r.speed_time.to_string().into()));
+    pair("--concurrency", Some(r.concurrency.to_string().into()));
+    out
+}
+
+/// The writer: INGOT_WRITER, else `ingot-writer` beside this binary, else on PATH.
+fn writer_binary() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os("INGOT_WRITER") {
+        return Ok(path.into());
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("ingot-writer")));
+    if let Some(path) = beside.filter(|p| p.is_file()) {
+        return Ok(path);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .map(|d| d.join("ingot-writer"))
+        .find(|p| p.is_file())
+        .context("ingot-writer is not installed: not beside ingot, not on PATH, no INGOT_WRITER")
+}
+
+fn run_ssh(args: SshArgs) -> anyhow::Result<ExitCode> {
+    let port = match (args.port, &args.state) {
+        (Some(port), _) => port,
+        (None, Some(dir)) => read_port(&State::new(dir).ssh_port_file())?,
+        (None, None) => bail!("give --state DIR or --port PORT"),
+    };
+    let status = Command::new("ssh")
+        .args(["-p", &port.to_string()])
+        .args(["-o", "StrictHostKeyChecking=no"])
+        .args(["-o", "UserKnownHostsFile=/dev/null"])
+        .args(["-o", "LogLevel=ERROR"])
+        .arg("root@127.0.0.1")
+        .args(&args.command)
+        .status()
+        .context("running ssh (Debian package openssh-client)")?;
+    Ok(ExitCode::from(status.code().map_or(255, |c| c as u8)))
+}
+
+fn read_port(file: &Path) -> anyhow::Result<u16> {
+    let text = std::fs::read_to_string(file).with_context(|| {
+        format!(
+            "{}: no SSH port kept (was the VM started with --net user --ssh-port N?)",
+            file.display()
+        )
+    })?;
+    text.trim()
+        .parse()
+        .with_context(|| format!("{}: {text:?} is not a port", file.display()))
+}

@@ -1,0 +1,67 @@
+//! The machine fixture a VM writes, read by the writer's own detection and SMART gate
+//! (ingot-machine): what the writer detects is what the VM was described as.
+
+use std::path::Path;
+
+use ingot_machine::host::Fixture;
+use ingot_machine::{detect, gate_smart, Sysroot};
+use ingot_vm::firmware::Firmware;
+use ingot_vm::fixture::{self, Node, NodeDisk};
+
+fn node(dir: &Path, firmware: Firmware, extras: bool, disks: usize) -> Node {
+    Node {
+        firmware,
+        virt: extras,
+        nvidia_gpu: extras,
+        cpus: 2,
+        disks: (0..disks)
+            .map(|i| NodeDisk::numbered(i, dir.join(format!("disk{i}.img")), (3 + i as u64) << 30))
+            .collect(),
+    }
+}
+
+#[test]
+fn the_writer_detects_the_machine_the_vm_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("machine");
+    let node = node(dir.path(), Firmware::Uefi, true, 2);
+    fixture::write(&root, &node).unwrap();
+    let facts = detect(&Sysroot::new(&root)).unwrap();
+    assert!(
+        facts.uefi && facts.virtualization && facts.nvidia_gpu,
+        "{facts:?}"
+    );
+    let names: Vec<_> = facts.disks.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["sda", "sdb"]);
+    for (disk, described) in facts.disks.iter().zip(&node.disks) {
+        assert_eq!(disk.wwn.as_deref(), Some(described.id.wwn.as_str()));
+        assert_eq!(disk.serial.as_deref(), Some(described.id.serial.as_str()));
+        assert_eq!(disk.size_bytes, described.size_bytes);
+        assert_eq!(disk.node.canonicalize().ok(), None, "no image yet");
+        assert_eq!(std::fs::read_link(&disk.node).unwrap(), described.image);
+        // QEMU's disk has no SMART: a warning, not a stop.
+        let smart = gate_smart(disk, &Fixture::new(&root)).unwrap();
+        assert_eq!(smart.warnings.len(), 1, "{smart:?}");
+    }
+}
+
+#[test]
+fn a_bios_machine_without_virtualization_or_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("machine");
+    fixture::write(&root, &node(dir.path(), Firmware::Bios, false, 1)).unwrap();
+    let facts = detect(&Sysroot::new(&root)).unwrap();
+    assert!(!facts.uefi && !facts.cpu_virt_flags && !facts.kvm_device && !facts.nvidia_gpu);
+    assert_eq!(facts.disks.len(), 1);
+}
+
+/// A fixture is written whole: an existing directory is not written over.
+#[test]
+fn an_existing_fixture_is_not_written_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = fixture::write(dir.path(), &node(dir.path(), Firmware::Uefi, false, 1)).unwrap_err();
+    assert!(
+        err.to_string().contains(&dir.path().display().to_string()),
+        "{err}"
+    );
+}

@@ -1,0 +1,112 @@
+//! The state directory `ingot vm` boots from: sparse disks, the fixture the writer reads, and
+//! the machine that boots them with the same disks the writer saw.
+
+use std::os::unix::fs::MetadataExt;
+
+use ingot_machine::{detect, Sysroot};
+use ingot_vm::accel::Accel;
+use ingot_vm::firmware::{Firmware, Images};
+use ingot_vm::machine::{Boot, Net, Serial};
+use ingot_vm::state::{self, Spec, State};
+
+fn spec(disks: usize) -> Spec {
+    Spec {
+        firmware: Firmware::Uefi,
+        virt: false,
+        nvidia_gpu: true,
+        cpus: 2,
+        memory_mib: 2048,
+        disks,
+        disk_size: 8 << 30,
+        ssh_port: Some(2222),
+    }
+}
+
+#[test]
+fn prepare_makes_sparse_disks_and_the_fixture_the_boot_matches() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = State::new(dir.path().join("vm"));
+    assert!(!state.written());
+    let node = state.prepare(&spec(2)).unwrap();
+    assert!(state.written());
+    for i in 0..2 {
+        let m = std::fs::metadata(state.disk(i)).unwrap();
+        assert_eq!(m.len(), 8 << 30);
+        assert_eq!(m.blocks(), 0, "disk {i} is not sparse");
+    }
+    let facts = detect(&Sysroot::new(state.machine())).unwrap();
+    assert!(facts.uefi && facts.nvidia_gpu && !facts.virtualization);
+    let wwns: Vec<_> = facts.disks.iter().map(|d| d.wwn.clone().unwrap()).collect();
+    assert_eq!(State::root_devices(&node), wwns.join(" "));
+
+    let template = dir.path().join("vars-template.fd");
+    std::fs::write(&template, b"vars").unwrap();
+    let images = Images {
+        code: "/fw/code.fd".into(),
+        vars_template: Some(template),
+    };
+    let m = state
+        .machine_to_boot(&spec(2), images.clone(), Accel::Tcg)
+        .unwrap();
+    // The guest's disks are the writer's: the same WWNs and serials, in the same order.
+    let booted: Vec<_> = m.disks.iter().map(|d| d.id.clone().unwrap()).collect();
+    let written: Vec<_> = node.disks.iter().map(|d| d.id.clone()).collect();
+    assert_eq!(booted, written);
+    assert_eq!(
+        m.boot,
+        Boot::Uefi {
+            code: "/fw/code.fd".into(),
+            vars: state.vars()
+        }
+    );
+    assert_eq!(std::fs::read(state.vars()).unwrap(), b"vars");
+    assert!(matches!(&m.net, Net::User(u) if u.ssh_port == Some(2222)));
+    assert_eq!(m.serial, Serial::Terminal);
+    // A second boot keeps the variable store as the first left it.
+    std::fs::write(state.vars(), b"changed by the firmware").unwrap();
+    state.machine_to_boot(&spec(2), images, Accel::Tcg).unwrap();
+    assert_eq!(
+        std::fs::read(state.vars()).unwrap(),
+        b"changed by the firmware"
+    );
+}
+
+/// Re-provisioning writes over the same disks: their contents stay until the writer runs,
+/// and the fixture is written anew.
+#[test]
+fn prepare_again_keeps_the_disks() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = State::new(dir.path());
+    state.prepare(&spec(1)).unwrap();
+    std::fs::write(state.disk(0), b"written before").unwrap();
+    std::fs::write(state.machine().join("stale"), b"").unwrap();
+    state.prepare(&spec(1)).unwrap();
+    assert_eq!(std::fs::read(state.disk(0)).unwrap(), b"written before");
+    assert!(!state.machine().join("stale").exists());
+}
+
+#[test]
+fn an_empty_state_has_nothing_to_boot() {
+    let dir = tempfile::tempdir().unwrap();
+    let images = Images {
+        code: "/b".into(),
+        vars_template: None,
+    };
+    let err = State::new(dir.path())
+        .machine_to_boot(&spec(1), images, Accel::Tcg)
+        .unwrap_err();
+    assert!(err.to_string().contains("no disk0.img"), "{err}");
+    let err = State::new(dir.path()).prepare(&spec(0)).unwrap_err();
+    assert!(err.to_string().contains("--disks"), "{err}");
+}
+
+#[test]
+fn generated_bootstrap_data_is_a_cloud_config_with_the_key() {
+    let data = state::bootstrap_with_key("node-1", "ssh-ed25519 AAAAC3Nza me@host\n");
+    assert!(data.starts_with("#cloud-config\n"), "{data}");
+    assert!(data.contains("hostname: node-1\n"), "{data}");
+    assert!(
+        data.contains("      - ssh-ed25519 AAAAC3Nza me@host\n"),
+        "{data}"
+    );
+}

@@ -64,6 +64,11 @@ fn sizes_and_firmware_are_checked() {
         "at least 1M",
     );
     refused(&ingot_vm(&["layout", "--firmware", "coreboot"]), 2, "uefi");
+    refused(
+        &ingot_vm(&["layout", "--firmware", "secure-boot"]),
+        2,
+        "--secure-boot-keys",
+    );
 }
 
 #[test]

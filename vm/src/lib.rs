@@ -3,7 +3,9 @@
 //! really runs under it, else TCG and why), the firmware and programs found or refused naming
 //! their Debian package ([`firmware`]), a machine described as a type and rendered into QEMU's
 //! command line ([`machine`]), a software TPM ([`swtpm`]), and a run watched on its serial
-//! console ([`run`], [`console`]).
+//! console ([`run`], [`console`]); for `ingot vm`, the fixture machine the writer reads
+//! ([`fixture`]), the state directory ([`state`]) and Secure Boot key enrollment
+//! ([`secure_boot`]).
 
 pub mod accel;
 pub mod console;
@@ -11,5 +13,6 @@ pub mod firmware;
 pub mod fixture;
 pub mod machine;
 pub mod run;
+pub mod secure_boot;
 pub mod state;
 pub mod swtpm;

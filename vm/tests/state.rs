@@ -110,3 +110,25 @@ fn generated_bootstrap_data_is_a_cloud_config_with_the_key() {
         "{data}"
     );
 }
+
+/// A key set without its files is refused before anything runs, naming the file.
+#[test]
+fn enrolling_an_incomplete_key_set_names_the_missing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("PK.auth"), b"").unwrap();
+    let err = ingot_vm::secure_boot::enroll(
+        &ingot_vm::firmware::Lookup::system(),
+        dir.path(),
+        std::path::Path::new("/fw/code.fd"),
+        &dir.path().join("vars.fd"),
+        Accel::Tcg,
+        &dir.path().join("work"),
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("KEK.auth") && text.contains("ingot key secure-boot"),
+        "{text}"
+    );
+    assert!(!dir.path().join("work").exists());
+}

@@ -9,9 +9,11 @@ use std::process::{Command, ExitCode};
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand, ValueEnum};
+use ingot_artifact::verify::{open_with, StackRef};
 use ingot_vm::accel::{self, Accel};
 use ingot_vm::firmware::{Firmware, Lookup};
 use ingot_vm::state::{self, Spec, State};
+use ingot_vm::swtpm::Swtpm;
 
 use super::publish::RegistryArgs;
 
@@ -41,6 +43,10 @@ pub struct VmArgs {
     /// The firmware the VM boots with.
     #[arg(long, value_enum, default_value_t = FirmwareArg::Uefi)]
     pub firmware: FirmwareArg,
+    /// With --firmware secure-boot: the release's key set (`ingot key secure-boot --out DIR`),
+    /// enrolled into the VM's variable store on its first boot.
+    #[arg(long, value_name = "DIR", required_if_eq("firmware", "secure-boot"))]
+    pub secure_boot_keys: Option<PathBuf>,
     /// Disks (the writer writes every one, `var` mirrored when more than one).
     #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
     pub disks: u32,
@@ -110,10 +116,12 @@ pub enum Gpu {
     Nvidia,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum FirmwareArg {
     /// OVMF.
     Uefi,
+    /// OVMF's Secure Boot build, the --secure-boot-keys enrolled, a TPM from swtpm.
+    SecureBoot,
     /// SeaBIOS.
     Bios,
 }
@@ -162,6 +170,7 @@ pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
     let spec = Spec {
         firmware: match args.firmware {
             FirmwareArg::Uefi => Firmware::Uefi,
+            FirmwareArg::SecureBoot => Firmware::SecureBoot,
             FirmwareArg::Bios => Firmware::Bios,
         },
         virt: args.virt,
@@ -188,6 +197,13 @@ pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
     let lookup = Lookup::system();
     lookup.qemu()?;
     let images = lookup.firmware(spec.firmware)?;
+    let swtpm = match spec.firmware {
+        Firmware::SecureBoot => Some(lookup.swtpm()?),
+        _ => None,
+    };
+    if let (Some(source), Firmware::SecureBoot) = (source, spec.firmware) {
+        require_uki(&args, source)?;
+    }
     let forced = args.accel.map(|a| match a {
         AccelArg::Kvm => Accel::Kvm,
         AccelArg::Tcg => Accel::Tcg,
@@ -215,7 +231,15 @@ pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
         None => std::fs::remove_file(&port_file).or(Ok(())),
     }
     .with_context(|| format!("{}", port_file.display()))?;
-    let machine = state.machine_to_boot(&spec, images, choice.accel)?;
+    if let (Some(keys), false) = (&args.secure_boot_keys, state.vars().exists()) {
+        enroll(&lookup, keys, &state, &images, choice.accel)?;
+    }
+    let mut machine = state.machine_to_boot(&spec, images, choice.accel)?;
+    let tpm = match &swtpm {
+        Some(program) => Some(Swtpm::start(program, &state.tpm())?),
+        None => None,
+    };
+    machine.tpm = tpm.as_ref().map(|t| t.socket().to_path_buf());
     eprintln!(
         "ingot vm: booting {} disk(s) with {} under {} (Ctrl-A X ends the VM)",
         machine.disks.len(),
@@ -223,11 +247,64 @@ pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
         choice.accel.name()
     );
     let status = ingot_vm::run::interactive(machine.command())?;
+    drop(tpm);
     Ok(match status.code() {
         Some(0) => ExitCode::SUCCESS,
         Some(c) => ExitCode::from(c.clamp(1, 255) as u8),
         None => ExitCode::from(1),
     })
+}
+
+/// Secure Boot boots only the release's signed UKI: a stack without one is refused before
+/// anything is written.
+fn require_uki(args: &VmArgs, source: &str) -> anyhow::Result<()> {
+    let stack: StackRef = source.parse().map_err(anyhow::Error::msg)?;
+    let key = args
+        .trust_key
+        .as_deref()
+        .map(|p| ingot_artifact::trust_key::from_arg(&p.to_string_lossy()))
+        .transpose()?;
+    let opened =
+        open_with(&stack, args.registry.options()?).with_context(|| format!("opening {source}"))?;
+    let report = crate::inspect::inspect(opened.as_ref(), key, None, false)
+        .map_err(|e| anyhow::anyhow!("{source}: {}", e.full_text()))?;
+    if report.uki.is_none() {
+        bail!(
+            "stack {} {} has no signed UKI (built without --secure-boot-key): Secure Boot \
+             would refuse its boot loader; boot it with --firmware uefi or bios",
+            report.name,
+            report.version
+        );
+    }
+    Ok(())
+}
+
+/// Enrolls the key set into a fresh copy of the variable store (the VM's first boot).
+fn enroll(
+    lookup: &Lookup,
+    keys: &Path,
+    state: &State,
+    images: &ingot_vm::firmware::Images,
+    accel: Accel,
+) -> anyhow::Result<()> {
+    let template = images
+        .vars_template
+        .as_ref()
+        .context("the Secure Boot firmware has no variable store template")?;
+    let vars = state.vars();
+    std::fs::copy(template, &vars).with_context(|| format!("{}", vars.display()))?;
+    eprintln!(
+        "ingot vm: enrolling the keys in {} (systemd-boot)",
+        keys.display()
+    );
+    let work = state.dir().join("enroll");
+    let result = ingot_vm::secure_boot::enroll(lookup, keys, &images.code, &vars, accel, &work);
+    if result.is_err() {
+        // A half-enrolled store must not pass for an enrolled one at the next boot.
+        let _ = std::fs::remove_file(&vars);
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    Ok(result?)
 }
 
 /// What to write before the boot: SOURCE onto a new VM, or over a kept one with --rewrite;

@@ -446,3 +446,51 @@ fn read_port(file: &Path) -> anyhow::Result<u16> {
         .parse()
         .with_context(|| format!("{}: {text:?} is not a port", file.display()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrap {
+        #[command(flatten)]
+        vm: VmArgs,
+    }
+
+    /// Every registry option reaches the writer: it takes the same flags.
+    #[test]
+    fn registry_options_are_passed_to_the_writer() {
+        let given = [
+            "--plain-http",
+            "--authfile",
+            "/a.json",
+            "--registries-conf",
+            "none",
+            "--retries",
+            "3",
+            "--concurrency",
+            "2",
+        ];
+        let args = Wrap::try_parse_from(["ingot-vm", "oci://r/x:1"].iter().chain(&given))
+            .unwrap()
+            .vm;
+        let out: Vec<String> = registry_args(&args.registry)
+            .into_iter()
+            .map(|a| a.into_string().unwrap())
+            .collect();
+        for pair in given[1..].chunks(2) {
+            let at = out.iter().position(|a| a == pair[0]).expect(pair[0]);
+            assert_eq!(out[at + 1], pair[1], "{out:?}");
+        }
+        assert!(out.contains(&"--plain-http".to_string()), "{out:?}");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("8G"), Ok(8 << 30));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("1048576"), Ok(1 << 20));
+        assert!(parse_size("1K").is_err() && parse_size("G").is_err());
+    }
+}

@@ -185,9 +185,12 @@ pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
     let state = match &args.state {
         Some(dir) => State::new(dir),
         None => {
+            // Not /tmp, often a tmpfs: a stack's gigabytes would be written into memory.
+            let parent =
+                std::env::var_os("TMPDIR").map_or_else(|| "/var/tmp".into(), PathBuf::from);
             temp = tempfile::Builder::new()
                 .prefix("ingot-vm-")
-                .tempdir_in(std::env::temp_dir())
+                .tempdir_in(parent)
                 .context("creating the VM's temporary state directory")?;
             State::new(temp.path())
         }

@@ -109,6 +109,9 @@ pub enum BuildError {
         /// Why.
         source: PreloadError,
     },
+    /// A layer made from Debian packages reached the build without its tree.
+    #[error("layer `{0}`: its Debian tree was not made before the build (ingot::debian::tree)")]
+    TreeNotMade(String),
     /// A file operation failed.
     #[error("{what} {}", path.display())]
     Io {
@@ -415,15 +418,17 @@ fn check_replaceable(out: &Path, manifest: &Path) -> Result<(), BuildError> {
     Ok(())
 }
 
-fn to_layers_source(source: &LayerSource) -> Source {
-    match source {
+fn to_layers_source(spec: &LayerSpec) -> Result<Source, BuildError> {
+    Ok(match &spec.source {
+        // Made into a `dir` by [`crate::debian::tree`] before the build (`ingot build` does).
+        LayerSource::Debian(_) => return Err(BuildError::TreeNotMade(spec.name.clone())),
         LayerSource::Dir(p) => Source::Dir(p.clone()),
         LayerSource::Tar { path, .. } => Source::Tar(path.clone()),
         LayerSource::OciLayout { path, digest } => Source::OciLayout {
             path: path.clone(),
             manifest_digest: digest.clone(),
         },
-    }
+    })
 }
 
 /// The partition count and kernel command line of the largest layout the stack can take
@@ -571,7 +576,7 @@ fn seal_layer(
             progress_bar.set_position(done);
         })),
     };
-    let source = to_layers_source(&spec.source);
+    let source = to_layers_source(spec)?;
     let mut status = Ok(None);
     let mut summary = Ok(LayerSummary::default());
     let (image_size, verity, preload) = if spec.preload.is_empty() {

@@ -20,6 +20,8 @@ use toml::Spanned;
 
 use ingot_artifact::oci_layout::{sha256_file, Layout};
 
+use crate::debian::spec::DebianSpec;
+
 /// The kind of the base layer.
 pub const BASE_KIND: &str = "base";
 /// The kind of the layer that may carry preloaded images.
@@ -80,6 +82,9 @@ pub enum LayerSource {
         /// `sha256:…` of the image manifest.
         digest: String,
     },
+    /// A tree made from Debian packages by mmdebstrap and apt, pinned by `stack.lock`
+    /// ([`crate::debian`]).
+    Debian(DebianSpec),
 }
 
 /// Where a preloaded image comes from. Registries come in a later release.
@@ -181,6 +186,7 @@ struct RawSource {
     sha256: Option<Spanned<String>>,
     oci_layout: Option<Spanned<String>>,
     digest: Option<Spanned<String>>,
+    debian: Option<Spanned<DebianSpec>>,
 }
 
 #[derive(Deserialize)]
@@ -341,6 +347,8 @@ impl Manifest {
                         ));
                     }
                 }
+                // Made by the build (mmdebstrap); nothing on disk to check yet.
+                LayerSource::Debian(_) => {}
                 LayerSource::OciLayout { path, digest } => {
                     check_image(path, digest).map_err(|(on_digest, reason)| {
                         let span = if on_digest {
@@ -487,6 +495,15 @@ fn parse_layer(
     };
 
     let (source, source_spans) = parse_source(ctx, name, &l.source, resolve)?;
+    if matches!(source, LayerSource::Debian(_)) && !is_base {
+        return Err(ctx.err(
+            Some(source_spans.path.clone()),
+            format!(
+                "layer `{name}`: only the base layer can be made from Debian packages so far \
+                 (layers installed by apt over the base are still made as `dir` trees)"
+            ),
+        ));
+    }
     let (preload, preload_spans) = parse_preloads(ctx, l, name, kind, resolve)?;
     let layer = LayerSpec {
         name: name.clone(),
@@ -498,8 +515,8 @@ fn parse_layer(
     Ok((layer, source_spans, preload_spans))
 }
 
-/// A layer's source: exactly one of `dir`, `tar` (pinned by `sha256`) or `oci_layout` (pinned by
-/// `digest`).
+/// A layer's source: exactly one of `dir`, `tar` (pinned by `sha256`), `oci_layout` (pinned by
+/// `digest`) or `debian` (pinned by stack.lock).
 fn parse_source(
     ctx: &Ctx<'_>,
     name: &str,
@@ -512,6 +529,7 @@ fn parse_source(
         src.dir.is_some(),
         src.tar.is_some(),
         src.oci_layout.is_some(),
+        src.debian.is_some(),
     ]
     .iter()
     .filter(|&&b| b)
@@ -520,12 +538,14 @@ fn parse_source(
         return Err(ctx.err(
             Some(src_span),
             format!(
-                "layer `{name}`: the source needs exactly one of `dir`, `tar` or \
-                 `oci_layout`"
+                "layer `{name}`: the source needs exactly one of `dir`, `tar`, \
+                 `oci_layout` or `debian`"
             ),
         ));
     }
-    let (source, path_span, digest_span) = if let Some(dir) = &src.dir {
+    let (source, path_span, digest_span) = if let Some(debian) = &src.debian {
+        parse_debian(ctx, name, src, debian)?
+    } else if let Some(dir) = &src.dir {
         if let Some(x) = src.sha256.as_ref().or(src.digest.as_ref()) {
             return Err(ctx.err(
                 Some(x.span()),
@@ -593,6 +613,33 @@ fn parse_source(
             path: path_span,
             digest: digest_span,
         },
+    ))
+}
+
+/// A source, the span of its path (or declaration) and of its digest.
+type ParsedSource = (LayerSource, Range<usize>, Option<Range<usize>>);
+
+/// A `debian` source: its declaration checked ([`DebianSpec::check`]), no digest beside it.
+fn parse_debian(
+    ctx: &Ctx<'_>,
+    name: &str,
+    src: &RawSource,
+    debian: &Spanned<DebianSpec>,
+) -> Result<ParsedSource, ManifestError> {
+    if let Some(x) = src.sha256.as_ref().or(src.digest.as_ref()) {
+        return Err(ctx.err(
+            Some(x.span()),
+            "a `debian` source takes no digest (stack.lock pins its packages)",
+        ));
+    }
+    debian
+        .get_ref()
+        .check()
+        .map_err(|e| ctx.err(Some(debian.span()), format!("layer `{name}`: {e}")))?;
+    Ok((
+        LayerSource::Debian(debian.get_ref().clone()),
+        debian.span(),
+        None,
     ))
 }
 
@@ -768,6 +815,88 @@ source = { oci_layout = "images/gpu", digest = "sha256:2222222222222222222222222
             assert!(shown.contains(want), "want `{want}` in: {shown}");
             assert_eq!(err.position.map(|p| p.0), Some(line), "{shown}");
         }
+    }
+
+    const DEBIAN: &str = r#"
+name = "node"
+version = "1.0.0"
+source_date_epoch = 1700000000
+
+[boot]
+kernel = "/boot/vmlinuz"
+initrd = "/boot/initrd.img"
+efi = "/boot/efi/EFI/BOOT/BOOTX64.EFI"
+
+[[layer]]
+name = "base"
+kind = "base"
+
+[layer.source.debian]
+variant = "minbase"
+packages = ["systemd", "linux-image-amd64"]
+
+[[layer.source.debian.archive]]
+mirror = "http://deb.debian.org/debian"
+suites = ["bookworm", "bookworm-updates"]
+components = ["main"]
+"#;
+
+    #[test]
+    fn debian_sources_parse_and_are_checked() {
+        let m = parse(DEBIAN).unwrap();
+        let LayerSource::Debian(d) = &m.layers[0].source else {
+            panic!("{:?}", m.layers[0].source)
+        };
+        assert_eq!(d.packages, ["systemd", "linux-image-amd64"]);
+        assert_eq!(d.archives[0].suites, ["bookworm", "bookworm-updates"]);
+
+        let cases: [(&str, &str, usize, &str); 5] = [
+            (
+                r#""systemd""#,
+                r#""systemd=252""#,
+                15,
+                "source.debian.packages[0]: `systemd=252`",
+            ),
+            (
+                r#""bookworm-updates""#,
+                r#""""#,
+                15,
+                "source.debian.archive[0].suites[1]",
+            ),
+            (
+                r#"variant = "minbase""#,
+                "variant = \"minbase\"\nrelease = \"12\"",
+                17,
+                "unknown field `release`",
+            ),
+            (
+                r#""http://deb.debian.org/debian""#,
+                r#""deb.debian.org""#,
+                15,
+                "source.debian.archive[0].mirror",
+            ),
+            (
+                "kind = \"base\"\n",
+                "kind = \"base\"\n[layer.source]\nsha256 = \"00\"\n",
+                15,
+                "a `debian` source takes no digest",
+            ),
+        ];
+        for (from, to, line, want) in cases {
+            assert!(DEBIAN.contains(from), "{from}");
+            let err = parse(&DEBIAN.replacen(from, to, 1)).unwrap_err();
+            let shown = err.to_string();
+            assert!(shown.contains(want), "want `{want}` in: {shown}");
+            assert_eq!(err.position.map(|p| p.0), Some(line), "{shown}");
+        }
+        // Only the base is made from packages so far.
+        let mut two = DEBIAN.replace(
+            "name = \"base\"\nkind = \"base\"",
+            "name = \"base\"\nkind = \"base\"\nsource = { dir = \"b\" }",
+        );
+        two = two.replace("[layer.source.debian]", "[[layer]]\nname = \"gpu\"\nkind = \"nvidia\"\nwhen = \"gpu == nvidia\"\n[layer.source.debian]");
+        let err = parse(&two).unwrap_err().to_string();
+        assert!(err.contains("layer `gpu`: only the base layer"), "{err}");
     }
 
     #[test]

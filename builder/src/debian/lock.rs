@@ -1,0 +1,436 @@
+//! `stack.lock`: what every Debian-made layer was built from, so `ingot build --locked` installs
+//! exactly that again. Per layer: the fingerprint of its manifest declaration, its kernel, each
+//! archive suite's Release `Date`, and every installed package with its version, architecture
+//! and the SHA-256 of its `.deb`. Written sorted, one package a line, so a lock diffs well.
+
+use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::cache::is_sha256_hex;
+use super::spec::is_package_name;
+
+/// The lock format's version (`version = 1`).
+pub const LOCK_VERSION: u32 = 1;
+/// The lock's file name, beside the manifest.
+pub const LOCK_FILE: &str = "stack.lock";
+
+/// One installed package as built.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockedPackage {
+    /// `Package`.
+    pub name: String,
+    /// `Architecture` (`amd64`, `all`, ...).
+    pub architecture: String,
+    /// `Version`, epoch included.
+    pub version: String,
+    /// SHA-256 of its `.deb` (lowercase hex).
+    pub sha256: String,
+}
+
+impl LockedPackage {
+    /// `name:arch`, how apt and the lock's diff name it.
+    pub fn key(&self) -> (String, String) {
+        (self.name.clone(), self.architecture.clone())
+    }
+}
+
+/// An archive suite's Release file `Date` when the layer was resolved.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SuiteDate {
+    /// The suite as the manifest names it.
+    pub suite: String,
+    /// Its Release file's `Date` field, verbatim.
+    pub date: String,
+}
+
+/// One layer's pins.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LayerLock {
+    /// The layer's name.
+    pub name: String,
+    /// [`super::spec::DebianSpec::fingerprint`] of the declaration it was resolved for.
+    pub inputs: String,
+    /// The kernel release in `/usr/lib/modules` (none in a tree without a kernel).
+    #[serde(default)]
+    pub kernel: Option<String>,
+    /// The suites' Release dates.
+    #[serde(default)]
+    pub suites: Vec<SuiteDate>,
+    /// Every installed package.
+    #[serde(default)]
+    pub packages: Vec<LockedPackage>,
+}
+
+/// A whole `stack.lock`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Lock {
+    /// The Debian-made layers, by name.
+    pub layers: BTreeMap<String, LayerLock>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLock {
+    version: u32,
+    #[serde(default, rename = "layer")]
+    layers: Vec<LayerLock>,
+}
+
+/// Why a lock file was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {reason}", file.display())]
+pub struct LockError {
+    /// The lock file.
+    pub file: PathBuf,
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl Lock {
+    /// The lock beside `manifest`.
+    pub fn path_for(manifest: &Path) -> PathBuf {
+        manifest.with_file_name(LOCK_FILE)
+    }
+
+    /// Reads the lock at `path`; `Ok(None)` when there is none.
+    pub fn load(path: &Path) -> Result<Option<Self>, LockError> {
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(&text, path).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(LockError {
+                file: path.to_owned(),
+                reason: format!("reading it: {e}"),
+            }),
+        }
+    }
+
+    /// Parses and checks a lock's text (`file` names it in errors).
+    pub fn parse(text: &str, file: &Path) -> Result<Self, LockError> {
+        let refuse = |reason: String| LockError {
+            file: file.to_owned(),
+            reason,
+        };
+        let raw: RawLock = toml::from_str(text).map_err(|e| refuse(e.to_string()))?;
+        if raw.version != LOCK_VERSION {
+            return Err(refuse(format!(
+                "lock format version {} is not {LOCK_VERSION}, the one this ingot reads",
+                raw.version
+            )));
+        }
+        let mut layers = BTreeMap::new();
+        for mut l in raw.layers {
+            check_layer(&l).map_err(|r| refuse(format!("layer `{}`: {r}", l.name)))?;
+            l.packages.sort();
+            l.suites.sort();
+            if let Some(old) = layers.insert(l.name.clone(), l) {
+                return Err(refuse(format!("layer `{}` is locked twice", old.name)));
+            }
+        }
+        Ok(Self { layers })
+    }
+
+    /// The lock's text: stable (layers, suites and packages sorted), one package a line.
+    pub fn to_toml(&self) -> String {
+        let q = |s: &str| toml::Value::String(s.to_owned()).to_string();
+        let mut out = String::from(
+            "# stack.lock: written by `ingot build`, read by `ingot build --locked`.\n\
+             # Moved forward by `ingot build --update [PACKAGE...]`; not edited by hand.\n",
+        );
+        let _ = writeln!(out, "version = {LOCK_VERSION}");
+        for l in self.layers.values() {
+            let _ = writeln!(
+                out,
+                "\n[[layer]]\nname = {}\ninputs = {}",
+                q(&l.name),
+                q(&l.inputs)
+            );
+            if let Some(k) = &l.kernel {
+                let _ = writeln!(out, "kernel = {}", q(k));
+            }
+            let mut suites = l.suites.clone();
+            suites.sort();
+            out.push_str("suites = [\n");
+            for s in &suites {
+                let _ = writeln!(
+                    out,
+                    "  {{ suite = {}, date = {} }},",
+                    q(&s.suite),
+                    q(&s.date)
+                );
+            }
+            out.push_str("]\n");
+            let mut packages = l.packages.clone();
+            packages.sort();
+            out.push_str("packages = [\n");
+            for p in &packages {
+                let _ = writeln!(
+                    out,
+                    "  {{ name = {}, architecture = {}, version = {}, sha256 = {} }},",
+                    q(&p.name),
+                    q(&p.architecture),
+                    q(&p.version),
+                    q(&p.sha256)
+                );
+            }
+            out.push_str("]\n");
+        }
+        out
+    }
+
+    /// Writes the lock at `path` atomically (a temporary file beside it, renamed).
+    pub fn write(&self, path: &Path) -> std::io::Result<()> {
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".stack.lock.")
+            .tempfile_in(dir)?;
+        std::io::Write::write_all(&mut tmp, self.to_toml().as_bytes())?;
+        tmp.as_file().sync_all()?;
+        tmp.persist(path).map_err(|e| e.error)?;
+        Ok(())
+    }
+}
+
+fn check_layer(l: &LayerLock) -> Result<(), String> {
+    let fp = l.inputs.strip_prefix("sha256:").unwrap_or("");
+    if !is_sha256_hex(fp) {
+        return Err(format!(
+            "`inputs` {:?} is not sha256:<64 lowercase hex>",
+            l.inputs
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for p in &l.packages {
+        let who = format!("package `{}`", p.name);
+        if !is_package_name(&p.name) {
+            return Err(format!("{who}: not a Debian package name"));
+        }
+        if p.version.is_empty()
+            || p.version
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(format!(
+                "{who}: version {:?} is not a Debian version",
+                p.version
+            ));
+        }
+        if p.architecture.is_empty()
+            || !p
+                .architecture
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            return Err(format!(
+                "{who}: architecture {:?} is not one",
+                p.architecture
+            ));
+        }
+        if !is_sha256_hex(&p.sha256) {
+            return Err(format!(
+                "{who}: sha256 {:?} is not 64 lowercase hex digits",
+                p.sha256
+            ));
+        }
+        if !seen.insert(p.key()) {
+            return Err(format!("{who} ({}) is listed twice", p.architecture));
+        }
+    }
+    Ok(())
+}
+
+/// One package's move between two locks of a layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The package.
+    pub name: String,
+    /// Its architecture.
+    pub architecture: String,
+    /// Its version before (`None`: added).
+    pub old: Option<String>,
+    /// Its version after (`None`: removed).
+    pub new: Option<String>,
+}
+
+impl fmt::Display for Change {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (name, arch) = (&self.name, &self.architecture);
+        match (&self.old, &self.new) {
+            (Some(o), Some(n)) if o == n => {
+                write!(f, "Rebuilt  {name}:{arch} {o} (new .deb bytes)")
+            }
+            (Some(o), Some(n)) => write!(f, "Updating {name}:{arch} {o} -> {n}"),
+            (None, Some(n)) => write!(f, "Adding   {name}:{arch} {n}"),
+            (Some(o), None) => write!(f, "Removing {name}:{arch} {o}"),
+            (None, None) => Ok(()),
+        }
+    }
+}
+
+/// What changed from `old` to `new` (packages by name and architecture, sorted), as
+/// `ingot build --update` prints it. A package whose version stays but whose `.deb` hash changed
+/// (a rebuilt file) is listed too.
+pub fn diff(old: &LayerLock, new: &LayerLock) -> Vec<Change> {
+    let index = |l: &LayerLock| -> BTreeMap<(String, String), (String, String)> {
+        l.packages
+            .iter()
+            .map(|p| (p.key(), (p.version.clone(), p.sha256.clone())))
+            .collect()
+    };
+    let (o, n) = (index(old), index(new));
+    let mut keys: Vec<_> = o.keys().chain(n.keys()).cloned().collect();
+    keys.sort();
+    keys.dedup();
+    keys.into_iter()
+        .filter(|k| o.get(k) != n.get(k))
+        .map(|k| Change {
+            old: o.get(&k).map(|v| v.0.clone()),
+            new: n.get(&k).map(|v| v.0.clone()),
+            name: k.0,
+            architecture: k.1,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pkg(name: &str, version: &str, fill: char) -> LockedPackage {
+        LockedPackage {
+            name: name.into(),
+            architecture: "amd64".into(),
+            version: version.into(),
+            sha256: fill.to_string().repeat(64),
+        }
+    }
+
+    fn layer(packages: Vec<LockedPackage>) -> LayerLock {
+        LayerLock {
+            name: "base".into(),
+            inputs: format!("sha256:{}", "e".repeat(64)),
+            kernel: Some("6.1.0-28-amd64".into()),
+            suites: vec![
+                SuiteDate {
+                    suite: "bookworm-security".into(),
+                    date: "Sat, 09 Nov 2024 10:45:46 UTC".into(),
+                },
+                SuiteDate {
+                    suite: "bookworm".into(),
+                    date: "Sat, 09 Nov 2024 10:24:17 UTC".into(),
+                },
+            ],
+            packages,
+        }
+    }
+
+    #[test]
+    fn round_trip_is_sorted_and_stable() {
+        let mut lock = Lock::default();
+        let l = layer(vec![
+            pkg("zlib1g", "1:1.2.13.dfsg-1", 'a'),
+            pkg("base-files", "12.4+deb12u8", 'b'),
+        ]);
+        lock.layers.insert(l.name.clone(), l);
+        let text = lock.to_toml();
+        let base = text.find("\"base-files\"").unwrap();
+        let zlib = text.find("\"zlib1g\"").unwrap();
+        assert!(base < zlib, "packages sorted by name:\n{text}");
+        assert!(text.find("\"bookworm\"").unwrap() < text.find("\"bookworm-security\"").unwrap());
+        let back = Lock::parse(&text, Path::new("stack.lock")).unwrap();
+        assert_eq!(
+            back.to_toml(),
+            text,
+            "written, read and written again: the same bytes"
+        );
+        assert_eq!(back.layers["base"].packages[1].version, "1:1.2.13.dfsg-1");
+        assert_eq!(
+            back.layers["base"].kernel.as_deref(),
+            Some("6.1.0-28-amd64")
+        );
+        assert!(text.contains(
+            "  { name = \"zlib1g\", architecture = \"amd64\", version = \"1:1.2.13.dfsg-1\", sha256 = \"aaaa"
+        ), "{text}");
+    }
+
+    #[test]
+    fn bad_locks_are_refused_naming_the_problem() {
+        let mut lock = Lock::default();
+        let l = layer(vec![pkg("libc6", "2.36-9+deb12u8", 'c')]);
+        lock.layers.insert(l.name.clone(), l);
+        let good = lock.to_toml();
+        let cases = [
+            ("version = 1", "version = 2", "lock format version 2"),
+            (
+                "cccccccccccccccc",
+                "CCCCCCCCCCCCCCCC",
+                "package `libc6`: sha256",
+            ),
+            (
+                "name = \"libc6\"",
+                "name = \"Libc6\"",
+                "not a Debian package name",
+            ),
+            (
+                "version = \"2.36-9+deb12u8\"",
+                "version = \"2.36 9\"",
+                "not a Debian version",
+            ),
+            ("inputs = \"sha256:", "inputs = \"md5:", "`inputs`"),
+            (
+                "kernel =",
+                "colour = \"red\"\nkernel =",
+                "unknown field `colour`",
+            ),
+        ];
+        for (from, to, want) in cases {
+            assert!(good.contains(from), "{from}");
+            let err =
+                Lock::parse(&good.replacen(from, to, 1), Path::new("/x/stack.lock")).unwrap_err();
+            let shown = err.to_string();
+            assert!(shown.starts_with("/x/stack.lock: "), "{shown}");
+            assert!(shown.contains(want), "want `{want}` in {shown}");
+        }
+        let twice = good.replace(
+            "packages = [\n",
+            &format!("packages = [\n  {{ name = \"libc6\", architecture = \"amd64\", version = \"1\", sha256 = \"{}\" }},\n", "d".repeat(64)),
+        );
+        let err = Lock::parse(&twice, Path::new("stack.lock")).unwrap_err();
+        assert!(err.to_string().contains("listed twice"), "{err}");
+    }
+
+    #[test]
+    fn diff_lists_updates_additions_removals_and_rebuilds() {
+        let old = layer(vec![
+            pkg("libc6", "2.36-9+deb12u8", 'a'),
+            pkg("gone", "1", 'b'),
+            pkg("same", "1", 'c'),
+            pkg("rebuilt", "2", 'd'),
+        ]);
+        let new = layer(vec![
+            pkg("libc6", "2.36-9+deb12u9", 'e'),
+            pkg("added", "3", 'f'),
+            pkg("same", "1", 'c'),
+            pkg("rebuilt", "2", '9'),
+        ]);
+        let shown: Vec<String> = diff(&old, &new).iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "Adding   added:amd64 3",
+                "Removing gone:amd64 1",
+                "Updating libc6:amd64 2.36-9+deb12u8 -> 2.36-9+deb12u9",
+                "Rebuilt  rebuilt:amd64 2 (new .deb bytes)",
+            ]
+        );
+        assert!(diff(&old, &old).is_empty());
+    }
+}

@@ -17,6 +17,12 @@ use ingot_artifact::sign::SecretKey;
 ///
 /// The output is written to a temporary directory next to OUT and renamed at the end: a failed
 /// build leaves nothing. Two builds of one manifest give the same bytes.
+///
+/// A layer whose source is `debian` (docs/debian-build.md) is made first, as root, by mmdebstrap
+/// and apt: they resolve, download, check the archive's signatures and install; ingot pins what
+/// they installed in stack.lock beside the manifest (every package's version, architecture and
+/// .deb SHA-256, the suites' Release dates, the kernel) and keeps the .deb files in a cache named
+/// by their hashes. A later build installs what the lock says; --update moves it forward.
 #[derive(Args, Debug)]
 pub struct BuildArgs {
     /// The stack manifest (TOML; see docs/manifest.md).
@@ -63,6 +69,21 @@ pub struct BuildArgs {
     /// `index.json` and `blobs/`); anything else is refused, never deleted.
     #[arg(long)]
     pub force: bool,
+    /// Install exactly what stack.lock pins for the layers made from Debian packages, from the
+    /// .deb cache (or the archive, for a file not cached, its hash checked); fail naming the
+    /// package when neither has that file, or when the lock does not match the manifest. The lock
+    /// is never changed.
+    #[arg(long, conflicts_with = "update")]
+    pub locked: bool,
+    /// Resolve the Debian layers against the archives again and move stack.lock forward: every
+    /// package, or only each PACKAGE named (the others stay at their locked versions). Prints
+    /// each change (package, old -> new). Give it last: it takes every word after it.
+    #[arg(long, num_args = 0.., value_name = "PACKAGE")]
+    pub update: Option<Vec<String>>,
+    /// The .deb cache (files named by their SHA-256). Default: $XDG_CACHE_HOME/ingot/debs, or
+    /// /var/cache/ingot/debs for root.
+    #[arg(long, value_name = "DIR")]
+    pub deb_cache: Option<PathBuf>,
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
@@ -84,9 +105,59 @@ fn git_revision(manifest: &std::path::Path) -> Option<String> {
     (out.status.success() && !rev.is_empty()).then_some(rev)
 }
 
+/// Makes the trees of the layers whose source is `debian` (beside OUT), before anything else.
+fn debian_trees(
+    args: &BuildArgs,
+    manifest: &Manifest,
+) -> anyhow::Result<Option<crate::debian::Prepared>> {
+    let debian_opts = crate::debian::Options {
+        cache: args.deb_cache.clone(),
+        locked: args.locked,
+        update: args.update.clone().map(|u| u.into_iter().collect()),
+    };
+    let out_parent = match args.out.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&out_parent)
+        .with_context(|| format!("creating {}", out_parent.display()))?;
+    let prepared = crate::debian::prepare(manifest, &debian_opts, &out_parent)
+        .with_context(|| format!("making the Debian trees of {}", args.manifest.display()))?;
+    if prepared.is_none() && (args.locked || args.update.is_some()) {
+        anyhow::bail!(
+            "{}: no layer is made from Debian packages: --locked and --update have nothing to do",
+            args.manifest.display()
+        );
+    }
+    if let Some(p) = &prepared {
+        for line in &p.report {
+            eprintln!("{line}");
+        }
+    }
+    Ok(prepared)
+}
+
+/// Writes stack.lock when it changed, and prints what moved (as `cargo update` does).
+fn write_lock(p: &crate::debian::Prepared) -> anyhow::Result<()> {
+    for (layer, changes) in &p.changes {
+        for c in changes {
+            eprintln!("    {c}  (layer {layer})");
+        }
+    }
+    if p.lock_changed() {
+        p.lock
+            .write(&p.lock_path)
+            .with_context(|| format!("writing {}", p.lock_path.display()))?;
+        eprintln!("wrote {}", p.lock_path.display());
+    }
+    Ok(())
+}
+
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let manifest = Manifest::load(&args.manifest).map_err(anyhow::Error::new)?;
+    let prepared = debian_trees(&args, &manifest)?;
+    let manifest = prepared.as_ref().map_or(manifest, |p| p.manifest.clone());
     if args.frame_size == 0 || args.frame_size % 4096 != 0 {
         anyhow::bail!("--frame-size must be a positive multiple of 4096");
     }
@@ -124,6 +195,9 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     };
     let out =
         build(&manifest, &opts).with_context(|| format!("building {}", args.manifest.display()))?;
+    if let Some(p) = prepared.as_ref().filter(|_| !args.locked) {
+        write_lock(p)?;
+    }
     let total: u64 = out.descriptor.layers.iter().map(|l| l.size).sum();
     let compressed: u64 = out.descriptor.layers.iter().map(|l| l.data.size).sum();
     if args.json {

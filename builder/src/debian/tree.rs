@@ -296,7 +296,7 @@ fn locked(job: &Job<'_>, old: &LayerLock, repo: &Path) -> Result<Made, TreeError
             reason: format!("kernel {kernel:?}, stack.lock says {:?}", old.kernel),
         });
     }
-    finish_tree(&tree)?;
+    finish_tree(&tree, job.spec)?;
     Ok(Made {
         tree,
         lock: old.clone(),
@@ -622,7 +622,7 @@ fn unlocked(job: &Job<'_>, repo: &Path, fingerprint: &str) -> Result<Made, TreeE
     }
     let suites = suite_dates(job.spec, &collected.join("releases"))?;
     let kernel = kernel_of(job.layer, &tree)?;
-    finish_tree(&tree)?;
+    finish_tree(&tree, job.spec)?;
     Ok(Made {
         tree,
         lock: LayerLock {
@@ -707,10 +707,14 @@ fn suite_dates(spec: &DebianSpec, releases: &Path) -> Result<Vec<SuiteDate>, Tre
     Ok(out)
 }
 
-/// What every layer tree gets before `ingot build` reads it: dpkg's status kept where the SBOM
-/// reads it (`/usr/lib/ingot/dpkg/status`), and `/dev`, `/run`, `/tmp` and `/var` emptied (mount
-/// points; the var partition is mounted over `/var`).
-fn finish_tree(tree: &Path) -> Result<(), TreeError> {
+/// What every layer tree gets before `ingot build` reads it: apt's sources as the manifest
+/// declares them (mmdebstrap wrote the ones it was given, which may name the build's local
+/// repository), dpkg's status kept where the SBOM reads it (`/usr/lib/ingot/dpkg/status`), and
+/// `/dev`, `/run`, `/tmp` and `/var` emptied (mount points; the var partition is mounted over
+/// `/var`).
+fn finish_tree(tree: &Path, spec: &DebianSpec) -> Result<(), TreeError> {
+    let list = tree.join("etc/apt/sources.list");
+    fs::write(&list, spec.sources().join("\n") + "\n").map_err(io_err("writing", &list))?;
     let status = tree.join("var/lib/dpkg/status");
     let kept = tree.join("usr/lib/ingot/dpkg");
     fs::create_dir_all(&kept).map_err(io_err("creating", &kept))?;

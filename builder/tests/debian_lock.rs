@@ -1,0 +1,194 @@
+//! `ingot build` of a layer made from Debian packages, for real: mmdebstrap installs bookworm's
+//! essential set from Debian's archive, ingot writes stack.lock and fills the .deb cache. Then:
+//! the same build `--locked` without any network is served from the cache and gives the same
+//! manifest digest; a lock naming a version neither the cache nor the archive has fails naming
+//! the package and writes nothing; `--update PACKAGE` moves that package back to the archive's
+//! version and prints the change.
+//!
+//! Root (mmdebstrap's root mode) and the archive: the full tier only (about two minutes, most of
+//! it apt's downloads; the quick tier skips every root test).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use ingot::debian::cache::sha256_of;
+use ingot::debian::lock::Lock;
+use ingot_testkit::skip;
+
+/// A one-layer stack from bookworm's essential set. That tree has no kernel: the boot paths name
+/// files it does have, so the build's checks pass (no machine boots this stack).
+const MANIFEST: &str = r#"
+name = "tiny"
+version = "1.0.0"
+source_date_epoch = 1700000000
+
+[boot]
+kernel = "/usr/bin/dpkg"
+initrd = "/usr/bin/dpkg-deb"
+efi = "/usr/bin/dpkg-query"
+
+[[layer]]
+name = "base"
+kind = "base"
+
+[layer.source.debian]
+variant = "essential"
+path_exclude = ["/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*"]
+path_include = ["/usr/share/doc/*/copyright"]
+
+[[layer.source.debian.archive]]
+mirror = "http://deb.debian.org/debian"
+suites = ["bookworm"]
+components = ["main"]
+"#;
+
+/// Runs `ingot build MANIFEST --out OUT --deb-cache CACHE EXTRA...`, offline (in a network
+/// namespace of its own, where nothing is reachable) when `offline`.
+fn build(dir: &Path, out: &str, extra: &[&str], offline: bool) -> (Output, f64) {
+    let ingot = env!("CARGO_BIN_EXE_ingot");
+    let mut cmd = if offline {
+        let mut c = Command::new("unshare");
+        c.args(["--net", ingot]);
+        c
+    } else {
+        Command::new(ingot)
+    };
+    cmd.current_dir(dir)
+        .args([
+            "build",
+            "m/stack.toml",
+            "--quiet",
+            "--deb-cache",
+            "cache",
+            "--out",
+            out,
+        ])
+        .args(extra)
+        .env_remove("RUST_LOG");
+    let started = Instant::now();
+    let output = cmd.output().expect("running ingot");
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "ingot build {out} {extra:?}{}: {secs:.1} s\n{}",
+        if offline { " (offline)" } else { "" },
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output, secs)
+}
+
+fn manifest_digest(out: &Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find_map(|l| l.strip_prefix("manifest   "))
+        .unwrap_or_else(|| panic!("no manifest digest in {text}"))
+        .to_owned()
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
+    let test = ingot_testkit::test_name!();
+    if !skip::have_root(test) || !skip::have_tools(test, &["mmdebstrap", "unshare", "dpkg-deb"]) {
+        return;
+    }
+    // Beside the output, as a real build is: /var/tmp, not a small /tmp.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = dir.path();
+    fs::create_dir(d.join("m")).unwrap();
+    fs::write(d.join("m/stack.toml"), MANIFEST).unwrap();
+    let lock_path: PathBuf = d.join("m/stack.lock");
+
+    // 1. Resolved against the archive: the lock is written, every file cached under its hash.
+    let (first, cold) = build(d, "out1", &[], false);
+    assert!(first.status.success());
+    let lock_text = fs::read_to_string(&lock_path).unwrap();
+    let lock = Lock::parse(&lock_text, &lock_path).unwrap();
+    let base = &lock.layers["base"];
+    assert!(base.packages.len() > 20, "{lock_text}");
+    for name in ["base-files", "dpkg", "libc6"] {
+        assert!(
+            base.packages.iter().any(|p| p.name == name),
+            "{name} not locked"
+        );
+    }
+    assert_eq!(base.suites.len(), 1);
+    assert_eq!(base.suites[0].suite, "bookworm");
+    assert!(base.suites[0].date.ends_with("UTC"), "{:?}", base.suites[0]);
+    assert_eq!(base.kernel, None, "the essential set has no kernel");
+    for p in &base.packages {
+        let cached = d.join("cache").join(format!("{}.deb", p.sha256));
+        assert_eq!(sha256_of(&cached).unwrap(), p.sha256, "{}", p.name);
+    }
+
+    // 2. Locked, with no network at all: every file from the cache, the same stack.
+    let (second, warm) = build(d, "out2", &["--locked"], true);
+    assert!(second.status.success());
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(
+        said.contains(&format!(
+            "{} .deb from the cache, 0 downloaded",
+            base.packages.len()
+        )),
+        "{said}"
+    );
+    assert_eq!(manifest_digest(&first), manifest_digest(&second));
+    assert_eq!(
+        fs::read_to_string(&lock_path).unwrap(),
+        lock_text,
+        "--locked changed the lock"
+    );
+    eprintln!("mmdebstrap build: cold {cold:.1} s, locked from the cache (offline) {warm:.1} s");
+
+    // 3. A version neither the cache nor the archive has: named, nothing written.
+    let real = base
+        .packages
+        .iter()
+        .find(|p| p.name == "base-files")
+        .unwrap();
+    let edited = lock_text.replacen(
+        &format!("version = \"{}\"", real.version),
+        "version = \"99.0-ingot-test\"",
+        1,
+    );
+    assert_ne!(edited, lock_text);
+    fs::write(&lock_path, &edited).unwrap();
+    let before = entries(d);
+    let (third, _) = build(d, "out3", &["--locked"], false);
+    assert!(!third.status.success());
+    let said = String::from_utf8_lossy(&third.stderr);
+    assert!(
+        said.contains("base-files 99.0-ingot-test (amd64)"),
+        "{said}"
+    );
+    assert!(said.contains("neither the .deb cache"), "{said}");
+    assert_eq!(
+        entries(d),
+        before,
+        "a failed locked build left something behind"
+    );
+    assert_eq!(fs::read_to_string(&lock_path).unwrap(), edited);
+
+    // 4. `--update base-files` moves that package only, back to the archive's version, and
+    //    says so; every other package stays as locked, so the stack is the first one again.
+    let (fourth, _) = build(d, "out4", &["--update", "base-files"], false);
+    assert!(fourth.status.success());
+    let said = String::from_utf8_lossy(&fourth.stderr);
+    let change = format!(
+        "Updating base-files:amd64 99.0-ingot-test -> {}",
+        real.version
+    );
+    assert!(said.contains(&change), "{said}");
+    let updated = Lock::parse(&fs::read_to_string(&lock_path).unwrap(), &lock_path).unwrap();
+    assert_eq!(updated.layers["base"].packages, base.packages);
+    assert_eq!(manifest_digest(&fourth), manifest_digest(&first));
+}

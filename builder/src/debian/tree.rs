@@ -103,8 +103,8 @@ pub enum TreeError {
     /// Locked files neither the cache nor the archive can give.
     #[error(
         "layer `{layer}`: stack.lock names {} package file(s) that neither the .deb cache ({}) \
-         nor the archive can give:\n  {}",
-        missing.len(), cache.display(), missing.join("\n  ")
+         nor the archive can give: {}",
+        missing.len(), cache.display(), missing.join("; ")
     )]
     Unavailable {
         /// The layer.
@@ -115,15 +115,13 @@ pub enum TreeError {
         missing: Vec<String>,
     },
     /// mmdebstrap failed.
-    #[error("layer `{layer}`: mmdebstrap failed ({status}); the end of its log {}:\n{tail}", log.display())]
+    #[error("layer `{layer}`: mmdebstrap failed ({status}); the end of its log is above")]
     Mmdebstrap {
         /// The layer.
         layer: String,
         /// Its exit status.
         status: String,
-        /// Its log file.
-        log: PathBuf,
-        /// The log's last lines.
+        /// The log's last lines (also logged when it failed).
         tail: String,
     },
     /// The tree does not hold what it should.
@@ -525,11 +523,13 @@ fn mmdebstrap(
     }
     let text = fs::read_to_string(&log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(30)..].join("\n");
+    // The log goes with the scratch directory: its end is shown now.
+    tracing::error!("layer {}: mmdebstrap's log ends:\n{tail}", job.layer);
     Err(TreeError::Mmdebstrap {
         layer: job.layer.to_owned(),
         status: status.to_string(),
-        log,
-        tail: lines[lines.len().saturating_sub(30)..].join("\n"),
+        tail,
     })
 }
 

@@ -25,7 +25,10 @@ use ingot_artifact::sign::SecretKey;
 /// by their hashes. A later build installs what the lock says; --update moves it forward.
 #[derive(Args, Debug)]
 pub struct BuildArgs {
-    /// The stack manifest (TOML; see docs/manifest.md).
+    /// The stack manifest (TOML; see docs/manifest.md). A layer whose source is `debian` is made
+    /// first, as root, by mmdebstrap and apt (they resolve, download, check signatures and
+    /// install; ingot pins the result in stack.lock beside the manifest and caches the .debs:
+    /// docs/debian-build.md).
     pub manifest: PathBuf,
     /// The OCI image layout directory to write (must not exist, unless --force).
     #[arg(long, short)]

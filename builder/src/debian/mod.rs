@@ -83,6 +83,31 @@ pub enum PrepareError {
     },
 }
 
+/// How a layer's versions are chosen, given the options and its lock entry when that was made
+/// for the layer's current declaration.
+fn choose(opts: &Options, current: Option<&lock::LayerLock>) -> Resolve {
+    match (&opts.update, opts.locked, current) {
+        (_, true, _) => Resolve::Locked,
+        (Some(names), _, Some(cur)) if !names.is_empty() => {
+            let mine: BTreeSet<String> = names
+                .iter()
+                .filter(|n| cur.packages.iter().any(|p| &p.name == *n))
+                .cloned()
+                .collect();
+            // A layer whose lock has none of the named packages stays as locked.
+            if mine.is_empty() {
+                Resolve::Locked
+            } else {
+                Resolve::Update(mine)
+            }
+        }
+        (Some(_), _, _) => Resolve::Update(BTreeSet::new()),
+        // A lock made for this declaration is used, as cargo uses Cargo.lock.
+        (None, false, Some(_)) => Resolve::Locked,
+        (None, false, None) => Resolve::Fresh,
+    }
+}
+
 /// Makes the tree of every layer whose source is `debian` (in `work_parent`, removed when the
 /// result is dropped). `Ok(None)`: the manifest has none.
 pub fn prepare(
@@ -128,25 +153,7 @@ pub fn prepare(
         };
         let old = old_lock.as_ref().and_then(|l| l.layers.get(&layer.name));
         let current = old.filter(|l| l.inputs == spec.fingerprint());
-        let resolve = match (&opts.update, opts.locked, current) {
-            (_, true, _) => Resolve::Locked,
-            (Some(names), _, Some(cur)) if !names.is_empty() => {
-                let mine: BTreeSet<String> = names
-                    .iter()
-                    .filter(|n| cur.packages.iter().any(|p| &p.name == *n))
-                    .cloned()
-                    .collect();
-                if mine.is_empty() {
-                    Resolve::Locked
-                } else {
-                    Resolve::Update(mine)
-                }
-            }
-            (Some(_), _, _) => Resolve::Update(BTreeSet::new()),
-            // A lock made for this declaration is used, as cargo uses Cargo.lock.
-            (None, false, Some(_)) => Resolve::Locked,
-            (None, false, None) => Resolve::Fresh,
-        };
+        let resolve = choose(opts, current);
         let started = Instant::now();
         let job = tree::Job {
             layer: &layer.name,
@@ -189,4 +196,55 @@ pub fn prepare(
         report,
         _work: work,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock::{LayerLock, LockedPackage};
+
+    #[test]
+    fn versions_are_chosen_as_cargo_chooses_them() {
+        let cur = LayerLock {
+            name: "base".into(),
+            inputs: format!("sha256:{}", "0".repeat(64)),
+            kernel: None,
+            suites: Vec::new(),
+            packages: vec![LockedPackage {
+                name: "libc6".into(),
+                architecture: "amd64".into(),
+                version: "2.36-9+deb12u8".into(),
+                sha256: "1".repeat(64),
+            }],
+        };
+        let opts = |locked, update: Option<&[&str]>| Options {
+            cache: None,
+            locked,
+            update: update.map(|u| u.iter().map(|s| (*s).to_owned()).collect()),
+        };
+        let set = |names: &[&str]| names.iter().map(|s| (*s).to_owned()).collect();
+        assert_eq!(choose(&opts(false, None), None), Resolve::Fresh);
+        assert_eq!(choose(&opts(false, None), Some(&cur)), Resolve::Locked);
+        assert_eq!(
+            choose(&opts(true, None), None),
+            Resolve::Locked,
+            "make() then refuses it"
+        );
+        assert_eq!(
+            choose(&opts(false, Some(&[])), Some(&cur)),
+            Resolve::Update(set(&[]))
+        );
+        assert_eq!(
+            choose(&opts(false, Some(&["libc6", "zlib1g"])), Some(&cur)),
+            Resolve::Update(set(&["libc6"]))
+        );
+        assert_eq!(
+            choose(&opts(false, Some(&["zlib1g"])), Some(&cur)),
+            Resolve::Locked
+        );
+        assert_eq!(
+            choose(&opts(false, Some(&["libc6"])), None),
+            Resolve::Update(set(&[]))
+        );
+    }
 }

@@ -103,7 +103,8 @@ pub enum TreeError {
     /// Locked files neither the cache nor the archive can give.
     #[error(
         "layer `{layer}`: stack.lock names {} package file(s) that neither the .deb cache ({}) \
-         nor the archive can give: {}",
+         nor the archive can give: {} (a cache or mirror that has them, or `ingot build --update`, \
+         which moves the lock to what the archive has now)",
         missing.len(), cache.display(), missing.join("; ")
     )]
     Unavailable {
@@ -709,12 +710,28 @@ fn suite_dates(spec: &DebianSpec, releases: &Path) -> Result<Vec<SuiteDate>, Tre
 
 /// What every layer tree gets before `ingot build` reads it: apt's sources as the manifest
 /// declares them (mmdebstrap wrote the ones it was given, which may name the build's local
-/// repository), dpkg's status kept where the SBOM reads it (`/usr/lib/ingot/dpkg/status`), and
+/// repository), `/etc/hostname` `localhost` and an empty `/etc/resolv.conf` (not the build
+/// host's), dpkg's status kept where the SBOM reads it (`/usr/lib/ingot/dpkg/status`), and
 /// `/dev`, `/run`, `/tmp` and `/var` emptied (mount points; the var partition is mounted over
 /// `/var`).
 fn finish_tree(tree: &Path, spec: &DebianSpec) -> Result<(), TreeError> {
     let list = tree.join("etc/apt/sources.list");
     fs::write(&list, spec.sources().join("\n") + "\n").map_err(io_err("writing", &list))?;
+    // mmdebstrap copies the build host's name and resolver into the tree: no host's bytes may
+    // stay in a layer. The node's own name and resolver are the node's (its network setup).
+    for (file, text) in [("etc/hostname", "localhost\n"), ("etc/resolv.conf", "")] {
+        let path = tree.join(file);
+        // Replaced, not written through: it may be a symlink.
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                return Err(io_err("removing", &path)(e))
+            }
+            _ => {}
+        }
+        fs::write(&path, text).map_err(io_err("writing", &path))?;
+        fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .map_err(io_err("setting the mode of", &path))?;
+    }
     let status = tree.join("var/lib/dpkg/status");
     let kept = tree.join("usr/lib/ingot/dpkg");
     fs::create_dir_all(&kept).map_err(io_err("creating", &kept))?;
@@ -733,4 +750,61 @@ fn finish_tree(tree: &Path, spec: &DebianSpec) -> Result<(), TreeError> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_finished_tree_keeps_no_host_bytes_and_nothing_under_var() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = dir.path();
+        for d in [
+            "etc/apt",
+            "var/lib/dpkg",
+            "var/log/apt",
+            "run/lock",
+            "tmp",
+            "dev",
+        ] {
+            fs::create_dir_all(t.join(d)).unwrap();
+        }
+        fs::write(t.join("var/lib/dpkg/status"), "Package: dpkg\n").unwrap();
+        fs::write(t.join("var/log/apt/history.log"), "x").unwrap();
+        fs::write(t.join("etc/hostname"), "buildhost\n").unwrap();
+        std::os::unix::fs::symlink("../run/resolv.conf", t.join("etc/resolv.conf")).unwrap();
+        fs::write(
+            t.join("etc/apt/sources.list"),
+            "deb [trusted=yes] file:///x ./\n",
+        )
+        .unwrap();
+        let spec: DebianSpec = toml::from_str(
+            "[[archive]]\nmirror = \"http://deb.debian.org/debian\"\nsuites = [\"bookworm\"]\ncomponents = [\"main\"]\n",
+        )
+        .unwrap();
+        finish_tree(t, &spec).unwrap();
+        let read = |p: &str| fs::read_to_string(t.join(p)).unwrap();
+        assert_eq!(read("etc/hostname"), "localhost\n");
+        assert_eq!(read("etc/resolv.conf"), "");
+        assert!(!fs::symlink_metadata(t.join("etc/resolv.conf"))
+            .unwrap()
+            .is_symlink());
+        assert!(
+            !t.join("run/resolv.conf").exists(),
+            "written through the symlink"
+        );
+        assert_eq!(
+            read("etc/apt/sources.list"),
+            "deb http://deb.debian.org/debian bookworm main\n"
+        );
+        assert_eq!(read("usr/lib/ingot/dpkg/status"), "Package: dpkg\n");
+        for d in ["var", "run", "tmp", "dev"] {
+            assert_eq!(
+                fs::read_dir(t.join(d)).unwrap().count(),
+                0,
+                "{d} not emptied"
+            );
+        }
+    }
 }

@@ -188,6 +188,11 @@ fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
         real.version
     );
     assert!(said.contains(&change), "{said}");
+    let rest = base.packages.len() - 1;
+    assert!(
+        said.contains(&format!("{rest} .deb from the cache, 1 downloaded")),
+        "{said}"
+    );
     let updated = Lock::parse(&fs::read_to_string(&lock_path).unwrap(), &lock_path).unwrap();
     assert_eq!(updated.layers["base"].packages, base.packages);
     assert_eq!(manifest_digest(&fourth), manifest_digest(&first));

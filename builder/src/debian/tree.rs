@@ -596,7 +596,10 @@ fn unlocked(job: &Job<'_>, repo: &Path, fingerprint: &str) -> Result<Made, TreeE
         let path = entry.map_err(io_err("reading", &debs))?.path();
         let c = deb::read_control(&path)?;
         let sha = job.cache.insert(&path)?;
-        downloaded += 1;
+        // apt copies the local repository's files into its archives too: those were cached.
+        if !staged.iter().any(|s| s.package.sha256 == sha) {
+            downloaded += 1;
+        }
         files.insert((c.name, c.architecture, c.version), sha);
     }
     let mut packages = Vec::new();

@@ -3,7 +3,7 @@
 //! the same build `--locked` without any network is served from the cache and gives the same
 //! manifest digest; a lock naming a version neither the cache nor the archive has fails naming
 //! the package and writes nothing; `--update PACKAGE` moves that package back to the archive's
-//! version and prints the change.
+//! version and prints the change, and a cached file that rotted is fetched again, not used.
 //!
 //! Root (mmdebstrap's root mode) and the archive: the full tier only (about two minutes, most of
 //! it apt's downloads; the quick tier skips every root test).
@@ -180,6 +180,10 @@ fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
 
     // 4. `--update base-files` moves that package only, back to the archive's version, and
     //    says so; every other package stays as locked, so the stack is the first one again.
+    //    One cached file has rotted meanwhile: it is not used, but fetched again and repaired.
+    let rotten = base.packages.iter().find(|p| p.name == "dpkg").unwrap();
+    let rotten_path = d.join("cache").join(format!("{}.deb", rotten.sha256));
+    fs::write(&rotten_path, b"not dpkg any more").unwrap();
     let (fourth, _) = build(d, "out4", &["--update", "base-files"], false);
     assert!(fourth.status.success());
     let said = String::from_utf8_lossy(&fourth.stderr);
@@ -188,10 +192,15 @@ fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
         real.version
     );
     assert!(said.contains(&change), "{said}");
-    let rest = base.packages.len() - 1;
+    let rest = base.packages.len() - 2;
     assert!(
-        said.contains(&format!("{rest} .deb from the cache, 1 downloaded")),
+        said.contains(&format!("{rest} .deb from the cache, 2 downloaded")),
         "{said}"
+    );
+    assert_eq!(
+        sha256_of(&rotten_path).unwrap(),
+        rotten.sha256,
+        "the rotten file was not replaced"
     );
     let updated = Lock::parse(&fs::read_to_string(&lock_path).unwrap(), &lock_path).unwrap();
     assert_eq!(updated.layers["base"].packages, base.packages);

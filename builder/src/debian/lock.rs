@@ -29,6 +29,11 @@ pub struct LockedPackage {
     pub version: String,
     /// SHA-256 of its `.deb` (lowercase hex).
     pub sha256: String,
+    /// The archive's `Priority` when it overrides the `.deb`'s own (the archive's override file
+    /// does that): mmdebstrap's variants select packages by it, so a locked build's repository
+    /// must say the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<String>,
 }
 
 impl LockedPackage {
@@ -169,9 +174,13 @@ impl Lock {
             packages.sort();
             out.push_str("packages = [\n");
             for p in &packages {
+                let priority = p
+                    .priority
+                    .as_ref()
+                    .map_or(String::new(), |v| format!(", priority = {}", q(v)));
                 let _ = writeln!(
                     out,
-                    "  {{ name = {}, architecture = {}, version = {}, sha256 = {} }},",
+                    "  {{ name = {}, architecture = {}, version = {}, sha256 = {}{priority} }},",
                     q(&p.name),
                     q(&p.architecture),
                     q(&p.version),
@@ -239,6 +248,11 @@ fn check_layer(l: &LayerLock) -> Result<(), String> {
                 "{who}: sha256 {:?} is not 64 lowercase hex digits",
                 p.sha256
             ));
+        }
+        if p.priority.as_ref().is_some_and(|v| {
+            !v.bytes().all(|b| b.is_ascii_lowercase() || b == b'-') || v.is_empty()
+        }) {
+            return Err(format!("{who}: priority {:?} is not one", p.priority));
         }
         if !seen.insert(p.key()) {
             return Err(format!("{who} ({}) is listed twice", p.architecture));
@@ -310,6 +324,7 @@ mod tests {
             architecture: "amd64".into(),
             version: version.into(),
             sha256: fill.to_string().repeat(64),
+            priority: None,
         }
     }
 
@@ -335,9 +350,12 @@ mod tests {
     #[test]
     fn round_trip_is_sorted_and_stable() {
         let mut lock = Lock::default();
+        let mut apt = pkg("apt", "2.6.1", 'c');
+        apt.priority = Some("required".into());
         let l = layer(vec![
             pkg("zlib1g", "1:1.2.13.dfsg-1", 'a'),
             pkg("base-files", "12.4+deb12u8", 'b'),
+            apt,
         ]);
         lock.layers.insert(l.name.clone(), l);
         let text = lock.to_toml();
@@ -351,7 +369,12 @@ mod tests {
             text,
             "written, read and written again: the same bytes"
         );
-        assert_eq!(back.layers["base"].packages[1].version, "1:1.2.13.dfsg-1");
+        assert_eq!(back.layers["base"].packages[2].version, "1:1.2.13.dfsg-1");
+        assert_eq!(
+            back.layers["base"].packages[0].priority.as_deref(),
+            Some("required")
+        );
+        assert!(text.contains("sha256 = \"cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc\", priority = \"required\" },"), "{text}");
         assert_eq!(
             back.layers["base"].kernel.as_deref(),
             Some("6.1.0-28-amd64")

@@ -215,6 +215,7 @@ mod tests {
                 architecture: "amd64".into(),
                 version: "2.36-9+deb12u8".into(),
                 sha256: "1".repeat(64),
+                priority: None,
             }],
         };
         let opts = |locked, update: Option<&[&str]>| Options {

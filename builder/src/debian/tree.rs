@@ -430,7 +430,10 @@ fn write_repo(repo: &Path, suite: &str, staged: &[Staged]) -> Result<(), TreeErr
         let size = fs::metadata(repo.join(&s.file))
             .map_err(io_err("reading", &repo.join(&s.file)))?
             .len();
-        packages.push_str(s.control.text.trim_end());
+        packages.push_str(&with_priority(
+            &s.control.text,
+            s.package.priority.as_deref(),
+        ));
         packages.push_str(&format!(
             "\nFilename: ./{}\nSize: {size}\nSHA256: {}\n\n",
             s.file, s.package.sha256
@@ -446,6 +449,54 @@ fn write_repo(repo: &Path, suite: &str, staged: &[Staged]) -> Result<(), TreeErr
     );
     let path = repo.join("Release");
     fs::write(&path, release).map_err(io_err("writing", &path))
+}
+
+/// A control paragraph with its `Priority` replaced by the archive's override, when there is one.
+fn with_priority(control: &str, priority: Option<&str>) -> String {
+    let text = control.trim_end();
+    let Some(p) = priority else {
+        return text.to_owned();
+    };
+    let mut out: Vec<String> = text
+        .lines()
+        .filter(|l| !l.to_ascii_lowercase().starts_with("priority:"))
+        .map(str::to_owned)
+        .collect();
+    out.push(format!("Priority: {p}"));
+    out.join("\n")
+}
+
+/// The archives' `Priority` of every package version in apt's lists under `tree` (kept by
+/// `--skip=cleanup/apt/lists`), keyed by (name, architecture, version).
+fn archive_priorities(
+    tree: &Path,
+) -> Result<BTreeMap<(String, String, String), String>, TreeError> {
+    let lists = tree.join("var/lib/apt/lists");
+    let mut out = BTreeMap::new();
+    let mut read_any = false;
+    for entry in fs::read_dir(&lists).map_err(io_err("reading", &lists))? {
+        let path = entry.map_err(io_err("reading", &lists))?.path();
+        if !path.to_string_lossy().ends_with("_Packages") {
+            continue;
+        }
+        read_any = true;
+        let text = fs::read_to_string(&path).map_err(io_err("reading", &path))?;
+        for stanza in text.split("\n\n") {
+            let f = |k| deb::field(stanza, k).map(str::to_owned);
+            if let (Some(n), Some(a), Some(v), Some(p)) =
+                (f("Package"), f("Architecture"), f("Version"), f("Priority"))
+            {
+                out.entry((n, a, v)).or_insert(p);
+            }
+        }
+    }
+    if !read_any {
+        return Err(TreeError::Tree {
+            layer: String::new(),
+            reason: format!("apt left no *_Packages list in {}", lists.display()),
+        });
+    }
+    Ok(out)
 }
 
 /// What mmdebstrap gets beyond the common options.
@@ -491,6 +542,8 @@ fn mmdebstrap(
             ));
     }
     if let Some(out) = &extras.collect {
+        // The lists give the archives' priorities (read before the tree's /var is emptied).
+        cmd.arg("--skip=cleanup/apt/lists");
         let (debs, releases) = (out.join("debs"), out.join("releases"));
         for d in [&debs, &releases] {
             fs::create_dir_all(d).map_err(io_err("creating", d))?;
@@ -550,43 +603,25 @@ fn unlocked(job: &Job<'_>, repo: &Path, fingerprint: &str) -> Result<Made, TreeE
         write_repo(repo, job.spec.main_suite(), &staged)?;
         sources.push(local_source(repo));
     }
-    let mut extras = MmdebstrapExtras {
+    let extras = MmdebstrapExtras {
         collect: Some(job.work.join("collected")),
-        preferences: None,
+        preferences: pins(job)?,
     };
-    if let (Resolve::Update(names), Some(old)) = (&job.resolve, job.lock) {
-        if !names.is_empty() {
-            let prefs = job.work.join("ingot-lock.pref");
-            let text: String = old
-                .packages
-                .iter()
-                .filter(|p| !names.contains(&p.name))
-                .map(|p| {
-                    format!(
-                        "Package: {}:{}\nPin: version {}\nPin-Priority: 1001\n\n",
-                        p.name, p.architecture, p.version
-                    )
-                })
-                .collect();
-            fs::write(&prefs, text).map_err(io_err("writing", &prefs))?;
-            extras.preferences = Some(prefs);
-        }
-    }
     let tree = job.work.join("tree");
     mmdebstrap(job, &tree, &sources, &extras)?;
     let collected = job.work.join("collected");
 
-    // Every installed package's file: downloaded now, or one of the cached ones.
-    let mut files: BTreeMap<(String, String, String), String> = staged
+    // Every installed package's file (downloaded now, or one of the cached ones) and the
+    // priority its control file gives.
+    type Key = (String, String, String);
+    let mut files: BTreeMap<Key, (String, Option<String>)> = staged
         .iter()
         .map(|s| {
+            let p = &s.package;
+            let priority = deb::field(&s.control.text, "Priority").map(str::to_owned);
             (
-                (
-                    s.package.name.clone(),
-                    s.package.architecture.clone(),
-                    s.package.version.clone(),
-                ),
-                s.package.sha256.clone(),
+                (p.name.clone(), p.architecture.clone(), p.version.clone()),
+                (p.sha256.clone(), priority),
             )
         })
         .collect();
@@ -600,12 +635,14 @@ fn unlocked(job: &Job<'_>, repo: &Path, fingerprint: &str) -> Result<Made, TreeE
         if !staged.iter().any(|s| s.package.sha256 == sha) {
             downloaded += 1;
         }
-        files.insert((c.name, c.architecture, c.version), sha);
+        let priority = deb::field(&c.text, "Priority").map(str::to_owned);
+        files.insert((c.name, c.architecture, c.version), (sha, priority));
     }
+    let archive = archive_priorities(&tree)?;
     let mut packages = Vec::new();
     let mut from_cache = 0;
     for key in installed(job.layer, &tree)? {
-        let Some(sha) = files.get(&key) else {
+        let Some((sha, own)) = files.get(&key) else {
             return Err(TreeError::Tree {
                 layer: job.layer.to_owned(),
                 reason: format!(
@@ -617,11 +654,16 @@ fn unlocked(job: &Job<'_>, repo: &Path, fingerprint: &str) -> Result<Made, TreeE
         if staged.iter().any(|s| &s.package.sha256 == sha) {
             from_cache += 1;
         }
+        let priority = archive
+            .get(&key)
+            .filter(|a| Some(*a) != own.as_ref())
+            .cloned();
         packages.push(LockedPackage {
             name: key.0,
             architecture: key.1,
             version: key.2,
             sha256: sha.clone(),
+            priority,
         });
     }
     let suites = suite_dates(job.spec, &collected.join("releases"))?;
@@ -639,6 +681,31 @@ fn unlocked(job: &Job<'_>, repo: &Path, fingerprint: &str) -> Result<Made, TreeE
         from_cache,
         downloaded,
     })
+}
+
+/// For `--update PKG...`: an apt preferences file pinning every other locked package to its
+/// locked version.
+fn pins(job: &Job<'_>) -> Result<Option<PathBuf>, TreeError> {
+    let (Resolve::Update(names), Some(old)) = (&job.resolve, job.lock) else {
+        return Ok(None);
+    };
+    if names.is_empty() {
+        return Ok(None);
+    }
+    let prefs = job.work.join("ingot-lock.pref");
+    let text: String = old
+        .packages
+        .iter()
+        .filter(|p| !names.contains(&p.name))
+        .map(|p| {
+            format!(
+                "Package: {}:{}\nPin: version {}\nPin-Priority: 1001\n\n",
+                p.name, p.architecture, p.version
+            )
+        })
+        .collect();
+    fs::write(&prefs, text).map_err(io_err("writing", &prefs))?;
+    Ok(Some(prefs))
 }
 
 /// (name, architecture, version) of every installed package of the tree.
@@ -758,6 +825,15 @@ fn finish_tree(tree: &Path, spec: &DebianSpec) -> Result<(), TreeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_archive_priority_replaces_the_control_files() {
+        let control = "Package: apt\nVersion: 2.6.1\nPriority: important\nDescription: x\n y\n";
+        let out = with_priority(control, Some("required"));
+        assert_eq!(deb::field(&out, "Priority"), Some("required"));
+        assert_eq!(out.matches("Priority").count(), 1, "{out}");
+        assert_eq!(with_priority(control, None), control.trim_end());
+    }
 
     #[test]
     fn a_finished_tree_keeps_no_host_bytes_and_nothing_under_var() {

@@ -7,6 +7,7 @@ pub mod build;
 pub mod cli;
 pub mod db_key;
 pub mod debian;
+pub mod debian_spec;
 pub mod diff;
 pub mod display;
 pub mod inspect;

@@ -20,7 +20,7 @@ use toml::Spanned;
 
 use ingot_artifact::oci_layout::{sha256_file, Layout};
 
-use crate::debian::spec::DebianSpec;
+use crate::debian_spec::DebianSpec;
 
 /// The kind of the base layer.
 pub const BASE_KIND: &str = "base";
@@ -83,7 +83,7 @@ pub enum LayerSource {
         digest: String,
     },
     /// A tree made from Debian packages by mmdebstrap and apt, pinned by `stack.lock`
-    /// ([`crate::debian`]).
+    /// (made by the `debian` module before the layers are built).
     Debian(DebianSpec),
 }
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use super::cache::is_sha256_hex;
-use super::spec::is_package_name;
+use crate::debian_spec::is_package_name;
 
 /// The lock format's version (`version = 1`).
 pub const LOCK_VERSION: u32 = 1;
@@ -59,7 +59,7 @@ pub struct SuiteDate {
 pub struct LayerLock {
     /// The layer's name.
     pub name: String,
-    /// [`super::spec::DebianSpec::fingerprint`] of the declaration it was resolved for.
+    /// [`crate::debian_spec::DebianSpec::fingerprint`] of the declaration it was resolved for.
     pub inputs: String,
     /// The kernel release in `/usr/lib/modules` (none in a tree without a kernel).
     #[serde(default)]

@@ -6,7 +6,6 @@
 pub mod cache;
 pub mod deb;
 pub mod lock;
-pub mod spec;
 pub mod tree;
 
 use std::collections::BTreeSet;

@@ -24,7 +24,7 @@ use tracing::info;
 use super::cache::{self, CacheError, DebCache};
 use super::deb::{self, Control, DebError};
 use super::lock::{LayerLock, LockedPackage, SuiteDate};
-use super::spec::DebianSpec;
+use crate::debian_spec::DebianSpec;
 
 /// mmdebstrap's hook that makes `file://` mirrors visible inside the chroot (apt runs there for
 /// the packages past the essential set).

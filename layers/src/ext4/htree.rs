@@ -1,6 +1,10 @@
 //! Directory name hashes for hashed (htree, `dir_index`) directories: half-MD4 with the
 //! superblock's seed, as in e2fsprogs lib/ext2fs/dirhash.c. The image sets
-//! `EXT2_FLAGS_UNSIGNED_HASH`, so name bytes are taken as unsigned whatever the host's `char`.
+//! `EXT2_FLAGS_SIGNED_HASH`, so name bytes are sign-extended (`signed char`, as mke2fs on x86
+//! writes it). The kernel and e2fsck follow either flag; ext4-view 1.0 (which ingot reads its
+//! own images with: verify, inspect, diff, the UKI's parts) hashes signed only and ignores the
+//! flag, so with the unsigned variant it could not find a name with a byte of 0x80 or more in a
+//! hashed directory (`/etc/ssl/certs` of a Debian base has one).
 
 /// `s_def_hash_version` value for half-MD4.
 pub const DX_HASH_HALF_MD4: u8 = 1;
@@ -71,7 +75,7 @@ fn str2hashbuf(msg: &[u8], out: &mut [u32]) {
     let take = msg.len().min(out.len() * 4);
     let mut w = 0;
     for (i, &byte) in msg[..take].iter().enumerate() {
-        val = u32::from(byte).wrapping_add(val << 8);
+        val = (byte as i8 as i32 as u32).wrapping_add(val << 8);
         if i % 4 == 3 {
             out[w] = val;
             w += 1;

@@ -94,7 +94,7 @@ pub fn to_bytes(f: &SuperblockFields) -> [u8; 1024] {
     put_u32(&mut b, 0x158, (f.free_blocks >> 32) as u32);
     put_u16(&mut b, 0x15C, EXTRA_ISIZE);
     put_u16(&mut b, 0x15E, EXTRA_ISIZE);
-    put_u32(&mut b, 0x160, 0x0002); // EXT2_FLAGS_UNSIGNED_HASH: name bytes hash as unsigned
+    put_u32(&mut b, 0x160, 0x0001); // EXT2_FLAGS_SIGNED_HASH: name bytes hash as signed (htree.rs)
     put_u8(&mut b, 0x174, f.log_groups_per_flex);
     put_u8(&mut b, 0x175, 1); // checksum type: crc32c
                               // *_hi time bytes: wtime, mtime, mkfs_time, lastcheck.

@@ -305,6 +305,13 @@ fn owners_devices_and_security(root: &Path) {
     );
 }
 
+/// Files in the hashed directory `/huge` whose names are not ASCII (each holds its name).
+pub const NON_ASCII: [&str; 3] = [
+    "NetLock_Arany_=Class_Gold=_Főtanúsítvány.pem",
+    "Hellenic_Academic_and_Research_Institutions_ΕΛΛΗΝΙΚΑ.pem",
+    "\u{fffd}\u{7ff}\u{80}",
+];
+
 /// The 20,000-entry directory and the sparse 5 GiB file.
 fn huge_directory_and_sparse_file(root: &Path) {
     fs::create_dir(root.join("huge")).unwrap();
@@ -312,6 +319,10 @@ fn huge_directory_and_sparse_file(root: &Path) {
         File::create(root.join(format!("huge/f{i:05}-{}", "p".repeat((i % 40) as usize)))).unwrap();
     }
     fs::hard_link(root.join("etc/hostname"), root.join("huge/hostname-link")).unwrap();
+    // Names with bytes of 0x80 and more: they hash differently signed and unsigned.
+    for name in NON_ASCII {
+        fs::write(root.join("huge").join(name), name.as_bytes()).unwrap();
+    }
     let f = File::create(root.join("usr/lib/sparse-5g")).unwrap();
     f.set_len(SPARSE_SIZE).unwrap();
     for (i, off) in [0u64, 3 << 30, (4 << 30) + 12345, SPARSE_SIZE - 5000]

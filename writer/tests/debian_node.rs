@@ -1234,8 +1234,10 @@ fn boot_nested(w: &Written, what: &str) -> String {
 /// line `l2-start` (the nested guest was booting, and nothing after it was printed).
 fn froze_in_nested_window(panic: &str, console: &str) -> bool {
     let last = console.lines().rfind(|l| l.contains(CHECK));
-    panic.contains("(the guest hung)")
-        && last.is_some_and(|l| l.contains(&format!("{CHECK}l2-start ")))
+    // The watcher's panic may reach here re-raised by a scoped thread, without its text: the
+    // console alone says where the boot stopped.
+    let _ = panic;
+    last.is_some_and(|l| l.contains(&format!("{CHECK}l2-start ")))
 }
 
 fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
@@ -1587,6 +1589,6 @@ fn only_a_freeze_inside_the_nested_window_is_booted_again() {
     assert!(!froze_in_nested_window(hung, &after));
     let before = "[ 223.4] check[642]: INGOT-CHECK kvm-device character special file\n";
     assert!(!froze_in_nested_window(hung, before));
-    let timeout = "cp-1: no poweroff within 2400s; whole console in x";
-    assert!(!froze_in_nested_window(timeout, booting));
+    let rethrown = "a scoped thread panicked";
+    assert!(froze_in_nested_window(rethrown, booting));
 }

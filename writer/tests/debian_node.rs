@@ -1199,12 +1199,11 @@ fn control_plane(p: &Published) {
 }
 
 /// [`boot`] for the machine that runs the nested guest, which TCG (QEMU 7.2) now and then
-/// freezes whole while that guest boots even with [`NESTED_ARG`] (1 boot in about 20 on an AMD
-/// host: the node's console stopped 16 s after `l2-start` and printed nothing for 600 s). That
-/// freeze is the emulator's, not the node's, so a boot whose console went silent inside the
-/// nested window (its last check line `l2-start`, no `l2-exit`) is booted once more from the disk
-/// as it was before, and says so; a freeze anywhere else, a second freeze, or any other failure
-/// fails the test as before.
+/// freezes whole while that guest boots even with [`NESTED_ARG`] (2 of the last 4 full runs:
+/// the node's console stopped 16 s after `l2-start` and printed nothing for 600 s). That freeze
+/// is the emulator's, not the node's, so a boot that failed inside the nested window (its
+/// console's last check line `l2-start`, no `l2-exit`) is booted once more from the disk as it
+/// was before, and says so; a failure anywhere else, or a second one, fails the test as before.
 fn boot_nested(w: &Written, what: &str) -> String {
     let before = w.dir.path().join(format!("{what}.before.img"));
     copy_sparse(&w.image, &before);
@@ -1218,7 +1217,7 @@ fn boot_nested(w: &Written, what: &str) -> String {
     };
     let log = w.dir.path().join(format!("vm-{what}")).join("serial.log");
     let console = ingot_testkit::console::clean(&fs::read(&log).unwrap_or_default());
-    if !froze_in_nested_window(&panic_text(&payload), &console) {
+    if !froze_in_nested_window(&console) {
         std::panic::resume_unwind(payload);
     }
     eprintln!(
@@ -1230,22 +1229,12 @@ fn boot_nested(w: &Written, what: &str) -> String {
     boot(w, &format!("{what}-retry"))
 }
 
-/// The hang [`boot_nested`] boots again for: the watcher's silence, with the check unit's last
-/// line `l2-start` (the nested guest was booting, and nothing after it was printed).
-fn froze_in_nested_window(panic: &str, console: &str) -> bool {
+/// Where [`boot_nested`] boots again: the check unit's last line is `l2-start` (the nested
+/// guest was booting, and nothing after it was printed). The console alone decides: the
+/// watcher's panic may arrive re-raised by a scoped thread, without its text.
+fn froze_in_nested_window(console: &str) -> bool {
     let last = console.lines().rfind(|l| l.contains(CHECK));
-    // The watcher's panic may reach here re-raised by a scoped thread, without its text: the
-    // console alone says where the boot stopped.
-    let _ = panic;
     last.is_some_and(|l| l.contains(&format!("{CHECK}l2-start ")))
-}
-
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_default()
 }
 
 /// A copy of a sparse disk image that stays sparse (the 4 GiB disk holds about 1.5 GiB).
@@ -1576,19 +1565,16 @@ fn debian_node_boots_read_only_and_runs_its_first_boot_once() {
     );
 }
 
-/// Only the nested window's freeze is booted again: a silence after `l2-exit`, one before the
-/// nested guest started, or any other failure still fails the test.
+/// Only a failure inside the nested window is booted again: one after `l2-exit`, or one before the
+/// nested guest started, still fails the test.
 #[test]
 fn only_a_freeze_inside_the_nested_window_is_booted_again() {
-    let hung = "cp-1: the console printed nothing for 600s (the guest hung) after 853.1s";
     let booting = "[ 223.4] check[642]: INGOT-CHECK kvm-device character special file\n\
                    [ 223.5] check[642]: INGOT-CHECK l2-start limit 300s\n\
                    [ 239.6] kvm [839]: vcpu0 Unhandled WRMSR(0xc0010007) = 0xffff\n";
-    assert!(froze_in_nested_window(hung, booting));
+    assert!(froze_in_nested_window(booting));
     let after = format!("{booting}[ 250.1] check[642]: INGOT-CHECK l2-exit 0\n");
-    assert!(!froze_in_nested_window(hung, &after));
+    assert!(!froze_in_nested_window(&after));
     let before = "[ 223.4] check[642]: INGOT-CHECK kvm-device character special file\n";
-    assert!(!froze_in_nested_window(hung, before));
-    let rethrown = "a scoped thread panicked";
-    assert!(froze_in_nested_window(rethrown, booting));
+    assert!(!froze_in_nested_window(before));
 }

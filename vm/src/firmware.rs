@@ -18,7 +18,8 @@ pub const OVMF_CODE_SECBOOT: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
 pub const SEABIOS: &str = "/usr/share/seabios/bios-256k.bin";
 
 /// The firmware a VM boots with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum Firmware {
     /// OVMF: the machine has `/sys/firmware/efi`.
     Uefi,

@@ -23,6 +23,11 @@ pub struct Node {
     pub cpus: u32,
     /// In order: `sda`, `sdb`, ...
     pub disks: Vec<NodeDisk>,
+    /// QEMU's user networking: the rescue system's addresses the writer reads (`ip -json`,
+    /// `/etc/resolv.conf`) are the guest's on it, so the node comes up on that network as a
+    /// server comes up with its rescue system's addresses. Without it the writer reads none and
+    /// says the node relies on DHCP (the VM has no network device).
+    pub user_net: bool,
 }
 
 /// One disk: its image and size, and its identity.
@@ -86,6 +91,9 @@ pub fn write(root: &Path, node: &Node) -> Result<(), FixtureError> {
     for (i, disk) in node.disks.iter().enumerate() {
         w.disk(i, disk)?;
     }
+    if node.user_net {
+        w.user_net()?;
+    }
     Ok(())
 }
 
@@ -136,6 +144,32 @@ impl Writer<'_> {
         self.file(&format!("{dir}/vendor"), &format!("0x{vendor:04x}\n"))?;
         self.file(&format!("{dir}/device"), &format!("0x{device:04x}\n"))?;
         self.file(&format!("{dir}/class"), &format!("0x{class:06x}\n"))
+    }
+
+    /// What `ip -json` and resolv.conf show on QEMU's user network ([`crate::machine::SLIRP`]):
+    /// the guest's address, its gateway and the name server, on the NIC's MAC.
+    fn user_net(&self) -> Result<(), FixtureError> {
+        let s = &crate::machine::SLIRP;
+        let lo = r#"{"ifindex":1,"ifname":"lo","flags":["LOOPBACK","UP","LOWER_UP"],"link_type":"loopback","address":"00:00:00:00:00:00","addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8,"scope":"host"}]}"#;
+        self.file(
+            "ip/addr.json",
+            &format!(
+                r#"[{lo},{{"ifindex":2,"ifname":"eth0","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"],"link_type":"ether","address":"{mac}","addr_info":[{{"family":"inet","local":"{ip}","prefixlen":{len},"scope":"global","label":"eth0"}}]}}]
+"#,
+                mac = s.mac,
+                ip = s.guest,
+                len = s.prefix_len
+            ),
+        )?;
+        self.file(
+            "ip/route.json",
+            &format!(
+                "[{{\"dst\":\"default\",\"gateway\":\"{}\",\"dev\":\"eth0\",\"flags\":[]}}]\n",
+                s.gateway
+            ),
+        )?;
+        self.file("ip/route6.json", "[]\n")?;
+        self.file("etc/resolv.conf", &format!("nameserver {}\n", s.dns))
     }
 
     /// SCSI disk `index` as QEMU's `scsi-hd` shows it to a Linux guest.

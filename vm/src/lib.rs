@@ -4,10 +4,11 @@
 //! their Debian package ([`firmware`]), a machine described as a type and rendered into QEMU's
 //! command line ([`machine`]), a software TPM ([`swtpm`]), and a run watched on its serial
 //! console ([`run`], [`console`]); for `ingot vm`, the fixture machine the writer reads
-//! ([`fixture`]), the state directory ([`state`]) and Secure Boot key enrollment
+//! ([`fixture`]), the bootstrap data it is given ([`bootstrap`]), the state directory ([`state`]) and Secure Boot key enrollment
 //! ([`secure_boot`]).
 
 pub mod accel;
+pub mod bootstrap;
 pub mod console;
 pub mod firmware;
 pub mod fixture;

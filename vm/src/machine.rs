@@ -71,6 +71,25 @@ pub enum Net {
     User(UserNet),
 }
 
+/// QEMU's user network as its defaults set it up (slirp), and the MAC a machine's NIC on it
+/// has: what the guest is told by DHCP, and what `ingot vm`'s fixture tells the writer.
+pub struct Slirp {
+    pub mac: &'static str,
+    pub guest: &'static str,
+    pub prefix_len: u8,
+    pub gateway: &'static str,
+    pub dns: &'static str,
+}
+
+/// QEMU's user network (`10.0.2.0/24`), and the NIC's MAC (QEMU's default first one).
+pub const SLIRP: Slirp = Slirp {
+    mac: "52:54:00:12:34:56",
+    guest: "10.0.2.15",
+    prefix_len: 24,
+    gateway: "10.0.2.2",
+    dns: "10.0.2.3",
+};
+
 /// QEMU's user networking (slirp): the guest reaches out through the host's stack.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct UserNet {
@@ -180,8 +199,10 @@ impl Machine {
                 .pair("-append", &k.append);
         }
         if let Net::User(user) = &self.net {
-            a.pair("-netdev", netdev(user))
-                .pair("-device", "virtio-net-pci,netdev=n0");
+            a.pair("-netdev", netdev(user)).pair(
+                "-device",
+                format!("virtio-net-pci,netdev=n0,mac={}", SLIRP.mac),
+            );
         }
         self.disks(&mut a);
         for s in &self.shares {
@@ -430,7 +451,7 @@ mod tests {
             text.contains(
                 "-netdev user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:2222-:22,\
                  guestfwd=tcp:10.0.2.100:5000-cmd:/bin/busybox nc 127.0.0.1 5000 \
-                 -device virtio-net-pci,netdev=n0 -device virtio-scsi-pci,id=scsi0 \
+                 -device virtio-net-pci,netdev=n0,mac=52:54:00:12:34:56 -device virtio-scsi-pci,id=scsi0 \
                  -drive file=/w/d0.img,if=none,id=d0,format=raw,cache=unsafe \
                  -device scsi-hd,drive=d0,bus=scsi0.0,scsi-id=0,wwn=0x5000c500a1b2c3d4,serial=S0 \
                  -drive file=/w/d1.img,if=none,id=d1,format=raw,cache=unsafe \

@@ -63,6 +63,11 @@ pub enum RunError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("creating the console log {}", path.display())]
+    Log {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("starting {program}")]
     Start {
         program: String,
@@ -142,10 +147,111 @@ fn read_console(log: &Path) -> String {
     console::clean(&fs::read(log).unwrap_or_default())
 }
 
-/// Runs `cmd` (a machine with its console on the terminal) with the terminal's stdin, stdout
-/// and stderr; its exit status.
-pub fn interactive(mut cmd: Command) -> Result<ExitStatus, RunError> {
+/// Console lines that say the node's boot failed, whatever QEMU's status: the boot contract's
+/// own failure line (the initramfs's `ingot_fail`, docs/boot-contract.md) and a kernel panic
+/// (which `-no-reboot` turns into QEMU exiting with 0, as a reboot).
+pub const BOOT_FAILED: [&str; 2] = ["INGOT-BOOT-FAILED", "Kernel panic - not syncing"];
+
+/// How an interactive run ended.
+#[derive(Clone, Debug)]
+pub struct Interactive {
+    /// QEMU's exit status.
+    pub status: ExitStatus,
+    /// The first console line showing one of [`BOOT_FAILED`], cleaned.
+    pub failed: Option<String>,
+}
+
+/// Runs `cmd` (a machine with its console on QEMU's stdio, [`Serial::Terminal`]) with the
+/// terminal's stdin and stderr; its console is copied to `term` (the terminal's stdout) as it
+/// comes, kept in `log`, and read for [`BOOT_FAILED`].
+///
+/// [`Serial::Terminal`]: crate::machine::Serial::Terminal
+pub fn interactive(
+    mut cmd: Command,
+    log: &Path,
+    term: &mut dyn std::io::Write,
+) -> Result<Interactive, RunError> {
     let program = cmd.get_program().to_string_lossy().into_owned();
-    cmd.status()
-        .map_err(|source| RunError::Start { program, source })
+    let mut file = fs::File::create(log).map_err(|source| RunError::Log {
+        path: log.into(),
+        source,
+    })?;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|source| RunError::Start { program, source })?;
+    let mut out = child.stdout.take().expect("piped");
+    let (mut failed, mut line) = (None, Vec::new());
+    let mut buf = [0u8; 8192];
+    loop {
+        let n = match std::io::Read::read(&mut out, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        let chunk = &buf[..n];
+        // The terminal and the log are best effort: a closed terminal must not stop the VM.
+        let _ = term.write_all(chunk).and_then(|()| term.flush());
+        let _ = std::io::Write::write_all(&mut file, chunk);
+        for &b in chunk {
+            if b == b'\n' {
+                failed = failed.or_else(|| failed_line(&line));
+                line.clear();
+            } else {
+                line.push(b);
+            }
+        }
+    }
+    failed = failed.or_else(|| failed_line(&line));
+    let status = child.wait().map_err(|source| RunError::Wait { source })?;
+    Ok(Interactive { status, failed })
+}
+
+/// `raw` (one console line), cleaned, when it shows one of [`BOOT_FAILED`].
+fn failed_line(raw: &[u8]) -> Option<String> {
+    let text = console::clean(raw);
+    BOOT_FAILED
+        .iter()
+        .any(|f| text.contains(f))
+        .then(|| text.trim().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A real QEMU-less run: `sh` prints a console with OVMF's escapes and CRs; the boot
+    /// contract's failure line is found, the log is the exact output.
+    #[test]
+    fn an_interactive_run_keeps_the_console_and_finds_the_failure_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("console.log");
+        let mut cmd = Command::new("sh");
+        cmd.args([
+            "-c",
+            "printf '\\033[2Jboot\\r\\nINGOT-BOOT-FAILED: layer base: bad\\r\\nKernel panic - not syncing: x'",
+        ]);
+        let mut term = Vec::new();
+        let run = interactive(cmd, &log, &mut term).unwrap();
+        assert!(run.status.success());
+        assert_eq!(
+            run.failed.as_deref(),
+            Some("INGOT-BOOT-FAILED: layer base: bad")
+        );
+        assert!(term.starts_with(b"\x1b[2Jboot\r\n"));
+        assert_eq!(fs::read(&log).unwrap(), term);
+        let mut clean = Command::new("sh");
+        clean.args(["-c", "echo INGOT-BOOT-OK"]);
+        assert_eq!(
+            interactive(clean, &log, &mut Vec::new()).unwrap().failed,
+            None
+        );
+        let mut panic = Command::new("sh");
+        panic.args(["-c", "printf 'Kernel panic - not syncing: VFS'"]);
+        assert!(interactive(panic, &log, &mut Vec::new())
+            .unwrap()
+            .failed
+            .is_some());
+    }
 }

@@ -1,10 +1,10 @@
-//! A VM's state directory, which `ingot vm` boots from: the machine fixture the writer reads
-//! (`machine/`), the sparse disk images (`disk0.img`, ...), the UEFI variable store
-//! (`vars.fd`), the TPM's state (`tpm/`), the bootstrap data given to the writer
-//! (`bootstrap.data`), the writer's status file (`output.json`) and the SSH port
-//! (`ssh-port`). Kept (`--state DIR`), a second boot is the node's second boot, with the disks
-//! and variables as the first left them.
-
+//! A VM's state directory, which `ingot vm` boots from: the machine the VM is (`vm.json`), the
+//! machine fixture the writer reads (`machine/`), the sparse disk images (`disk0.img`, ...), the
+//! UEFI variable store (`vars.fd`), the TPM's state (`tpm/`), the bootstrap data given to the
+//! writer (`bootstrap.data`), the writer's status file (`output.json`), the last boot's serial
+//! console (`console.log`), the SSH port (`ssh-port`) and the private key `ingot vm ssh` logs in
+//! with (`ssh-identity`). Kept (`--state DIR`), a second boot is the node's second boot, with the
+//! disks and variables as the first left them, on the same machine.
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -13,9 +13,13 @@ use crate::firmware::{Firmware, Images};
 use crate::fixture::{self, Node, NodeDisk};
 use crate::machine::{Boot, Disk, Machine, Net, Serial, UserNet};
 
-/// The machine a VM is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// The machine a VM is, kept in its state directory (`vm.json`) so that booting it again, or
+/// writing over it, is the same machine unless a flag changes it.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Spec {
+    /// The machine's name (CAPH's third argument to the writer).
+    pub name: String,
     pub firmware: Firmware,
     pub virt: bool,
     pub nvidia_gpu: bool,
@@ -24,9 +28,28 @@ pub struct Spec {
     pub disks: usize,
     /// Each disk's size in bytes.
     pub disk_size: u64,
-    /// QEMU's user networking with the host's `127.0.0.1:PORT` forwarded to the guest's SSH;
-    /// None: no network device.
+    /// QEMU's user networking (false: no network device at all).
+    pub user_net: bool,
+    /// With [`Spec::user_net`]: the host's `127.0.0.1:PORT` forwarded to the guest's SSH port.
     pub ssh_port: Option<u16>,
+}
+
+impl Default for Spec {
+    /// `ingot vm`'s defaults: a UEFI machine with 2 CPUs, 2 GiB, one 8 GiB disk, no network.
+    fn default() -> Spec {
+        Spec {
+            name: "ingot-vm".into(),
+            firmware: Firmware::Uefi,
+            virt: false,
+            nvidia_gpu: false,
+            cpus: 2,
+            memory_mib: 2048,
+            disks: 1,
+            disk_size: 8 << 30,
+            user_net: false,
+            ssh_port: None,
+        }
+    }
 }
 
 /// Preparing or reading the state directory failed.
@@ -43,6 +66,11 @@ pub enum StateError {
     Empty { dir: PathBuf },
     #[error("{}: --disks must be 1 or more", dir.display())]
     NoDisks { dir: PathBuf },
+    #[error("{}: not the machine description `ingot vm` keeps", path.display())]
+    Spec {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
@@ -99,6 +127,46 @@ impl State {
         self.dir.join("ssh-port")
     }
 
+    /// Where the path of the private key `ingot vm ssh` logs in with is kept (the one beside
+    /// `--ssh-key`'s public key).
+    pub fn ssh_identity_file(&self) -> PathBuf {
+        self.dir.join("ssh-identity")
+    }
+
+    /// The last boot's serial console, as the terminal showed it.
+    pub fn console(&self) -> PathBuf {
+        self.dir.join("console.log")
+    }
+
+    /// The machine description (`vm.json`).
+    pub fn spec_file(&self) -> PathBuf {
+        self.dir.join("vm.json")
+    }
+
+    /// The machine this VM was last written or booted as; None for a VM that has none kept.
+    pub fn kept_spec(&self) -> Result<Option<Spec>, StateError> {
+        let path = self.spec_file();
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io(&path)(e)),
+        };
+        serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|source| StateError::Spec { path, source })
+    }
+
+    /// Keeps `spec` as this VM's machine (written whole: a crash leaves the old one or the
+    /// new one).
+    pub fn keep_spec(&self, spec: &Spec) -> Result<(), StateError> {
+        let path = self.spec_file();
+        let tmp = self.dir.join(".vm.json.tmp");
+        let mut text = serde_json::to_string_pretty(spec).expect("a Spec serializes");
+        text.push('\n');
+        fs::write(&tmp, text).map_err(io(&tmp))?;
+        fs::rename(&tmp, &path).map_err(io(&path))
+    }
+
     /// Whether a VM was written here before (its first disk exists).
     pub fn written(&self) -> bool {
         self.disk(0).exists()
@@ -142,6 +210,7 @@ impl State {
             nvidia_gpu: spec.nvidia_gpu,
             cpus: spec.cpus,
             disks,
+            user_net: spec.user_net,
         };
         let machine = self.machine();
         if machine.exists() {
@@ -203,26 +272,12 @@ impl State {
                 image,
             })
             .collect();
-        if let Some(port) = spec.ssh_port {
+        if spec.user_net {
             m.net = Net::User(UserNet {
-                ssh_port: Some(port),
+                ssh_port: spec.ssh_port,
                 ..UserNet::default()
             });
         }
         Ok(m)
     }
-}
-
-/// Minimal bootstrap data for a node to log into: a cloud-config with the hostname and
-/// `key` (an SSH public key's line) authorized for root.
-pub fn bootstrap_with_key(hostname: &str, key: &str) -> String {
-    format!(
-        "#cloud-config\nhostname: {hostname}\nusers:\n  - name: root\n    ssh_authorized_keys:\n      - {}\n",
-        key.trim()
-    )
-}
-
-/// Bootstrap data with only the hostname (no way to log in but the console).
-pub fn bootstrap_minimal(hostname: &str) -> String {
-    format!("#cloud-config\nhostname: {hostname}\n")
 }

@@ -17,7 +17,36 @@ fn node(dir: &Path, firmware: Firmware, extras: bool, disks: usize) -> Node {
         disks: (0..disks)
             .map(|i| NodeDisk::numbered(i, dir.join(format!("disk{i}.img")), (3 + i as u64) << 30))
             .collect(),
+        user_net: extras,
     }
+}
+
+/// On QEMU's user network the writer reads the guest's slirp address, gateway and name server,
+/// on the NIC's MAC (what the node's networkd file matches); without it, nothing.
+#[test]
+fn the_writer_reads_the_user_network_as_the_rescue_systems() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("machine");
+    fixture::write(&root, &node(dir.path(), Firmware::Uefi, true, 1)).unwrap();
+    let read = |f: &str| std::fs::read(root.join("ip").join(f)).unwrap();
+    let resolv = std::fs::read_to_string(root.join("etc/resolv.conf")).unwrap();
+    let net = ingot_bootstrap::network_from_ip_json(
+        &read("addr.json"),
+        &read("route.json"),
+        Some(&read("route6.json")),
+        &resolv,
+    )
+    .unwrap();
+    assert_eq!(net.interfaces.len(), 1, "{net:?}");
+    let eth = &net.interfaces[0];
+    assert_eq!(eth.mac, "52:54:00:12:34:56");
+    assert_eq!(eth.addresses, ["10.0.2.15/24"]);
+    assert_eq!(eth.gateway4.as_deref(), Some("10.0.2.2"));
+    assert_eq!(net.dns, ["10.0.2.3"]);
+
+    let bare = dir.path().join("bare");
+    fixture::write(&bare, &node(dir.path(), Firmware::Uefi, false, 1)).unwrap();
+    assert!(!bare.join("ip").exists() && !bare.join("etc/resolv.conf").exists());
 }
 
 #[test]

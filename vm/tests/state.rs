@@ -7,10 +7,11 @@ use ingot_machine::{detect, Sysroot};
 use ingot_vm::accel::Accel;
 use ingot_vm::firmware::{Firmware, Images};
 use ingot_vm::machine::{Boot, Net, Serial};
-use ingot_vm::state::{self, Spec, State};
+use ingot_vm::state::{Spec, State};
 
 fn spec(disks: usize) -> Spec {
     Spec {
+        name: "vm-1".into(),
         firmware: Firmware::Uefi,
         virt: false,
         nvidia_gpu: true,
@@ -18,6 +19,7 @@ fn spec(disks: usize) -> Spec {
         memory_mib: 2048,
         disks,
         disk_size: 8 << 30,
+        user_net: true,
         ssh_port: Some(2222),
     }
 }
@@ -100,15 +102,21 @@ fn an_empty_state_has_nothing_to_boot() {
     assert!(err.to_string().contains("--disks"), "{err}");
 }
 
+/// The machine is kept whole and read back; a directory without one has none; a damaged one is
+/// refused naming the file, not taken for the defaults.
 #[test]
-fn generated_bootstrap_data_is_a_cloud_config_with_the_key() {
-    let data = state::bootstrap_with_key("node-1", "ssh-ed25519 AAAAC3Nza me@host\n");
-    assert!(data.starts_with("#cloud-config\n"), "{data}");
-    assert!(data.contains("hostname: node-1\n"), "{data}");
-    assert!(
-        data.contains("      - ssh-ed25519 AAAAC3Nza me@host\n"),
-        "{data}"
-    );
+fn the_machine_is_kept_and_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = State::new(dir.path());
+    assert_eq!(state.kept_spec().unwrap(), None);
+    state.keep_spec(&spec(2)).unwrap();
+    assert_eq!(state.kept_spec().unwrap(), Some(spec(2)));
+    let text = std::fs::read_to_string(state.spec_file()).unwrap();
+    assert!(text.contains("\"firmware\": \"uefi\""), "{text}");
+    std::fs::write(state.spec_file(), b"{\"firmware\": \"uefi\"").unwrap();
+    let err = state.kept_spec().unwrap_err().to_string();
+    assert!(err.contains("vm.json"), "{err}");
+    assert_eq!(Spec::default().firmware, Firmware::Uefi);
 }
 
 /// A key set without its files is refused before anything runs, naming the file.

@@ -64,11 +64,46 @@ fn sizes_and_firmware_are_checked() {
         "at least 1M",
     );
     refused(&ingot_vm(&["layout", "--firmware", "coreboot"]), 2, "uefi");
+    // A new VM needs the keys its first boot enrolls (a kept one has them in its store).
     refused(
         &ingot_vm(&["layout", "--firmware", "secure-boot"]),
-        2,
+        1,
         "--secure-boot-keys",
     );
+}
+
+/// A kept machine description that is not one is refused naming it, not taken for the defaults.
+#[test]
+fn a_damaged_machine_description_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("disk0.img"), b"").unwrap();
+    std::fs::write(dir.path().join("vm.json"), b"{\"firmware\": \"amiga\"}").unwrap();
+    let state = dir.path().to_str().unwrap();
+    refused(&ingot_vm(&["--state", state]), 1, "vm.json");
+}
+
+/// --ssh-key with data that cannot take it: refused before anything is written.
+#[test]
+fn an_ssh_key_needs_cloud_config_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("ignition.json");
+    std::fs::write(&data, br#"{"ignition":{"version":"3.2.0"}}"#).unwrap();
+    let key = dir.path().join("id.pub");
+    std::fs::write(&key, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG me@host\n").unwrap();
+    let state = dir.path().join("vm");
+    let out = ingot_vm(&[
+        "layout",
+        "--state",
+        state.to_str().unwrap(),
+        "--bootstrap",
+        data.to_str().unwrap(),
+        "--ssh-key",
+        key.to_str().unwrap(),
+        "--accel",
+        "tcg",
+    ]);
+    refused(&out, 1, "Ignition, put the key in passwd.users");
+    assert!(!state.join("disk0.img").exists(), "a disk was made");
 }
 
 #[test]

@@ -21,6 +21,7 @@ error (2 usage, 3 signature, 4 digest or size, 5 verity, as `ingot verify`).";
 pub const VERITY_VERIFY: &str = "Exit status: 0 intact; 1 any other error; 2 a data or hash \
 block does not match (the first bad block is named), as veritysetup.";
 
-pub const VM: &str = "Exit status: QEMU's (0 the guest powered off); 1 an error before the \
-boot (named on stderr); 2 usage error; the writer's status when it failed (nothing is booted); \
-`ingot vm ssh`: ssh's.";
+pub const VM: &str = "Exit status: 0 the node powered off; 1 an error before the boot, or the \
+writer failed (named on stderr; nothing is booted); 2 usage error; 3 the node's boot failed (its \
+console showed the boot contract's INGOT-BOOT-FAILED line or a kernel panic, repeated on \
+stderr); 4 QEMU ended with an error. `ingot vm ssh`: ssh's.";

@@ -74,7 +74,7 @@ pub enum Command {
     /// disks are the VM's sparse images; QEMU then boots them as SCSI disks with the same WWNs,
     /// the serial console on this terminal (Ctrl-A X ends the VM). See docs/vm.md.
     #[command(after_help = exit_status::VM)]
-    Vm(vm::VmArgs),
+    Vm(Box<vm::VmArgs>),
 }
 
 /// Runs a parsed command line; the exit status says how it went.
@@ -91,7 +91,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Pull(args) => pull::run(args),
         Command::Resolve(args) => pull::run_resolve(args),
         Command::Diff(args) => diff::run(args),
-        Command::Vm(args) => vm::run(args),
+        Command::Vm(args) => vm::run(*args),
     };
     match result {
         Ok(code) => code,

@@ -12,7 +12,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use ingot_artifact::verify::{open_with, StackRef};
 use ingot_vm::accel::{self, Accel};
 use ingot_vm::firmware::{Firmware, Lookup};
-use ingot_vm::state::{self, Spec, State};
+use ingot_vm::state::{Spec, State};
 use ingot_vm::swtpm::Swtpm;
 
 use super::publish::RegistryArgs;
@@ -34,52 +34,61 @@ pub struct VmArgs {
     #[arg(long, value_name = "ROLE")]
     pub role: Option<String>,
     /// A GPU on the machine's PCI bus, which the writer detects (QEMU emulates none: the guest
-    /// does not see it).
+    /// does not see it); `none` takes a kept VM's away. [default: none]
     #[arg(long, value_name = "VENDOR")]
     pub gpu: Option<Gpu>,
     /// Hardware virtualization, as the writer detects it (vmx and /dev/kvm in the fixture).
-    #[arg(long)]
-    pub virt: bool,
-    /// The firmware the VM boots with.
-    #[arg(long, value_enum, default_value_t = FirmwareArg::Uefi)]
-    pub firmware: FirmwareArg,
+    /// [default: off]
+    #[arg(long, value_name = "ON", num_args = 0..=1, default_missing_value = "true")]
+    pub virt: Option<bool>,
+    /// The firmware the VM boots with. [default: uefi]
+    #[arg(long, value_enum)]
+    pub firmware: Option<FirmwareArg>,
     /// With --firmware secure-boot: the release's key set (`ingot key secure-boot --out DIR`),
-    /// enrolled into the VM's variable store on its first boot.
-    #[arg(long, value_name = "DIR", required_if_eq("firmware", "secure-boot"))]
+    /// enrolled into the VM's variable store on its first boot (a kept VM keeps them).
+    #[arg(long, value_name = "DIR")]
     pub secure_boot_keys: Option<PathBuf>,
-    /// Disks (the writer writes every one, `var` mirrored when more than one).
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
-    pub disks: u32,
-    /// Each disk's size: bytes, or with K, M, G or T (powers of 1024).
-    #[arg(long, default_value = "8G", value_name = "SIZE", value_parser = parse_size)]
-    pub disk_size: u64,
-    /// Virtual CPUs.
-    #[arg(long, default_value_t = 2, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub cpus: u32,
-    /// Memory in MiB.
-    #[arg(long, default_value_t = 2048, value_name = "MIB", value_parser = clap::value_parser!(u32).range(128..))]
-    pub memory: u32,
-    /// The machine's name (the hostname unless the bootstrap data sets one).
-    #[arg(long, default_value = "ingot-vm", value_name = "NAME")]
-    pub name: String,
-    /// Bootstrap data (cloud-config or Ignition), as CAPH passes it.
-    #[arg(long, value_name = "FILE", conflicts_with = "ssh_key")]
+    /// Disks (the writer writes every one, `var` mirrored when more than one). [default: 1]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=8))]
+    pub disks: Option<u32>,
+    /// Each disk's size: bytes, or with K, M, G or T (powers of 1024). [default: 8G]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub disk_size: Option<u64>,
+    /// Virtual CPUs. [default: 2]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub cpus: Option<u32>,
+    /// Memory in MiB. [default: 2048]
+    #[arg(long, value_name = "MIB", value_parser = clap::value_parser!(u32).range(128..))]
+    pub memory: Option<u32>,
+    /// The machine's name (the hostname unless the bootstrap data sets one). [default:
+    /// ingot-vm]
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Bootstrap data (cloud-config or Ignition), as CAPH passes it. [default: a cloud-config
+    /// with the hostname; on --rewrite, the data the VM was written with]
+    #[arg(long, value_name = "FILE")]
     pub bootstrap: Option<PathBuf>,
-    /// Generate minimal bootstrap data: the hostname, and this public key authorized for root.
+    /// This SSH public key authorized for root: in generated bootstrap data, or added to a
+    /// cloud-config --bootstrap. `ingot vm ssh` logs in with the private key beside it.
     #[arg(long, value_name = "PUB")]
     pub ssh_key: Option<PathBuf>,
-    /// The network: none (the default: the node's offline first boot), or QEMU's user
-    /// networking.
-    #[arg(long, value_enum, default_value_t = NetArg::None)]
-    pub net: NetArg,
+    /// A kernel argument for the node (the writer's --kernel-arg; repeat it). `console=ttyS0`
+    /// is always given. A Secure Boot release's signed command line ignores these.
+    #[arg(long, value_name = "ARG")]
+    pub kernel_arg: Vec<String>,
+    /// The network: none (the node's offline first boot), or QEMU's user networking.
+    /// [default: none]
+    #[arg(long, value_enum)]
+    pub net: Option<NetArg>,
     /// With --net user: the host's 127.0.0.1:PORT forwarded to the guest's SSH port.
     #[arg(long, value_name = "PORT")]
     pub ssh_port: Option<u16>,
     /// The accelerator (default: KVM when a probe guest runs under it, else TCG with a warning).
     #[arg(long, value_enum)]
     pub accel: Option<AccelArg>,
-    /// Keep the VM here: its disks, fixture, firmware variables and bootstrap data. A second
-    /// `ingot vm --state DIR` boots the disks as the first boot left them.
+    /// Keep the VM here: its machine, disks, fixture, firmware variables and bootstrap data. A
+    /// second `ingot vm --state DIR` boots the same machine's disks as the first boot left them
+    /// (a machine flag given then changes the kept machine).
     #[arg(long, value_name = "DIR", conflicts_with = "ephemeral")]
     pub state: Option<PathBuf>,
     /// Throw the VM away when it ends (the default without --state).
@@ -111,9 +120,10 @@ pub struct SshArgs {
     pub command: Vec<OsString>,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Gpu {
     Nvidia,
+    None,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -164,23 +174,6 @@ pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
     if let Some(VmCommand::Ssh(ssh)) = args.command {
         return run_ssh(ssh);
     }
-    if args.ssh_port.is_some() && args.net != NetArg::User {
-        bail!("--ssh-port needs --net user");
-    }
-    let spec = Spec {
-        firmware: match args.firmware {
-            FirmwareArg::Uefi => Firmware::Uefi,
-            FirmwareArg::SecureBoot => Firmware::SecureBoot,
-            FirmwareArg::Bios => Firmware::Bios,
-        },
-        virt: args.virt,
-        nvidia_gpu: args.gpu.is_some(),
-        cpus: args.cpus,
-        memory_mib: args.memory,
-        disks: args.disks as usize,
-        disk_size: args.disk_size,
-        ssh_port: args.ssh_port,
-    };
     let temp;
     let state = match &args.state {
         Some(dir) => State::new(dir),
@@ -195,7 +188,17 @@ pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
             State::new(temp.path())
         }
     };
+    let kept = state.kept_spec()?;
+    let spec = machine_spec(&args, kept.clone().unwrap_or_default())?;
     let source = plan(&args, &state)?;
+    if spec.firmware == Firmware::SecureBoot
+        && args.secure_boot_keys.is_none()
+        && !state.vars().exists()
+    {
+        bail!(
+            "--firmware secure-boot needs --secure-boot-keys DIR (the keys the first boot enrolls)"
+        );
+    }
     // Refuse what is missing before writing anything.
     let lookup = Lookup::system();
     lookup.qemu()?;
@@ -215,25 +218,28 @@ pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
     if let Some(warning) = choice.warning() {
         eprintln!("ingot vm: warning: {warning}");
     }
+    std::fs::create_dir_all(state.dir()).with_context(|| format!("{}", state.dir().display()))?;
+    // Kept before the writer runs: its disks are this machine's even when the write fails.
+    state.keep_spec(&spec)?;
     match source {
         Some(source) => {
             let code = write(&args, source, &state, &spec)?;
             if code != Some(0) {
                 eprintln!("ingot vm: the writer failed: nothing is booted");
-                return Ok(ExitCode::from(code.map_or(1, |c| c.clamp(1, 255) as u8)));
+                return Ok(ExitCode::from(1));
             }
         }
         None => eprintln!(
-            "ingot vm: booting {} again as it was left",
-            state.dir().display()
+            "ingot vm: booting {} again as it was left{}",
+            state.dir().display(),
+            if kept.is_some_and(|k| k != spec) {
+                " (on the machine the flags changed)"
+            } else {
+                ""
+            }
         ),
     }
-    let port_file = state.ssh_port_file();
-    match spec.ssh_port {
-        Some(port) => std::fs::write(&port_file, format!("{port}\n")),
-        None => std::fs::remove_file(&port_file).or(Ok(())),
-    }
-    .with_context(|| format!("{}", port_file.display()))?;
+    keep_ssh(&args, &state, &spec)?;
     if let (Some(keys), false) = (&args.secure_boot_keys, state.vars().exists()) {
         enroll(&lookup, keys, &state, &images, choice.accel)?;
     }
@@ -249,13 +255,78 @@ pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
         spec.firmware.name(),
         choice.accel.name()
     );
-    let status = ingot_vm::run::interactive(machine.command())?;
+    let ran =
+        ingot_vm::run::interactive(machine.command(), &state.console(), &mut std::io::stdout())?;
     drop(tpm);
-    Ok(match status.code() {
-        Some(0) => ExitCode::SUCCESS,
-        Some(c) => ExitCode::from(c.clamp(1, 255) as u8),
-        None => ExitCode::from(1),
-    })
+    Ok(boot_status(&ran))
+}
+
+/// `ingot vm`'s status for a finished boot (exit_status::VM).
+fn boot_status(ran: &ingot_vm::run::Interactive) -> ExitCode {
+    if let Some(line) = &ran.failed {
+        eprintln!("ingot vm: the node's boot failed: {line}");
+        return ExitCode::from(3);
+    }
+    if ran.status.success() {
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("ingot vm: QEMU ended with {}", ran.status);
+    ExitCode::from(4)
+}
+
+/// The machine to boot: the kept one (or the defaults), with what the flags change.
+fn machine_spec(args: &VmArgs, mut spec: Spec) -> anyhow::Result<Spec> {
+    if let Some(f) = args.firmware {
+        spec.firmware = match f {
+            FirmwareArg::Uefi => Firmware::Uefi,
+            FirmwareArg::SecureBoot => Firmware::SecureBoot,
+            FirmwareArg::Bios => Firmware::Bios,
+        };
+    }
+    if let Some(name) = &args.name {
+        spec.name.clone_from(name);
+    }
+    spec.virt = args.virt.unwrap_or(spec.virt);
+    spec.nvidia_gpu = args.gpu.map_or(spec.nvidia_gpu, |g| g == Gpu::Nvidia);
+    spec.cpus = args.cpus.unwrap_or(spec.cpus);
+    spec.memory_mib = args.memory.unwrap_or(spec.memory_mib);
+    spec.disks = args.disks.map_or(spec.disks, |d| d as usize);
+    spec.disk_size = args.disk_size.unwrap_or(spec.disk_size);
+    match args.net {
+        Some(NetArg::None) => (spec.user_net, spec.ssh_port) = (false, None),
+        Some(NetArg::User) => spec.user_net = true,
+        None => {}
+    }
+    if let Some(port) = args.ssh_port {
+        spec.ssh_port = Some(port);
+    }
+    if spec.ssh_port.is_some() && !spec.user_net {
+        bail!("--ssh-port needs --net user");
+    }
+    Ok(spec)
+}
+
+/// Keeps the SSH port (and, with --ssh-key, the private key beside it) for `ingot vm ssh`.
+fn keep_ssh(args: &VmArgs, state: &State, spec: &Spec) -> anyhow::Result<()> {
+    let port_file = state.ssh_port_file();
+    match spec.ssh_port {
+        Some(port) => std::fs::write(&port_file, format!("{port}\n")),
+        None => std::fs::remove_file(&port_file).or(Ok(())),
+    }
+    .with_context(|| format!("{}", port_file.display()))?;
+    let private = args
+        .ssh_key
+        .as_ref()
+        .and_then(|k| k.to_str()?.strip_suffix(".pub").map(PathBuf::from))
+        .filter(|p| p.is_file());
+    if let Some(private) = private {
+        let private =
+            std::fs::canonicalize(&private).with_context(|| format!("{}", private.display()))?;
+        let file = state.ssh_identity_file();
+        std::fs::write(&file, format!("{}\n", private.display()))
+            .with_context(|| format!("{}", file.display()))?;
+    }
+    Ok(())
 }
 
 /// Secure Boot boots only the release's signed UKI: a stack without one is refused before
@@ -328,29 +399,24 @@ fn plan<'a>(args: &'a VmArgs, state: &State) -> anyhow::Result<Option<&'a str>> 
 
 /// Prepares the state directory and runs the writer as CAPH does; its exit status.
 fn write(args: &VmArgs, source: &str, state: &State, spec: &Spec) -> anyhow::Result<Option<i32>> {
+    let data = bootstrap_data(args, state, &spec.name)?;
     let writer = writer_binary()?;
     let node = state.prepare(spec)?;
     let bootstrap = state.bootstrap();
-    let data = match (&args.bootstrap, &args.ssh_key) {
-        (Some(file), _) => std::fs::read(file).with_context(|| format!("{}", file.display()))?,
-        (None, Some(key)) => {
-            let key = std::fs::read_to_string(key)
-                .with_context(|| format!("reading the SSH public key {}", key.display()))?;
-            state::bootstrap_with_key(&args.name, &key).into_bytes()
-        }
-        (None, None) => state::bootstrap_minimal(&args.name).into_bytes(),
-    };
     std::fs::write(&bootstrap, data).with_context(|| format!("{}", bootstrap.display()))?;
     let mut cmd = Command::new(&writer);
     cmd.arg(source)
         .arg(&bootstrap)
-        .arg(&args.name)
+        .arg(&spec.name)
         .arg(State::root_devices(&node))
         .arg("--sysroot")
         .arg(state.machine())
         .arg("--report")
         .arg(state.report())
         .args(["--kernel-arg", "console=ttyS0"]);
+    for arg in &args.kernel_arg {
+        cmd.arg("--kernel-arg").arg(arg);
+    }
     if let Some(key) = &args.trust_key {
         cmd.arg("--trust-key").arg(key);
     }
@@ -368,6 +434,29 @@ fn write(args: &VmArgs, source: &str, state: &State, spec: &Spec) -> anyhow::Res
         .status()
         .with_context(|| format!("running {}", writer.display()))?;
     Ok(status.code())
+}
+
+/// The bootstrap data to write: --bootstrap's, else (re-provisioning without new data or key)
+/// the data the VM was written with, else generated; with --ssh-key's key authorized for root.
+fn bootstrap_data(args: &VmArgs, state: &State, name: &str) -> anyhow::Result<Vec<u8>> {
+    let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+    let kept = state.bootstrap();
+    let given = match (&args.bootstrap, &args.ssh_key) {
+        (Some(file), _) => Some(read(file)?),
+        (None, None) if args.rewrite && kept.is_file() => Some(read(&kept)?),
+        (None, _) => None,
+    };
+    let key = match &args.ssh_key {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .with_context(|| format!("reading the SSH public key {}", p.display()))?,
+        ),
+        None => None,
+    };
+    ingot_vm::bootstrap::data(name, given, key.as_deref()).with_context(|| match &args.ssh_key {
+        Some(p) => format!("--ssh-key {}", p.display()),
+        None => "the bootstrap data".to_string(),
+    })
 }
 
 /// The registry options again as the writer's flags (it takes the same ones).
@@ -426,11 +515,23 @@ fn run_ssh(args: SshArgs) -> anyhow::Result<ExitCode> {
         (None, Some(dir)) => read_port(&State::new(dir).ssh_port_file())?,
         (None, None) => bail!("give --state DIR or --port PORT"),
     };
-    let status = Command::new("ssh")
+    let mut ssh = Command::new("ssh");
+    let identity = args
+        .state
+        .as_ref()
+        .map(|d| State::new(d).ssh_identity_file());
+    if let Some(key) = identity.and_then(|f| std::fs::read_to_string(f).ok()) {
+        ssh.arg("-i")
+            .arg(key.trim_end())
+            .args(["-o", "IdentitiesOnly=yes"]);
+    }
+    let status = ssh
         .args(["-p", &port.to_string()])
         .args(["-o", "StrictHostKeyChecking=no"])
         .args(["-o", "UserKnownHostsFile=/dev/null"])
         .args(["-o", "LogLevel=ERROR"])
+        // A guest still booting accepts the forwarded connection and says nothing.
+        .args(["-o", "ConnectTimeout=30"])
         .arg("root@127.0.0.1")
         .args(&args.command)
         .status()
@@ -487,6 +588,49 @@ mod tests {
             assert_eq!(out[at + 1], pair[1], "{out:?}");
         }
         assert!(out.contains(&"--plain-http".to_string()), "{out:?}");
+    }
+
+    fn parsed(flags: &[&str]) -> VmArgs {
+        Wrap::try_parse_from(["ingot-vm"].iter().chain(flags))
+            .unwrap()
+            .vm
+    }
+
+    /// A kept VM boots as the machine it was; a flag changes only its own part.
+    #[test]
+    fn flags_change_only_their_part_of_the_kept_machine() {
+        let kept = Spec {
+            firmware: Firmware::Bios,
+            disks: 2,
+            nvidia_gpu: true,
+            user_net: true,
+            ssh_port: Some(2222),
+            ..Spec::default()
+        };
+        let none = machine_spec(&parsed(&["--state", "d"]), kept.clone()).unwrap();
+        assert_eq!(none, kept);
+        let cpus = machine_spec(&parsed(&["--cpus", "4"]), kept.clone()).unwrap();
+        assert_eq!(
+            cpus,
+            Spec {
+                cpus: 4,
+                ..kept.clone()
+            }
+        );
+        let off = machine_spec(&parsed(&["--net", "none", "--gpu", "none"]), kept.clone());
+        assert_eq!(
+            off.unwrap(),
+            Spec {
+                user_net: false,
+                ssh_port: None,
+                nvidia_gpu: false,
+                ..kept
+            }
+        );
+        let err = machine_spec(&parsed(&["--ssh-port", "2200"]), Spec::default()).unwrap_err();
+        assert!(err.to_string().contains("--net user"), "{err}");
+        let virt = machine_spec(&parsed(&["--virt"]), Spec::default()).unwrap();
+        assert!(virt.virt);
     }
 
     #[test]

@@ -89,30 +89,6 @@ pub fn virtio(images: &[&Path]) -> Vec<Disk> {
         .collect()
 }
 
-/// A q35 TCG machine's command line with `cpus` and `mem_mib`, no devices and no serial port
-/// yet, that powers off instead of rebooting; with UEFI, its own copy of the variable store in
-/// `work`. The caller adds the disks and the serial console.
-pub fn vm(firmware: Firmware, cpus: u32, mem_mib: u32, work: &Path) -> Command {
-    machine(firmware, cpus, mem_mib, work).command()
-}
-
-/// A q35 TCG machine's command line with the Secure Boot firmware, booting with the variable
-/// store `vars` (used in place: pass a copy), that powers off instead of rebooting; no disks
-/// and no serial console yet.
-pub fn vm_secure_boot(cpus: u32, mem_mib: u32, vars: &Path) -> Command {
-    let code = Lookup::system()
-        .firmware(Firmware::SecureBoot)
-        .unwrap_or_else(|e| panic!("{e}"))
-        .code;
-    let boot = Boot::SecureBoot {
-        code,
-        vars: vars.to_path_buf(),
-    };
-    let mut m = Machine::new(boot, Serial::None);
-    (m.cpus, m.memory_mib) = (cpus, mem_mib);
-    m.command()
-}
-
 /// Boots `images` (virtio-blk, the firmware boots the first) under the Secure Boot firmware with
 /// a copy of the variable store `vars` (and, with `tpm`, a fresh software TPM), until the guest
 /// powers off, or, with `until`, until the console shows one of those texts (a refused image:

@@ -15,11 +15,11 @@
 mod common;
 
 use std::fs;
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::process::Command;
 
 use common::boot::{assert_good_boot, boot, publish, run_ok, write_machine, Written, END, FAILED};
+use common::flip;
 use ingot_testkit::qemu::OVMF_CODE;
 use ingot_testkit::skip::{have_file, have_root, have_tools};
 
@@ -46,22 +46,6 @@ fn block_of(fs_image: &Path, path: &str) -> u64 {
         .unwrap_or_else(|_| panic!("debugfs bmap {path}: {text:?}"));
     assert!(block > 0, "{path} has no data block (inline?)");
     block
-}
-
-/// Flips every bit of one byte of the image, in place; flipping again restores it.
-fn flip(image: &Path, offset: u64) {
-    let mut f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(image)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.seek(SeekFrom::Start(offset)).unwrap();
-    f.read_exact(&mut b).unwrap();
-    b[0] ^= 0xff;
-    f.seek(SeekFrom::Start(offset)).unwrap();
-    f.write_all(&b).unwrap();
-    f.sync_all().unwrap();
 }
 
 /// One flipped byte in a data block of `layer`'s partition (the first block of `file`): the

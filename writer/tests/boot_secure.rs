@@ -15,7 +15,9 @@
 //! machine of the release gets GRUB and the loader entry and boots under SeaBIOS. With swtpm,
 //! two machines of the release agree in PCR 11 (the value `ingot inspect` predicts, for which
 //! the release's signed PCR policy has its first signature) and differ in PCR 12 (their node
-//! credentials).
+//! credentials). The second of them is written and booted by `ingot vm --firmware secure-boot`
+//! (a developer's VM: its own fixture machine, SCSI disks, its own swtpm), the enrolled variable
+//! store placed in its state directory; the command's every other boot is in vm_boot.
 //!
 //! Needs root, qemu-system-x86_64, OVMF's Secure Boot build, docker-registry, sbsigntool,
 //! efitools, faketime, mtools and what `tests/boot/build-stack.sh` needs; skipped with a
@@ -32,7 +34,7 @@ use common::boot::{
     bios_machine, machine, publish_secure, run_ok, Machine, Published, END, FAILED,
 };
 use common::secure_boot::{self, enroll, key_set};
-use common::{caph_command, caph_write_for_boot, partitions, repo_root};
+use common::{caph_command, caph_write_for_boot, partitions, repo_root, vm};
 use ingot_testkit::qemu::{boot_disk, boot_secure, Firmware, OVMF_VARS};
 use ingot_testkit::skip::{have_root, have_tools};
 
@@ -97,19 +99,63 @@ fn write(p: &Published, m: Machine, name: &str) -> Written {
     }
 }
 
-impl Written {
-    fn at(&self) -> String {
-        format!("{}@@{}", self.image.display(), self.esp)
-    }
+/// A file of `image`'s ESP (mtools), or `None` when it is not there.
+fn esp_file(image: &Path, path: &str) -> Option<Vec<u8>> {
+    let esp = partitions(image)
+        .into_iter()
+        .find(|p| p.0 == "ESP")
+        .expect("an ESP")
+        .1;
+    let out = Command::new("mtype")
+        .args(["-i", &format!("{}@@{esp}", image.display())])
+        .arg(format!("::/{path}"))
+        .output()
+        .unwrap();
+    out.status.success().then_some(out.stdout)
+}
 
+/// A second machine of the release, written and booted by `ingot vm` as a developer would
+/// (its own fixture machine, SCSI disks, a TPM of its own), with the enrolled variable store
+/// `vars` placed in its state directory (what its first boot would have enrolled); its console
+/// and first disk.
+fn ingot_vm_secure(p: &Published, vars: &Path, dir: &Path) -> (String, PathBuf) {
+    let state = dir.join("vm");
+    fs::create_dir_all(&state).unwrap();
+    fs::copy(vars, state.join("vars.fd")).unwrap();
+    let data = repo_root().join("bootstrap/tests/fixtures/cloud-config-worker-join.yaml");
+    let args: Vec<&std::ffi::OsStr> = vec![
+        p.registry.url.as_ref(),
+        "--trust-key".as_ref(),
+        p.stack.public.as_os_str(),
+        "--firmware".as_ref(),
+        "secure-boot".as_ref(),
+        "--state".as_ref(),
+        state.as_os_str(),
+        "--name".as_ref(),
+        "worker-8".as_ref(),
+        "--bootstrap".as_ref(),
+        data.as_os_str(),
+        "--disk-size".as_ref(),
+        "1G".as_ref(),
+        "--cpus".as_ref(),
+        "1".as_ref(),
+        "--memory".as_ref(),
+        "1024".as_ref(),
+    ];
+    let out = vm::run(&args, &[("OCI_REGISTRY_AUTH_TOKEN", TOKEN)], vm::TIMEOUT);
+    let console = vm::text(&out);
+    assert_eq!(out.status.code(), Some(0), "{console}");
+    assert!(
+        console.contains("booting 1 disk(s) with secure-boot"),
+        "{console}"
+    );
+    (console, state.join("disk0.img"))
+}
+
+impl Written {
     /// A file of the ESP (mtools), or `None` when it is not there.
     fn esp_file(&self, path: &str) -> Option<Vec<u8>> {
-        let out = Command::new("mtype")
-            .args(["-i", &self.at()])
-            .arg(format!("::/{path}"))
-            .output()
-            .unwrap();
-        out.status.success().then_some(out.stdout)
+        esp_file(&self.image, path)
     }
 
     /// A copy of the disk whose ESP `change` edits through mtools (as an attacker with the ESP
@@ -383,24 +429,14 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
     let entry = |what| w.with_loader_entry(scratch.path(), what, &enrolled.sdboot, &options);
     let (on_disk, off_disk) = (entry("loader-entry"), entry("loader-entry-off"));
 
-    // A second machine of the same release: another node layer, so another credential.
-    let w2 = write(&p, machine("cpu-worker"), "worker-8");
-    let node2 = String::from_utf8(
-        w2.esp_file("EFI/BOOT/BOOTX64.EFI.extra.d/ingot-node.cred")
-            .unwrap(),
-    )
-    .unwrap();
-    assert_ne!(node, node2);
-
     // A BIOS machine (Hetzner's cloud VMs) of the same release: no Secure Boot there, so the
     // writer gives it the loader entry and GRUB, as for a stack without a UKI.
     let bios = write(&p, bios_machine("cpu-worker"), "hcloud-worker-1");
 
     let (vars, no_keys) = (enrolled.vars.as_path(), Path::new(OVMF_VARS));
     // Every boot side by side: name, disk, variable store, TPM, the texts that end it early.
-    let boots: [(&str, &Path, &Path, bool, &[&str]); 6] = [
+    let boots: [(&str, &Path, &Path, bool, &[&str]); 5] = [
         ("secure-boot", &w.image, vars, true, &[]),
-        ("secure-boot-2", &w2.image, vars, true, &[]),
         ("changed-cmdline", &changed, vars, false, &[REFUSED, END]),
         ("unsigned-uki", &unsigned, vars, false, &[REFUSED, END]),
         ("loader-entry", &on_disk, vars, false, &[]),
@@ -414,7 +450,12 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
             &[FAILED, END],
         ),
     ];
+    let vm_dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let mut disk2 = PathBuf::new();
     let consoles: BTreeMap<&str, String> = std::thread::scope(|s| {
+        // A second machine of the same release through `ingot vm`: another node layer, so
+        // another credential.
+        let second = s.spawn(|| ingot_vm_secure(&p, vars, vm_dir.path()));
         let running: Vec<_> = boots
             .iter()
             .map(|&(what, disk, vars, tpm, until)| {
@@ -428,37 +469,53 @@ fn the_signed_uki_boots_with_secure_boot_and_a_changed_one_does_not() {
                 s.spawn(|| boot_disk(&bios.image, Firmware::Bios, "bios")),
             )])
             .collect();
-        running
+        let mut consoles: BTreeMap<&str, String> = running
             .into_iter()
             .map(|(what, t)| (what, t.join().unwrap()))
-            .collect()
+            .collect();
+        let (console, disk) = second.join().unwrap();
+        consoles.insert("secure-boot-2", console);
+        disk2 = disk;
+        consoles
     });
+    let node2 = String::from_utf8(
+        esp_file(&disk2, "EFI/BOOT/BOOTX64.EFI.extra.d/ingot-node.cred").unwrap(),
+    )
+    .unwrap();
+    assert_ne!(node, node2);
     let c = |what: &str| consoles[what].as_str();
     assert_secure_boot(c("secure-boot"), &signed, &node, "worker-7");
     assert_secure_boot(c("secure-boot-2"), &signed, &node2, "worker-8");
     assert_pcrs_of_one_release(c("secure-boot"), c("secure-boot-2"), &p.stack.layout);
     assert_refused(c("changed-cmdline"), "one byte of .cmdline changed");
     assert_refused(c("unsigned-uki"), "signature removed");
-    // Under Secure Boot the stub ignores the entry's line: the signed one, every hash verified.
-    assert_secure_boot(c("loader-entry"), &signed, &node, "worker-7");
-    assert!(
-        !c("loader-entry").contains(OVERRIDE),
-        "{}",
-        c("loader-entry")
-    );
-    let off = c("loader-entry-off");
+    assert_loader_entries(&consoles, &signed, &node, &options);
+    assert_bios(&bios, c("bios"), &signed);
+}
+
+/// The loader entry's own command line: ignored under Secure Boot (the signed one, every hash
+/// verified), used with Secure Boot off; and no kernel got the firmware's SMBIOS line.
+fn assert_loader_entries(
+    consoles: &BTreeMap<&str, String>,
+    signed: &str,
+    node: &str,
+    options: &str,
+) {
+    let on = consoles["loader-entry"].as_str();
+    assert_secure_boot(on, signed, node, "worker-7");
+    assert!(!on.contains(OVERRIDE), "{on}");
+    let off = consoles["loader-entry-off"].as_str();
     assert!(
         off.contains(&format!("Kernel command line: {options}")),
         "Secure Boot off: the entry's line was not used, so the test proves nothing:\n{off}"
     );
     assert!(off.contains(FAILED), "{off}");
-    for (what, console) in &consoles {
+    for (what, console) in consoles {
         assert!(
             !console.contains("ingot.smbios=firmware"),
             "{what}: the firmware's SMBIOS line reached the kernel:\n{console}"
         );
     }
-    assert_bios(&bios, c("bios"), &signed);
 }
 
 /// The base's root hash on a command line (`ingot.layers=base:ROOT,...`).

@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 use ingot_testkit::machine::materialize;
 use ingot_testkit::qemu::{self, OVMF_CODE};
 use ingot_testkit::skip::{have_file, have_root, have_tools};
+use ingot_vm::machine::{Boot, Serial};
 use sha2::{Digest, Sha256};
 
 use common::boot::{assert_var_mirror, esp_cmdline, run_ok, var_members};
@@ -294,6 +295,13 @@ if command -v qemu-system-x86_64 >/dev/null && [ -e /etc/ingot-test/nested ]; th
   rm -rf $l2
 fi
 say "analyze $(bounded 60 systemd-analyze systemd-analyze time | head -1)"
+# A machine the test logs into (/etc/ingot-test/ssh-wait: the `ingot vm` one) stays up until the
+# host's `ingot vm ssh` has run, which leaves what it saw in /run/ingot-test-ssh.
+if [ -e /etc/ingot-test/ssh-wait ]; then
+  n=0
+  while [ ! -s /run/ingot-test-ssh ] && [ $n -lt 900 ]; do sleep 1; n=$((n + 1)); done
+  if [ -s /run/ingot-test-ssh ]; then say "ssh-login $(cat /run/ingot-test-ssh)"; else say "timeout ssh-login after 900s"; fi
+fi
 say "done"
 systemctl poweroff --no-block
 "#;
@@ -327,8 +335,8 @@ const PROBES: &[&str] = &[
 
 /// CABPK-shaped cloud-config: the kubeadm config under /run/kubeadm, the check unit and script
 /// (under /etc: the node layer may carry nothing under /usr), and runcmd running kubeadm, then
-/// the [`PROBES`].
-fn bootstrap_data(control_plane: bool) -> String {
+/// the [`PROBES`]. `ssh_wait`: the check waits for the test's `ingot vm ssh` before it ends.
+fn bootstrap_data(control_plane: bool, ssh_wait: bool) -> String {
     let (config, cmd) = if control_plane {
         (
             "/run/kubeadm/kubeadm.yaml",
@@ -346,11 +354,14 @@ fn bootstrap_data(control_plane: bool) -> String {
         .map(|p| format!("- {}\n", serde_json::to_string(p).unwrap()))
         .collect();
     // The control plane (KVM and UEFI, so the kata layer) boots the nested guest (CHECK_SCRIPT).
-    let nested = if control_plane {
-        "-   path: /etc/ingot-test/nested\n    content: |\n      yes\n"
+    let mut nested = if control_plane {
+        "-   path: /etc/ingot-test/nested\n    content: |\n      yes\n".to_string()
     } else {
-        ""
+        String::new()
     };
+    if ssh_wait {
+        nested.push_str("-   path: /etc/ingot-test/ssh-wait\n    content: |\n      yes\n");
+    }
     format!(
         "## template: jinja\n#cloud-config\nwrite_files:\n{nested}-   path: {config}\n    owner: root:root\n    permissions: '0640'\n    content: |\n{}-   path: /etc/ingot-test/check\n    permissions: '0755'\n    content: |\n{}-   path: /etc/systemd/system/ingot-check.service\n    permissions: '0644'\n    content: |\n{}runcmd:\n- {cmd}\n- mkdir -p /run/cluster-api && echo success > /run/cluster-api/bootstrap-success.complete\n{probes}",
         indent(&kubeadm_config(control_plane)),
@@ -740,7 +751,7 @@ fn write_machine(p: &Published, node: &Node) -> Written {
     let m = materialize(&fixture_dir, &dir.path().join("machine"))
         .unwrap_or_else(|e| panic!("materializing {fixture}: {e}"));
     let data = dir.path().join("bootstrap.data");
-    fs::write(&data, bootstrap_data(cp)).unwrap();
+    fs::write(&data, bootstrap_data(cp, false)).unwrap();
     let mut cmd = common::caph_command(
         &p.registry.url,
         TOKEN,
@@ -805,21 +816,21 @@ fn boot_image(w: &Written, image: &Path, firmware: qemu::Firmware, what: &str) -
     let work = w.dir.path().join(format!("vm-{what}"));
     fs::create_dir_all(&work).unwrap();
     let log = work.join("serial.log");
-    let mut cmd = match &w.enrolled {
-        None => qemu::vm(firmware, 1, 2048, &work),
+    let mut m = match &w.enrolled {
+        None => qemu::machine(firmware, 1, 2048, &work),
         Some(e) => {
-            let vars = work.join("vars.fd");
-            fs::copy(&e.vars, &vars).unwrap();
-            qemu::vm_secure_boot(1, 2048, &vars)
+            let m = qemu::machine(qemu::Firmware::SecureBoot, 1, 2048, &work);
+            if let Boot::SecureBoot { vars, .. } = &m.boot {
+                fs::copy(&e.vars, vars).unwrap();
+            }
+            m
         }
     };
-    cmd.args(["-nic", "none"])
-        .arg("-drive")
-        .arg(format!("file={},format=raw,if=virtio", image.display()))
-        .arg("-serial")
-        .arg(format!("file:{}", log.display()));
+    // No network device: `-nodefaults` leaves none and the machine adds none.
+    m.disks = qemu::virtio(&[image]);
+    m.serial = Serial::File(log.clone());
     let console = qemu::run_qemu_watched(
-        cmd,
+        m.command(),
         &log,
         &work.join("qemu.err"),
         what,
@@ -1269,30 +1280,149 @@ fn bios_machine(p: &Published) {
     assert_tampered_base_stops(&w, qemu::Firmware::Bios);
 }
 
-/// A GPU worker (the H100 fixture, NVMe disk, no KVM): the writer gives it the nvidia layer and
-/// not the kata one. Booted under OVMF with no GPU, the layer's module is for the base's kernel,
-/// the kernel loads it and it gives up only for want of a GPU, the CUDA library is in ld.so's
-/// cache, nvidia-smi runs and cannot reach a driver. The units that need a GPU may fail:
-/// systemd-modules-load (the layer's modules-load.d asks for nvidia-drm) and nvidia-persistenced.
+/// A GPU worker as a developer boots one: `ingot vm` writes the release from the registry onto
+/// a VM with an NVIDIA GPU (no KVM) with the test's bootstrap data and `--ssh-key`, and boots it
+/// on QEMU's user network with SSH forwarded; `ingot vm ssh -- systemctl is-system-running`
+/// answers while the node is up. The writer gives it the nvidia layer and not the kata one.
+/// Booted under OVMF with no GPU, the layer's module is for the base's kernel, the kernel loads
+/// it and it gives up only for want of a GPU, the CUDA library is in ld.so's cache, nvidia-smi
+/// runs and cannot reach a driver. The units that need a GPU may fail: systemd-modules-load (the
+/// layer's modules-load.d asks for nvidia-drm) and nvidia-persistenced.
 fn gpu_machine(p: &Published) {
-    let node = Node {
-        fixture: "gpu-worker",
-        devices: "nvme0n1",
-        name: "gpu-worker-1",
-        cp: false,
-        disks: &["nvme0n1"],
-        bios: false,
-        layers: &["base", "nvidia"],
+    let name = "gpu-worker-1";
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let state = dir.path().join("vm");
+    let data = dir.path().join("bootstrap.data");
+    fs::write(&data, bootstrap_data(false, true)).unwrap();
+    let key = dir.path().join("id_ed25519");
+    run_ok(
+        Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-C", "ingot-test", "-f"])
+            .arg(&key),
+    );
+    let port = ingot_testkit::registry::free_port().to_string();
+    let public = key.with_extension("pub");
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        p.registry.url.as_ref(),
+        "--trust-key".as_ref(),
+        p.stack.public.as_os_str(),
+        "--state".as_ref(),
+        state.as_os_str(),
+        "--bootstrap".as_ref(),
+        data.as_os_str(),
+        "--ssh-key".as_ref(),
+        public.as_os_str(),
+        "--net".as_ref(),
+        "user".as_ref(),
+        "--ssh-port".as_ref(),
+        port.as_ref(),
+    ];
+    let kernel_args: Vec<String> = qemu::KERNEL_ARGS
+        .iter()
+        .chain(&[CHECK_ARG])
+        .map(|a| format!("--kernel-arg={a}"))
+        .collect();
+    args.extend(kernel_args.iter().map(std::ffi::OsStr::new));
+    let size = format!("{DISK_MIB}M");
+    args.extend(
+        [
+            "--gpu",
+            "nvidia",
+            "--name",
+            name,
+            "--disk-size",
+            &size,
+            "--cpus",
+            "1",
+            "--memory",
+            "2048",
+        ]
+        .map(std::ffi::OsStr::new),
+    );
+    let running = common::vm::spawn(&args, &[("OCI_REGISTRY_AUTH_TOKEN", TOKEN)]);
+    let answer = system_state_over_ssh(&state);
+    let out = running.finish(BOOT_TIMEOUT);
+    let console = common::vm::text(&out);
+    for l in console.lines().filter(|l| {
+        l.contains(CHECK) || l.starts_with("ingot") || l.contains("device-mapper: verity")
+    }) {
+        eprintln!("gpu-worker| {l}");
+    }
+    assert_eq!(out.status.code(), Some(0), "{console}");
+    let answer = answer.unwrap_or_else(|e| panic!("{e}\n{console}"));
+    let w = vm_written(&state, name, &["base", "nvidia"], dir);
+    let c = checks(&console);
+    assert_eq!(one(&c, "ssh-login", &console), answer, "{console}");
+    // The boot is over: running, or degraded by the units that need a GPU.
+    assert!(answer == "running" || answer == "degraded", "{answer:?}");
+    assert!(console.contains("formatting it (first boot)"), "{console}");
+    assert_first_boot(p, &w, &console, false);
+    assert_nvidia(p, &c, &console);
+}
+
+/// Logs into the `ingot vm` in `state` with `ingot vm ssh -- systemctl is-system-running` until
+/// the boot is over (the answer is neither `initializing` nor `starting`), then tells the node's
+/// check what it saw; the answer. Every try is bounded; the whole within [`BOOT_TIMEOUT`].
+fn system_state_over_ssh(state: &Path) -> Result<String, String> {
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < BOOT_TIMEOUT {
+        std::thread::sleep(Duration::from_secs(5));
+        if !state.join("ssh-port").exists() {
+            continue;
+        }
+        let out = common::vm::ssh(state, "systemctl is-system-running");
+        // ssh's 255: no connection yet; any other status is systemctl's.
+        if out.status.code() == Some(255) {
+            last = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            continue;
+        }
+        let answer = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if answer == "initializing" || answer == "starting" {
+            continue;
+        }
+        eprintln!(
+            "gpu-worker: `ingot vm ssh -- systemctl is-system-running` answered {answer:?} after {:.1?}",
+            started.elapsed()
+        );
+        let told = common::vm::ssh(state, &format!("echo {answer} >/run/ingot-test-ssh"));
+        if !told.status.success() {
+            return Err(format!("telling the check: {told:?}"));
+        }
+        return Ok(answer);
+    }
+    Err(format!(
+        "no answer over ssh within {BOOT_TIMEOUT:?}; last: {last}"
+    ))
+}
+
+/// The disks `ingot vm` wrote and booted in `state` as a [`Written`] (its first disk selected);
+/// the writer selected `layers`.
+fn vm_written(state: &Path, name: &str, layers: &[&str], dir: tempfile::TempDir) -> Written {
+    let output: serde_json::Value =
+        serde_json::from_slice(&fs::read(state.join("output.json")).unwrap()).unwrap();
+    let selected: Vec<&str> = output["layers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no layers in the writer's status file: {output}"))
+        .iter()
+        .map(|l| l.as_str().unwrap())
+        .collect();
+    assert_eq!(selected, layers, "{name}: the selected layers");
+    let image = state.join("disk0.img");
+    let parts = partitions(&image);
+    Written {
+        cmdline: esp_cmdline(&image, &parts),
+        images: BTreeMap::from([("sda".to_string(), image.clone())]),
+        image,
+        parts,
+        hostname: name.to_string(),
         may_fail: &[
             "systemd-modules-load.service",
             "nvidia-persistenced.service",
         ],
-    };
-    let w = write_machine(p, &node);
-    let console = boot(&w, "gpu-worker");
-    assert!(console.contains("formatting it (first boot)"), "{console}");
-    assert_first_boot(p, &w, &console, false);
-    assert_nvidia(p, &checks(&console), &console);
+        enrolled: None,
+        dir,
+    }
 }
 
 /// What the nvidia layer shows on a machine without a GPU ([`gpu_machine`]).

@@ -3,6 +3,7 @@
 #![allow(dead_code)] // not every test file uses every helper
 
 use std::fs;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use ingot::build::{build, BuildOptions};
@@ -147,6 +148,22 @@ pub fn publish_behind_token(layout: &Path, repo_tag: &str, token: &str, dir: &Pa
     }
 }
 
+/// Flips every bit of one byte of the image, in place; flipping again restores it.
+pub fn flip(image: &Path, offset: u64) {
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(image)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.read_exact(&mut b).unwrap();
+    b[0] ^= 0xff;
+    f.seek(SeekFrom::Start(offset)).unwrap();
+    f.write_all(&b).unwrap();
+    f.sync_all().unwrap();
+}
+
 /// Partitions as `sfdisk --json` reads them: (name, start byte, size bytes).
 pub fn partitions(image: &Path) -> Vec<(String, u64, u64)> {
     ingot_testkit::partitions::read(image)
@@ -219,6 +236,7 @@ pub fn assert_caph_done(out: &std::process::Output, what: &str) {
 
 pub mod boot;
 pub mod secure_boot;
+pub mod vm;
 
 /// Waits (up to 120 s) until the writer `child` has written an event to `events` (its
 /// `--events` file) with this `event` and `stage` (`None`: any stage), then sends it `signal`

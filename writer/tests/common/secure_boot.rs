@@ -1,15 +1,14 @@
 //! Secure Boot for the boot tests: a key set enrolled into a copy of OVMF's variable store the
-//! documented way (systemd-boot's `secure-boot-enroll`), and the signed systemd-boot that did it.
+//! documented way (systemd-boot's `secure-boot-enroll`, run by `ingot vm`'s enrollment), and the
+//! signed systemd-boot that did it.
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use ingot::uki::SecureBootKey;
-use ingot_testkit::qemu::{run_qemu, vm_secure_boot, OVMF_CODE_SECBOOT, OVMF_VARS};
+use ingot_testkit::qemu::{Firmware, Lookup, OVMF_CODE_SECBOOT, OVMF_VARS};
 use ingot_testkit::skip::{have_file, have_tools};
-
-use super::boot::run_ok;
+use ingot_vm::accel::Accel;
 
 /// Debian's systemd-boot (package `systemd-boot-efi`), signed by the tests with their db key.
 pub const SDBOOT: &str = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi";
@@ -72,63 +71,32 @@ pub struct Enrolled {
     pub sdboot: PathBuf,
 }
 
-/// Makes a key set and enrolls it the documented way: OVMF's variable store without keys
+/// Enrolls the key set `ingot key secure-boot` wrote beside `key` the documented way, with
+/// `ingot vm`'s own enrollment (`ingot_vm::secure_boot`): OVMF's variable store without keys
 /// (Setup Mode), an ESP with a db-signed systemd-boot, `loader.conf` saying
 /// `secure-boot-enroll force` and the `.auth` files in `loader/keys/auto/`; systemd-boot enrolls
 /// them and resets the machine (`-no-reboot`: qemu exits).
 pub fn enroll(dir: tempfile::TempDir, key: &SecureBootKey) -> Enrolled {
-    // `ingot key secure-boot` writes the .auth files beside the db key.
-    let keys = key.cert.parent().unwrap().to_path_buf();
-    let sdboot = dir.path().join("systemd-bootx64.efi");
-    run_ok(
-        Command::new("sbsign")
-            .arg("--key")
-            .arg(&key.key)
-            .arg("--cert")
-            .arg(&key.cert)
-            .arg("--output")
-            .arg(&sdboot)
-            .arg(SDBOOT),
-    );
-    let read = |p: PathBuf| fs::read(p).unwrap();
-    let (sd, pk, kek, db) = (
-        read(sdboot.clone()),
-        read(keys.join("PK.auth")),
-        read(keys.join("KEK.auth")),
-        read(keys.join("db.auth")),
-    );
-    let files: Vec<(&str, &[u8])> = vec![
-        ("EFI/BOOT/BOOTX64.EFI", &sd),
-        (
-            "loader/loader.conf",
-            b"secure-boot-enroll force\ntimeout 0\n",
-        ),
-        ("loader/keys/auto/PK.auth", &pk),
-        ("loader/keys/auto/KEK.auth", &kek),
-        ("loader/keys/auto/db.auth", &db),
-    ];
-    let esp = dir.path().join("enroll-esp.img");
-    fs::write(
-        &esp,
-        ingot_writer::boot::fat::build(64 << 20, &files, 7).unwrap(),
-    )
-    .unwrap();
+    let keys = key.cert.parent().unwrap();
     let vars = dir.path().join("vars.fd");
     fs::copy(OVMF_VARS, &vars).unwrap();
-    let log = dir.path().join("enroll.serial");
-    let mut cmd = vm_secure_boot(1, 512, &vars);
-    cmd.arg("-drive")
-        .arg(format!("file={},format=raw,if=virtio", esp.display()))
-        .arg("-serial")
-        .arg(format!("file:{}", log.display()));
-    let console = run_qemu(cmd, &log, &dir.path().join("enroll.err"), "enroll");
-    assert!(
-        console.contains("Enrolling secure boot keys"),
-        "systemd-boot did not enroll:\n{console}"
-    );
+    let lookup = Lookup::system();
+    let code = lookup
+        .firmware(Firmware::SecureBoot)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .code;
+    let work = dir.path().join("enroll");
+    let started = std::time::Instant::now();
+    {
+        let _core = ingot_testkit::cores::hold(1);
+        ingot_vm::secure_boot::enroll(&lookup, keys, &code, &vars, Accel::Tcg, &work)
+            .unwrap_or_else(|e| panic!("enrolling {}: {e}", keys.display()));
+    }
+    eprintln!("enroll: {:.1?}", started.elapsed());
     Enrolled {
         _dir: dir,
         vars,
-        sdboot,
+        // What enrollment signed and booted.
+        sdboot: work.join("BOOTX64.EFI"),
     }
 }

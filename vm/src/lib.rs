@@ -4,7 +4,7 @@
 //! their Debian package ([`firmware`]), a machine described as a type and rendered into QEMU's
 //! command line ([`machine`]), a software TPM ([`swtpm`]), and a run watched on its serial
 //! console ([`run`], [`console`]); for `ingot vm`, the fixture machine the writer reads
-//! ([`fixture`]), the bootstrap data it is given ([`bootstrap`]), the state directory ([`state`]) and Secure Boot key enrollment
+//! ([`fixture`]), the bootstrap data it is given ([`bootstrap`]), the state directory ([`state`]), provisioning it as CAPH provisions a server ([`provision`]) and Secure Boot key enrollment
 //! ([`secure_boot`]).
 
 pub mod accel;
@@ -13,6 +13,7 @@ pub mod console;
 pub mod firmware;
 pub mod fixture;
 pub mod machine;
+pub mod provision;
 pub mod run;
 pub mod secure_boot;
 pub mod state;

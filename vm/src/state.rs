@@ -133,6 +133,31 @@ impl State {
         self.dir.join("ssh-identity")
     }
 
+    /// Keeps what `ingot vm ssh` needs: the forwarded port (none: the file goes) and, when
+    /// given, the private key to log in with.
+    pub fn keep_ssh(&self, port: Option<u16>, identity: Option<&Path>) -> Result<(), StateError> {
+        let file = self.ssh_port_file();
+        match port {
+            Some(port) => fs::write(&file, format!("{port}\n")).map_err(io(&file))?,
+            None => match fs::remove_file(&file) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&file)(e)),
+                _ => {}
+            },
+        }
+        if let Some(key) = identity {
+            let key = fs::canonicalize(key).map_err(io(key))?;
+            let file = self.ssh_identity_file();
+            fs::write(&file, format!("{}\n", key.display())).map_err(io(&file))?;
+        }
+        Ok(())
+    }
+
+    /// The private key `ingot vm ssh` logs in with, when one is kept.
+    pub fn ssh_identity(&self) -> Option<PathBuf> {
+        let text = fs::read_to_string(self.ssh_identity_file()).ok()?;
+        Some(PathBuf::from(text.trim_end_matches('\n')))
+    }
+
     /// The last boot's serial console, as the terminal showed it.
     pub fn console(&self) -> PathBuf {
         self.dir.join("console.log")

@@ -140,3 +140,21 @@ fn enrolling_an_incomplete_key_set_names_the_missing_file() {
     );
     assert!(!dir.path().join("work").exists());
 }
+
+/// What `ingot vm ssh` reads: the port is kept or removed with the machine's network, the key
+/// kept by its absolute path.
+#[test]
+fn the_ssh_port_and_key_are_kept_for_ingot_vm_ssh() {
+    let dir = tempfile::tempdir().unwrap();
+    let state = State::new(dir.path());
+    let key = dir.path().join("id_ed25519");
+    std::fs::write(&key, b"key").unwrap();
+    state.keep_ssh(Some(2222), Some(&key)).unwrap();
+    let port = std::fs::read_to_string(state.ssh_port_file()).unwrap();
+    assert_eq!(port, "2222\n");
+    assert_eq!(state.ssh_identity(), Some(key.canonicalize().unwrap()));
+    state.keep_ssh(None, None).unwrap();
+    assert!(!state.ssh_port_file().exists());
+    assert_eq!(state.ssh_identity(), Some(key.canonicalize().unwrap()));
+    state.keep_ssh(None, None).unwrap();
+}

@@ -12,6 +12,7 @@ use clap::{Args, Subcommand, ValueEnum};
 use ingot_artifact::verify::{open_with, StackRef};
 use ingot_vm::accel::{self, Accel};
 use ingot_vm::firmware::{Firmware, Lookup};
+use ingot_vm::provision;
 use ingot_vm::state::{Spec, State};
 use ingot_vm::swtpm::Swtpm;
 
@@ -190,7 +191,7 @@ pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
     };
     let kept = state.kept_spec()?;
     let spec = machine_spec(&args, kept.clone().unwrap_or_default())?;
-    let source = plan(&args, &state)?;
+    let source = provision::plan(args.source.as_deref(), &state, args.rewrite)?;
     if spec.firmware == Firmware::SecureBoot
         && args.secure_boot_keys.is_none()
         && !state.vars().exists()
@@ -223,8 +224,7 @@ pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
     state.keep_spec(&spec)?;
     match source {
         Some(source) => {
-            let code = write(&args, source, &state, &spec)?;
-            if code != Some(0) {
+            if !write(&args, source, &state, &spec)?.success() {
                 eprintln!("ingot vm: the writer failed: nothing is booted");
                 return Ok(ExitCode::from(1));
             }
@@ -239,9 +239,13 @@ pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
             }
         ),
     }
-    keep_ssh(&args, &state, &spec)?;
+    state.keep_ssh(spec.ssh_port, ssh_identity(&args).as_deref())?;
     if let (Some(keys), false) = (&args.secure_boot_keys, state.vars().exists()) {
-        enroll(&lookup, keys, &state, &images, choice.accel)?;
+        eprintln!(
+            "ingot vm: enrolling the keys in {} (systemd-boot)",
+            keys.display()
+        );
+        provision::enroll(&lookup, keys, &state, &images, choice.accel)?;
     }
     let mut machine = state.machine_to_boot(&spec, images, choice.accel)?;
     let tpm = match &swtpm {
@@ -306,29 +310,6 @@ fn machine_spec(args: &VmArgs, mut spec: Spec) -> anyhow::Result<Spec> {
     Ok(spec)
 }
 
-/// Keeps the SSH port (and, with --ssh-key, the private key beside it) for `ingot vm ssh`.
-fn keep_ssh(args: &VmArgs, state: &State, spec: &Spec) -> anyhow::Result<()> {
-    let port_file = state.ssh_port_file();
-    match spec.ssh_port {
-        Some(port) => std::fs::write(&port_file, format!("{port}\n")),
-        None => std::fs::remove_file(&port_file).or(Ok(())),
-    }
-    .with_context(|| format!("{}", port_file.display()))?;
-    let private = args
-        .ssh_key
-        .as_ref()
-        .and_then(|k| k.to_str()?.strip_suffix(".pub").map(PathBuf::from))
-        .filter(|p| p.is_file());
-    if let Some(private) = private {
-        let private =
-            std::fs::canonicalize(&private).with_context(|| format!("{}", private.display()))?;
-        let file = state.ssh_identity_file();
-        std::fs::write(&file, format!("{}\n", private.display()))
-            .with_context(|| format!("{}", file.display()))?;
-    }
-    Ok(())
-}
-
 /// Secure Boot boots only the release's signed UKI: a stack without one is refused before
 /// anything is written.
 fn require_uki(args: &VmArgs, source: &str) -> anyhow::Result<()> {
@@ -353,87 +334,36 @@ fn require_uki(args: &VmArgs, source: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Enrolls the key set into a fresh copy of the variable store (the VM's first boot).
-fn enroll(
-    lookup: &Lookup,
-    keys: &Path,
+/// The private key beside --ssh-key's public one (`PUB` without `.pub`), when it is there.
+fn ssh_identity(args: &VmArgs) -> Option<PathBuf> {
+    let public = args.ssh_key.as_ref()?.to_str()?;
+    Some(PathBuf::from(public.strip_suffix(".pub")?)).filter(|p| p.is_file())
+}
+
+/// Has the writer write SOURCE onto the VM as CAPH runs it; its status.
+fn write(
+    args: &VmArgs,
+    source: &str,
     state: &State,
-    images: &ingot_vm::firmware::Images,
-    accel: Accel,
-) -> anyhow::Result<()> {
-    let template = images
-        .vars_template
-        .as_ref()
-        .context("the Secure Boot firmware has no variable store template")?;
-    let vars = state.vars();
-    std::fs::copy(template, &vars).with_context(|| format!("{}", vars.display()))?;
-    eprintln!(
-        "ingot vm: enrolling the keys in {} (systemd-boot)",
-        keys.display()
-    );
-    let work = state.dir().join("enroll");
-    let result = ingot_vm::secure_boot::enroll(lookup, keys, &images.code, &vars, accel, &work);
-    if result.is_err() {
-        // A half-enrolled store must not pass for an enrolled one at the next boot.
-        let _ = std::fs::remove_file(&vars);
-    }
-    let _ = std::fs::remove_dir_all(&work);
-    Ok(result?)
-}
-
-/// What to write before the boot: SOURCE onto a new VM, or over a kept one with --rewrite;
-/// nothing when a kept VM boots again.
-fn plan<'a>(args: &'a VmArgs, state: &State) -> anyhow::Result<Option<&'a str>> {
-    let dir = state.dir().display();
-    match (args.source.as_deref(), state.written(), args.rewrite) {
-        (Some(_), true, false) => bail!(
-            "{dir} already holds a VM: boot it again without SOURCE, or add --rewrite to write \
-             SOURCE over its disks"
-        ),
-        (None, false, _) => bail!("no stack to write: give SOURCE ({dir} holds no VM yet)"),
-        (None, true, true) => bail!("--rewrite needs SOURCE, the stack to write"),
-        (Some(source), _, _) => Ok(Some(source)),
-        (None, true, false) => Ok(None),
-    }
-}
-
-/// Prepares the state directory and runs the writer as CAPH does; its exit status.
-fn write(args: &VmArgs, source: &str, state: &State, spec: &Spec) -> anyhow::Result<Option<i32>> {
+    spec: &Spec,
+) -> anyhow::Result<std::process::ExitStatus> {
     let data = bootstrap_data(args, state, &spec.name)?;
-    let writer = writer_binary()?;
-    let node = state.prepare(spec)?;
-    let bootstrap = state.bootstrap();
-    std::fs::write(&bootstrap, data).with_context(|| format!("{}", bootstrap.display()))?;
-    let mut cmd = Command::new(&writer);
-    cmd.arg(source)
-        .arg(&bootstrap)
-        .arg(&spec.name)
-        .arg(State::root_devices(&node))
-        .arg("--sysroot")
-        .arg(state.machine())
-        .arg("--report")
-        .arg(state.report())
-        .args(["--kernel-arg", "console=ttyS0"]);
-    for arg in &args.kernel_arg {
-        cmd.arg("--kernel-arg").arg(arg);
-    }
-    if let Some(key) = &args.trust_key {
-        cmd.arg("--trust-key").arg(key);
-    }
-    if let Some(role) = &args.role {
-        cmd.arg("--role").arg(role);
-    }
-    cmd.args(registry_args(&args.registry));
+    let writer = provision::writer_binary()?;
     eprintln!(
         "ingot vm: writing {source} onto {} disk(s) in {} with {}",
-        node.disks.len(),
+        spec.disks,
         state.dir().display(),
         writer.display()
     );
-    let status = cmd
-        .status()
-        .with_context(|| format!("running {}", writer.display()))?;
-    Ok(status.code())
+    let request = provision::Write {
+        source,
+        data: &data,
+        trust_key: args.trust_key.as_deref(),
+        role: args.role.as_deref(),
+        kernel_args: &args.kernel_arg,
+        flags: registry_args(&args.registry),
+    };
+    Ok(provision::write(&writer, &request, state, spec)?)
 }
 
 /// The bootstrap data to write: --bootstrap's, else (re-provisioning without new data or key)
@@ -491,24 +421,6 @@ fn registry_args(r: &RegistryArgs) -> Vec<OsString> {
     out
 }
 
-/// The writer: INGOT_WRITER, else `ingot-writer` beside this binary, else on PATH.
-fn writer_binary() -> anyhow::Result<PathBuf> {
-    if let Some(path) = std::env::var_os("INGOT_WRITER") {
-        return Ok(path.into());
-    }
-    let beside = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join("ingot-writer")));
-    if let Some(path) = beside.filter(|p| p.is_file()) {
-        return Ok(path);
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .map(|d| d.join("ingot-writer"))
-        .find(|p| p.is_file())
-        .context("ingot-writer is not installed: not beside ingot, not on PATH, no INGOT_WRITER")
-}
-
 fn run_ssh(args: SshArgs) -> anyhow::Result<ExitCode> {
     let port = match (args.port, &args.state) {
         (Some(port), _) => port,
@@ -516,14 +428,12 @@ fn run_ssh(args: SshArgs) -> anyhow::Result<ExitCode> {
         (None, None) => bail!("give --state DIR or --port PORT"),
     };
     let mut ssh = Command::new("ssh");
-    let identity = args
+    if let Some(key) = args
         .state
         .as_ref()
-        .map(|d| State::new(d).ssh_identity_file());
-    if let Some(key) = identity.and_then(|f| std::fs::read_to_string(f).ok()) {
-        ssh.arg("-i")
-            .arg(key.trim_end())
-            .args(["-o", "IdentitiesOnly=yes"]);
+        .and_then(|d| State::new(d).ssh_identity())
+    {
+        ssh.arg("-i").arg(key).args(["-o", "IdentitiesOnly=yes"]);
     }
     let status = ssh
         .args(["-p", &port.to_string()])

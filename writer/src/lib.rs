@@ -12,7 +12,8 @@
 //! The modules form a line; each uses only those above it in this list:
 //! - the leaves: [`report`] (stages, progress, the status file), [`target`] (O_DIRECT disk
 //!   access), [`interrupt`], [`partitions`] (the boot contract's partition names and types),
-//!   [`mirror`] (`var`'s md superblocks);
+//!   [`mirror`] (`var`'s md superblocks), [`seal`] (secrets sealed to the TPM under the
+//!   release's signed PCR policy);
 //! - [`engine`]: the verified-write engine, its errors, stats and options; [`stream`] feeds it
 //!   from a registry;
 //! - plain data: [`layout`] (the disk plan), [`node`] (the sealed node layer), [`stack`] (the
@@ -43,6 +44,7 @@ pub mod reboot;
 pub mod report;
 pub mod request;
 pub mod run;
+pub mod seal;
 pub mod stack;
 pub mod steps;
 pub mod stream;

@@ -40,6 +40,10 @@ pub struct Facts {
     pub kvm_device: bool,
     /// Both: hardware virtualization is usable.
     pub virtualization: bool,
+    /// The TPM's major version, as the kernel reports it
+    /// (`/sys/class/tpm/tpm0/tpm_version_major`): 2 for a TPM 2.0 (what secrets are sealed
+    /// to); None when the machine shows no TPM (Hetzner's cloud VMs have none).
+    pub tpm: Option<u8>,
     /// The machine's disks, sorted by name, without loop, ram, zram, dm, md, optical and floppy
     /// devices (those can still be targeted by name, see `resolve_targets`).
     pub disks: Vec<Disk>,
@@ -61,6 +65,7 @@ pub fn detect(sysroot: &Sysroot) -> Result<Facts, MachineError> {
     // In fixtures `dev/kvm` is a marker file, on a real machine a character device.
     let kvm_device = sysroot.path("/dev/kvm").exists();
     let disks = disks::list_disks(sysroot)?;
+    let tpm = read_tpm_version(sysroot)?;
     Ok(Facts {
         uefi,
         pci,
@@ -68,6 +73,7 @@ pub fn detect(sysroot: &Sysroot) -> Result<Facts, MachineError> {
         cpu_virt_flags,
         kvm_device,
         virtualization: cpu_virt_flags && kvm_device,
+        tpm,
         disks,
     })
 }
@@ -111,6 +117,23 @@ fn read_pci(sysroot: &Sysroot) -> Result<Vec<PciDevice>, MachineError> {
     Ok(out)
 }
 
+/// The first TPM's major version; None without one.
+fn read_tpm_version(sysroot: &Sysroot) -> Result<Option<u8>, MachineError> {
+    let path = sysroot.path("/sys/class/tpm/tpm0/tpm_version_major");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(MachineError::Io { path, source }),
+    };
+    match text.trim().parse::<u8>() {
+        Ok(v @ (1 | 2)) => Ok(Some(v)),
+        _ => Err(MachineError::Parse {
+            path,
+            what: format!("{:?} is not a TPM version (1 or 2)", text.trim()),
+        }),
+    }
+}
+
 fn read_cpu_virt_flags(sysroot: &Sysroot) -> Result<bool, MachineError> {
     let path = sysroot.path("/proc/cpuinfo");
     let text =
@@ -126,6 +149,20 @@ fn read_cpu_virt_flags(sysroot: &Sysroot) -> Result<bool, MachineError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tpm_version_is_read_and_a_strange_one_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let sysroot = Sysroot::new(dir.path());
+        assert_eq!(read_tpm_version(&sysroot).unwrap(), None);
+        let file = dir.path().join("sys/class/tpm/tpm0/tpm_version_major");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, "2\n").unwrap();
+        assert_eq!(read_tpm_version(&sysroot).unwrap(), Some(2));
+        std::fs::write(&file, "two\n").unwrap();
+        let err = read_tpm_version(&sysroot).unwrap_err().to_string();
+        assert!(err.contains("tpm_version_major"), "{err}");
+    }
 
     #[test]
     fn nvidia_gpu_classes() {

@@ -77,6 +77,10 @@ pub fn write(root: &Path, node: &Node) -> Result<(), FixtureError> {
     if node.firmware.is_uefi() {
         w.file("sys/firmware/efi/fw_platform_size", "64\n")?;
     }
+    if node.firmware == Firmware::SecureBoot {
+        // The Secure Boot machine has swtpm's TPM 2.0.
+        w.file("sys/class/tpm/tpm0/tpm_version_major", "2\n")?;
+    }
     if node.virt {
         // In fixtures `dev/kvm` is a marker file.
         w.file("dev/kvm", "")?;

@@ -49,6 +49,21 @@ fn the_writer_reads_the_user_network_as_the_rescue_systems() {
     assert!(!bare.join("ip").exists() && !bare.join("etc/resolv.conf").exists());
 }
 
+/// A Secure Boot VM has swtpm's TPM 2.0, and the writer sees it; the others have none.
+#[test]
+fn the_writer_sees_the_secure_boot_machines_tpm() {
+    let dir = tempfile::tempdir().unwrap();
+    for (firmware, tpm) in [(Firmware::SecureBoot, Some(2)), (Firmware::Uefi, None)] {
+        let root = dir.path().join(firmware.name());
+        fixture::write(&root, &node(dir.path(), firmware, false, 1)).unwrap();
+        assert_eq!(
+            detect(&Sysroot::new(&root)).unwrap().tpm,
+            tpm,
+            "{firmware:?}"
+        );
+    }
+}
+
 #[test]
 fn the_writer_detects_the_machine_the_vm_is() {
     let dir = tempfile::tempdir().unwrap();

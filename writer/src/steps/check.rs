@@ -78,7 +78,8 @@ pub fn run(
     reporter.stage(
         Stage::Check,
         format!(
-            "{machine_name}: {} (bootstrap data: {}), GPU: {}, virtualization: {}, UEFI: {}",
+            "{machine_name}: {} (bootstrap data: {}), GPU: {}, virtualization: {}, UEFI: {}, \
+             TPM: {}",
             role.as_str(),
             match bootstrap.format {
                 ingot_bootstrap::Format::Ignition { .. } => "Ignition",
@@ -86,7 +87,8 @@ pub fn run(
             },
             if facts.nvidia_gpu { "nvidia" } else { "none" },
             facts.virtualization,
-            facts.uefi
+            facts.uefi,
+            facts.tpm.map_or("none".to_string(), |v| format!("{v}.0"))
         ),
     );
     Ok(Checked {

@@ -7,6 +7,8 @@
 //! needed, under limits we set ourselves (file size, field size, entry count). The parser below
 //! is bounded in every dimension and refuses what it does not understand.
 
+pub mod copyright;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -18,8 +20,8 @@ pub const SBOM_MEDIA_TYPE: &str = "application/spdx+json";
 pub const STATUS_PATHS: [&str; 2] = ["var/lib/dpkg/status", "usr/lib/ingot/dpkg/status"];
 /// The largest dpkg status read (a full Debian desktop's is about 3 MiB).
 pub const MAX_STATUS_SIZE: u64 = 32 << 20;
-/// The most packages one status may list.
-pub const MAX_PACKAGES: usize = 100_000;
+/// The most packages one status may list (Debian 12's whole amd64 archive has about 64,000).
+pub const MAX_PACKAGES: usize = 65_536;
 /// The longest package name (Debian's longest are under 70 bytes).
 pub const MAX_NAME: usize = 128;
 /// The longest version, epoch included.
@@ -46,6 +48,14 @@ pub struct DebPackage {
     /// `Maintainer`, when given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintainer: Option<String>,
+    /// Its declared licence ([`copyright::declared`] of its copyright file in the layer's
+    /// tree); `None`: not said (`NOASSERTION`).
+    #[serde(skip)]
+    pub declared: Option<copyright::Declared>,
+    /// The SHA-256 (lowercase hex) of the `.deb` it was installed from, when the build knows it
+    /// (a layer made from `source.debian`: stack.lock's).
+    #[serde(skip)]
+    pub sha256: Option<String>,
 }
 
 /// Why a dpkg status or an SBOM was refused.
@@ -249,6 +259,8 @@ fn finish_entry(
         arch: arch.to_owned(),
         version: version.to_owned(),
         maintainer: maintainer.map(str::to_owned),
+        declared: None,
+        sha256: None,
     };
     if out
         .insert((pkg.name.clone(), pkg.arch.clone()), pkg)
@@ -276,10 +288,27 @@ pub fn status_of(
                 reason,
             })?;
         if let Some(bytes) = bytes {
-            return parse_status(&bytes, layer, path).map(Some);
+            let mut packages = parse_status(&bytes, layer, path)?;
+            declare_licences(tree, &mut packages);
+            return Ok(Some(packages));
         }
     }
     Ok(None)
+}
+
+/// Each package's declared licence from its copyright file in `tree` ([`copyright::declared`]);
+/// a file that is missing, too large, not a regular file or not DEP-5 says nothing.
+pub fn declare_licences(tree: &ingot_layers::tree::Tree, packages: &mut [DebPackage]) {
+    let mut seen: BTreeMap<String, Option<copyright::Declared>> = BTreeMap::new();
+    for p in packages {
+        let declared = seen.entry(p.name.clone()).or_insert_with(|| {
+            tree.read_file_bounded(&copyright::path(&p.name), copyright::MAX_COPYRIGHT_SIZE)
+                .ok()
+                .flatten()
+                .and_then(|bytes| copyright::declared(&bytes))
+        });
+        p.declared = declared.clone();
+    }
 }
 
 /// Per layer (stack order, each layer's own status or `None`), the packages its SBOM lists: the
@@ -348,18 +377,43 @@ pub fn purl(p: &DebPackage) -> String {
     )
 }
 
-/// SPDX's `Person: NAME (EMAIL)` from Debian's `NAME <EMAIL>`.
+/// SPDX's supplier from Debian's `Maintainer` (`NAME <EMAIL>`): `Organization: NAME (EMAIL)`
+/// for a team (a mailing list, or a name that says team, maintainers, ...), else
+/// `Person: NAME (EMAIL)`; `Organization: Debian` for a package that names none (dpkg's status
+/// always does; a hand-made one may not).
 fn supplier(maintainer: Option<&str>) -> String {
     let Some(m) = maintainer.map(str::trim).filter(|m| !m.is_empty()) else {
-        return "NOASSERTION".into();
+        return "Organization: Debian".into();
     };
     let clean = |s: &str| s.replace(['(', ')', '<', '>'], "").trim().to_owned();
-    match m.split_once('<') {
-        Some((name, rest)) => {
-            let email = rest.split('>').next().unwrap_or_default();
-            format!("Person: {} ({})", clean(name), clean(email))
-        }
-        None => format!("Person: {}", clean(m)),
+    let (name, email) = match m.split_once('<') {
+        Some((name, rest)) => (
+            clean(name),
+            clean(rest.split('>').next().unwrap_or_default()),
+        ),
+        None => (clean(m), String::new()),
+    };
+    let name = if name.is_empty() { email.clone() } else { name };
+    let lower = format!("{name} {email}").to_lowercase();
+    let team = [
+        "lists.",
+        "@lists",
+        "alioth",
+        "maintainers",
+        "team",
+        "developers",
+        "packagers",
+        "group",
+        "project",
+        "debian ",
+    ]
+    .iter()
+    .any(|w| lower.contains(w));
+    let kind = if team { "Organization" } else { "Person" };
+    if email.is_empty() {
+        format!("{kind}: {name}")
+    } else {
+        format!("{kind}: {name} ({email})")
     }
 }
 
@@ -442,6 +496,8 @@ pub fn write_spdx(
 ) -> serde_json::Result<()> {
     let mut sorted: Vec<&DebPackage> = packages.iter().collect();
     sorted.sort();
+    let (licences, extracted) = licences(&sorted);
+    let layer_supplier = format!("Organization: {}", info.stack);
     let layer_comment = format!(
         "layer `{}` of stack {} {}",
         info.layer, info.stack, info.version
@@ -457,6 +513,14 @@ pub fn write_spdx(
             "https://ingot.invalid/spdx/{}/{}/{}",
             info.stack, info.version, info.layer
         ),
+        has_extracted_licensing_infos: extracted
+            .values()
+            .map(|e| spdx::ExtractedInfo {
+                extracted_text: &e.text,
+                license_id: &e.id,
+                name: &e.name,
+            })
+            .collect(),
         name: format!("{}-{}-{}", info.stack, info.version, info.layer),
         packages: spdx::Packages {
             layer: spdx::LayerPackage {
@@ -468,9 +532,11 @@ pub fn write_spdx(
                 license_concluded: NOASSERTION,
                 license_declared: NOASSERTION,
                 name: info.layer,
+                supplier: &layer_supplier,
                 version_info: info.version,
             },
             packages: &sorted,
+            licences: &licences,
         },
         relationships: spdx::Relationships(&sorted),
         spdx_version: "SPDX-2.3",
@@ -479,6 +545,45 @@ pub fn write_spdx(
 }
 
 const NOASSERTION: &str = "NOASSERTION";
+
+/// The most bytes of licences one document declares: the packages' expressions and the texts
+/// of the `LicenseRef-`s they name (`hasExtractedLicensingInfos`, each text once). A package
+/// whose licence would go past it is `NOASSERTION` (a real layer's come to a few hundred KiB).
+pub const MAX_LICENCE_BYTES: usize = 8 << 20;
+
+/// Per package (as sorted), its declared licence expression, and the `LicenseRef-`s those
+/// name: each package's own while they stay within [`MAX_LICENCE_BYTES`].
+fn licences<'a>(
+    sorted: &[&'a DebPackage],
+) -> (
+    Vec<Option<&'a str>>,
+    BTreeMap<&'a str, &'a copyright::Extracted>,
+) {
+    let mut extracted = BTreeMap::new();
+    let mut total = 0;
+    let out = sorted
+        .iter()
+        .map(|p| {
+            let d = p.declared.as_ref()?;
+            let new: usize = d
+                .extracted
+                .iter()
+                .filter(|e| !extracted.contains_key(e.id.as_str()))
+                .map(|e| e.text.len() + e.name.len())
+                .sum();
+            let cost = d.expression.len() + new;
+            if total + cost > MAX_LICENCE_BYTES {
+                return None;
+            }
+            total += cost;
+            for e in &d.extracted {
+                extracted.insert(e.id.as_str(), e);
+            }
+            Some(d.expression.as_str())
+        })
+        .collect();
+    (out, extracted)
+}
 
 /// The document's JSON shape, serialized from borrowed data.
 mod spdx {
@@ -497,10 +602,20 @@ mod spdx {
         pub creation_info: CreationInfo<'a>,
         pub data_license: &'a str,
         pub document_namespace: String,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        pub has_extracted_licensing_infos: Vec<ExtractedInfo<'a>>,
         pub name: String,
         pub packages: Packages<'a>,
         pub relationships: Relationships<'a>,
         pub spdx_version: &'a str,
+    }
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    pub(super) struct ExtractedInfo<'a> {
+        pub extracted_text: &'a str,
+        pub license_id: &'a str,
+        pub name: &'a str,
     }
 
     #[derive(Serialize)]
@@ -521,6 +636,7 @@ mod spdx {
         pub license_concluded: &'a str,
         pub license_declared: &'a str,
         pub name: &'a str,
+        pub supplier: &'a str,
         pub version_info: &'a str,
     }
 
@@ -529,6 +645,8 @@ mod spdx {
     struct Package<'a> {
         #[serde(rename = "SPDXID")]
         spdxid: &'a str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        checksums: Option<[Checksum<'a>; 1]>,
         copyright_text: &'a str,
         download_location: &'a str,
         external_refs: [ExternalRef<'a>; 1],
@@ -538,6 +656,13 @@ mod spdx {
         name: &'a str,
         supplier: &'a str,
         version_info: &'a str,
+    }
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Checksum<'a> {
+        algorithm: &'a str,
+        checksum_value: &'a str,
     }
 
     #[derive(Serialize)]
@@ -560,13 +685,15 @@ mod spdx {
     pub(super) struct Packages<'a> {
         pub layer: LayerPackage<'a>,
         pub packages: &'a [&'a DebPackage],
+        /// Each package's declared licence (`None`: `NOASSERTION`).
+        pub licences: &'a [Option<&'a str>],
     }
 
     impl Serialize for Packages<'_> {
         fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
             let mut seq = s.serialize_seq(Some(self.packages.len() + 1))?;
             seq.serialize_element(&self.layer)?;
-            for (i, p) in self.packages.iter().enumerate() {
+            for (i, (p, licence)) in self.packages.iter().zip(self.licences).enumerate() {
                 let (id, purl, supplier) = (
                     spdx_id("Package", i, &p.name),
                     purl(p),
@@ -574,6 +701,12 @@ mod spdx {
                 );
                 seq.serialize_element(&Package {
                     spdxid: &id,
+                    checksums: p.sha256.as_deref().map(|v| {
+                        [Checksum {
+                            algorithm: "SHA256",
+                            checksum_value: v,
+                        }]
+                    }),
                     copyright_text: NOASSERTION,
                     download_location: NOASSERTION,
                     external_refs: [ExternalRef {
@@ -583,7 +716,7 @@ mod spdx {
                     }],
                     files_analyzed: false,
                     license_concluded: NOASSERTION,
-                    license_declared: NOASSERTION,
+                    license_declared: licence.unwrap_or(NOASSERTION),
                     name: &p.name,
                     supplier: &supplier,
                     version_info: &p.version,
@@ -676,6 +809,8 @@ pub fn packages_of(bytes: &[u8], layer: &str) -> Result<Vec<DebPackage>, SbomErr
             arch,
             version: p.version_info,
             maintainer: None,
+            declared: None,
+            sha256: None,
         });
     }
     out.sort();
@@ -735,6 +870,23 @@ Package: removed\nStatus: deinstall ok config-files\nArchitecture: amd64\nVersio
             supplier(p[1].maintainer.as_deref()),
             "Person: Mark Brown (broonie@debian.org)"
         );
+        for (maintainer, want) in [
+            (
+                Some("GNU Libc Maintainers <debian-glibc@lists.debian.org>"),
+                "Organization: GNU Libc Maintainers (debian-glibc@lists.debian.org)",
+            ),
+            (
+                Some("Debian Go Packaging Team <team+pkg-go@tracker.debian.org>"),
+                "Organization: Debian Go Packaging Team (team+pkg-go@tracker.debian.org)",
+            ),
+            (
+                Some("Jane (J) Doe <jd@example.org>"),
+                "Person: Jane J Doe (jd@example.org)",
+            ),
+            (None, "Organization: Debian"),
+        ] {
+            assert_eq!(supplier(maintainer), want);
+        }
     }
 
     #[test]
@@ -779,6 +931,8 @@ Package: a\nStatus: install ok installed\nVersion: 2\nArchitecture: all\n",
             arch: "amd64".into(),
             version: "535".into(),
             maintainer: None,
+            declared: None,
+            sha256: None,
         });
         let delta = added_or_changed(&upper, &base);
         let names: Vec<_> = delta.iter().map(|p| p.name.as_str()).collect();
@@ -826,9 +980,23 @@ Package: a\nStatus: install ok installed\nVersion: 2\nArchitecture: all\n",
 
     #[test]
     fn the_streamed_document_is_canonical_json() {
-        let packages = parse_status(STATUS.as_bytes(), "base", "s").unwrap();
+        let mut packages = parse_status(STATUS.as_bytes(), "base", "s").unwrap();
+        // With every optional part: a checksum, a declared licence with a LicenseRef.
+        packages[1].sha256 = Some("ab".repeat(32));
+        packages[1].declared = copyright::declared(
+            b"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\n\
+Files: *\nLicense: Zlib and other\n\nLicense: other\n Do \"what\" you like.\n",
+        );
+        assert!(packages[1].declared.is_some());
         let doc = spdx_document(&info("gpu", "1.0.0"), &packages).unwrap();
         let value: serde_json::Value = serde_json::from_slice(&doc).unwrap();
+        assert_eq!(value["packages"][2]["checksums"][0]["algorithm"], "SHA256");
+        let extracted = &value["hasExtractedLicensingInfos"][0];
+        assert_eq!(extracted["extractedText"], "Do \"what\" you like.");
+        assert_eq!(
+            value["packages"][2]["licenseDeclared"],
+            format!("Zlib AND {}", extracted["licenseId"].as_str().unwrap())
+        );
         assert_eq!(
             String::from_utf8(ingot_layers::descriptor::canonical_json(&value).unwrap()).unwrap(),
             String::from_utf8(doc).unwrap(),
@@ -848,9 +1016,26 @@ Package: a\nStatus: install ok installed\nVersion: 2\nArchitecture: all\n",
             arch: "+".repeat(MAX_ARCH),
             version: ":".repeat(MAX_VERSION),
             maintainer: Some("\"".repeat(MAX_MAINTAINER)),
+            declared: Some(copyright::Declared {
+                expression: "A".into(),
+                extracted: Vec::new(),
+            }),
+            sha256: Some("0".repeat(64)),
         };
         assert!(check_fields(&worst.name, &worst.arch, &worst.version).is_none());
-        let packages = vec![worst; MAX_PACKAGES];
+        let mut packages = vec![worst; MAX_PACKAGES];
+        // The licences' bytes up to the document's limit, as texts of the character JSON grows
+        // most (a text with a control character but tab and newline is unsaid), on the package
+        // sorted last.
+        let text = "\"".repeat(copyright::MAX_LICENSE_TEXT);
+        let texts = (MAX_LICENCE_BYTES - MAX_PACKAGES) / (text.len() + copyright::MAX_NAME);
+        packages[0].declared.as_mut().unwrap().extracted = (0..texts)
+            .map(|i| copyright::Extracted {
+                id: format!("LicenseRef-{i:0>48}-00000000"),
+                name: "\"".repeat(copyright::MAX_NAME),
+                text: text.clone(),
+            })
+            .collect();
         let (stack, layer) = ("s".repeat(64), "l".repeat(64));
         let version = "\"".repeat(128);
         let info = DocumentInfo {
@@ -861,6 +1046,14 @@ Package: a\nStatus: install ok installed\nVersion: 2\nArchitecture: all\n",
         };
         let mut size = Count::default();
         write_spdx(&info, &packages, &mut size).unwrap();
+        let mut sorted: Vec<&DebPackage> = packages.iter().collect();
+        sorted.sort();
+        let (said, extracted) = licences(&sorted);
+        assert!(
+            said.iter().all(Option::is_some),
+            "every licence fits the budget"
+        );
+        assert_eq!(extracted.len(), texts);
         println!(
             "the largest SBOM: {} bytes ({} MiB), the read limit {MAX_SBOM_SIZE}",
             size.0,

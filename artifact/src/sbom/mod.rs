@@ -1,5 +1,8 @@
 //! What a release records of its packages: per layer, the Debian packages its dpkg status
-//! holds, as an SPDX 2.3 JSON document stored as a blob the signed descriptor pins.
+//! holds, as an SPDX 2.3 JSON document stored as a blob the signed descriptor pins. Each
+//! package carries its supplier (from `Maintainer`), its purl, its `.deb`'s SHA-256 when the
+//! build knows it, and its declared licence from its DEP-5 copyright file ([`copyright`]), so
+//! the document holds the NTIA minimum elements.
 //!
 //! The dpkg status is parsed here rather than with a deb822 crate: none is in the lock file,
 //! and the candidates (`deb822-lossless` keeps a lossless rowan syntax tree; `debian-control`

@@ -95,7 +95,7 @@ fn spdx_id(prefix: &str, i: usize, name: &str) -> String {
     format!("SPDXRef-{prefix}-{i}-{safe}")
 }
 
-/// The SPDX 2.3 JSON document of one layer's packages (sorted, as [`parse_status`] gives them):
+/// The SPDX 2.3 JSON document of one layer's packages (sorted, as [`super::parse_status`] gives them):
 /// deterministic bytes (canonical JSON; `created` from the stack's `source_date_epoch`, the
 /// namespace from stack, version and layer). Refused, naming the layer, when it would be larger
 /// than [`MAX_SBOM_SIZE`].

@@ -5,6 +5,7 @@
 //! OCI image manifest. Everything happens in a temporary directory next to the output, renamed
 //! into place at the end: a failed build leaves nothing behind.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -226,8 +227,37 @@ fn bar_style() -> ProgressStyle {
         .progress_chars("=> ")
 }
 
+/// Per layer, the SHA-256 of each package's `.deb` as the build knows it (stack.lock's, for the
+/// layers made from `source.debian`): by (name, architecture), with the version it is for.
+pub type DebDigests = BTreeMap<String, BTreeMap<(String, String), (String, String)>>;
+
+/// The `.deb` digests `lock` gives, for [`build_with`].
+pub fn deb_digests(lock: &crate::debian::lock::Lock) -> DebDigests {
+    lock.layers
+        .iter()
+        .map(|(layer, l)| {
+            let packages = l
+                .packages
+                .iter()
+                .map(|p| (p.key(), (p.version.clone(), p.sha256.clone())))
+                .collect();
+            (layer.clone(), packages)
+        })
+        .collect()
+}
+
 /// Build every layer of `manifest` and write the signed layout at `opts.out`.
 pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, BuildError> {
+    build_with(manifest, opts, &DebDigests::new())
+}
+
+/// [`build`], the SBOMs giving each package's `.deb` SHA-256 where `digests` has it (for the
+/// package's exact version; none rather than another version's).
+pub fn build_with(
+    manifest: &Manifest,
+    opts: &BuildOptions,
+    digests: &DebDigests,
+) -> Result<BuildOutput, BuildError> {
     let started = Instant::now();
     // Before anything is written: a key firmware may refuse is found now, not at first boot.
     if let Some(sb) = &opts.secure_boot {
@@ -259,7 +289,7 @@ pub fn build(manifest: &Manifest, opts: &BuildOptions) -> Result<BuildOutput, Bu
         .map(|b| (b.entry.name.as_str(), &b.summary))
         .collect();
     stack_rules::check_stack(&summaries)?;
-    write_sboms(manifest, &writer, &mut built)?;
+    write_sboms(manifest, &writer, &mut built, digests)?;
     let mut descriptor = StackDescriptor {
         schema_version: SCHEMA_VERSION,
         name: manifest.name.clone(),
@@ -658,10 +688,19 @@ fn write_sboms(
     manifest: &Manifest,
     writer: &LayoutWriter,
     built: &mut [BuiltLayer],
+    digests: &DebDigests,
 ) -> Result<(), BuildError> {
     let statuses: Vec<_> = built.iter_mut().map(|b| b.status.take()).collect();
     let created = rfc3339(manifest.source_date_epoch);
-    for (b, packages) in built.iter_mut().zip(sbom::layer_packages(&statuses)) {
+    for (b, mut packages) in built.iter_mut().zip(sbom::layer_packages(&statuses)) {
+        if let Some(known) = digests.get(&b.entry.name) {
+            for p in &mut packages {
+                p.sha256 = known
+                    .get(&(p.name.clone(), p.arch.clone()))
+                    .filter(|(version, _)| *version == p.version)
+                    .map(|(_, sha)| sha.clone());
+            }
+        }
         let info = sbom::DocumentInfo {
             stack: &manifest.name,
             version: &manifest.version,

@@ -4,6 +4,8 @@
 //! manifest digest; a lock naming a version neither the cache nor the archive has fails naming
 //! the package and writes nothing; `--update PACKAGE` moves that package back to the archive's
 //! version and prints the change, and a cached file that rotted is fetched again, not used.
+//! The layer's SBOM gives every package its `.deb`'s SHA-256 from the lock and the licences its
+//! real copyright files declare.
 //!
 //! Root (mmdebstrap's root mode) and the archive: the full tier only (about two minutes, most of
 //! it apt's downloads; the quick tier skips every root test).
@@ -86,6 +88,93 @@ fn manifest_digest(out: &Output) -> String {
         .to_owned()
 }
 
+/// A JSON file of an OCI layout: `index.json`, or the blob a digest names.
+fn layout_json(layout: &Path, digest: Option<&str>) -> serde_json::Value {
+    let path = match digest {
+        None => layout.join("index.json"),
+        Some(d) => layout.join("blobs/sha256").join(&d["sha256:".len()..]),
+    };
+    serde_json::from_slice(&fs::read(path).unwrap()).unwrap()
+}
+
+/// The base layer's SBOM in `layout` gives each package the SHA-256 the lock has for its `.deb`
+/// (libc6's checked against `sha256sum` of the cached file), and the licences the tree's
+/// copyright files declare; pyspdxtools and sbomcheck accept it when installed.
+fn sbom_has_the_lock(dir: &Path, layout: &Path, base: &ingot::debian::lock::LayerLock) {
+    let index = layout_json(layout, None);
+    let manifest = layout_json(layout, index["manifests"][0]["digest"].as_str());
+    let config = layout_json(layout, manifest["config"]["digest"].as_str());
+    let digest = config["layers"][0]["sbom"]["digest"].as_str().unwrap();
+    let sbom_path = layout.join("blobs/sha256").join(&digest["sha256:".len()..]);
+    let sbom = layout_json(layout, Some(digest));
+    let packages: Vec<&serde_json::Value> = sbom["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p.get("externalRefs").is_some())
+        .collect();
+    assert_eq!(packages.len(), base.packages.len());
+    for p in &base.packages {
+        let listed = packages
+            .iter()
+            .find(|s| s["name"] == p.name.as_str())
+            .unwrap_or_else(|| panic!("{} is not in the SBOM", p.name));
+        assert_eq!(
+            listed["checksums"],
+            serde_json::json!([{"algorithm": "SHA256", "checksumValue": p.sha256}]),
+            "{}",
+            p.name
+        );
+    }
+    let libc = base.packages.iter().find(|p| p.name == "libc6").unwrap();
+    let sum = Command::new("sha256sum")
+        .arg(dir.join("cache").join(format!("{}.deb", libc.sha256)))
+        .output()
+        .unwrap();
+    let sum = String::from_utf8_lossy(&sum.stdout);
+    assert_eq!(sum.split_whitespace().next(), Some(libc.sha256.as_str()));
+    let declared = |name: &str| {
+        packages.iter().find(|s| s["name"] == name).unwrap()["licenseDeclared"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    // bookworm's dash: BSD-3-Clause, a public-domain file, GPL-2+ (DEP-5); libc6: not DEP-5.
+    assert!(declared("dash").starts_with("(BSD-3-Clause) AND (LicenseRef-public-domain-"));
+    assert_eq!(declared("libc6"), "NOASSERTION");
+    let said = packages
+        .iter()
+        .filter(|p| p["licenseDeclared"] != "NOASSERTION")
+        .count();
+    eprintln!(
+        "SBOM of the essential set: {} bytes, {} packages, {said} with a declared licence",
+        fs::metadata(&sbom_path).unwrap().len(),
+        packages.len()
+    );
+    let file = dir.join("base.spdx.json");
+    fs::copy(&sbom_path, &file).unwrap();
+    for (env, venv, args) in [
+        ("INGOT_PYSPDXTOOLS", "pyspdxtools", &["-i"][..]),
+        ("INGOT_SBOMCHECK", "sbomcheck", &["-r", "json"][..]),
+    ] {
+        let tool = std::env::var_os(env)
+            .map(PathBuf::from)
+            .or_else(|| Some(PathBuf::from("/var/cache/ingot-ci/spdx-venv/bin").join(venv)))
+            .filter(|p| p.is_file());
+        let Some(tool) = tool else {
+            skip::skip(&skip::current_test(), &format!("{venv} is not installed"));
+            continue;
+        };
+        let out = Command::new(&tool).args(args).arg(&file).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{venv} refuses the essential set's SBOM:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 fn entries(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(dir)
         .unwrap()
@@ -148,6 +237,7 @@ fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
         "--locked changed the lock"
     );
     eprintln!("mmdebstrap build: cold {cold:.1} s, locked from the cache (offline) {warm:.1} s");
+    sbom_has_the_lock(d, &d.join("out2"), base);
 
     // 3. A version neither the cache nor the archive has: named, nothing written.
     let real = base

@@ -1,6 +1,7 @@
 //! Per-layer SBOMs (SPDX 2.3 JSON) from small stacks whose trees carry a hand-made dpkg status:
 //! what each layer lists, that `pyspdxtools` (spdx-tools) accepts every document and refuses a
-//! broken one, that `verify` checks the SBOM blobs' digests, that `diff` shows version changes,
+//! broken one, that `sbomcheck` (ntia-conformance-checker) finds every document NTIA-conformant,
+//! the licences real Debian copyright files declare, that `verify` checks the SBOM blobs' digests, that `diff` shows version changes,
 //! and that a hostile status fails the build naming the layer and the file.
 
 mod common;
@@ -83,6 +84,41 @@ fn pyspdxtools() -> Option<PathBuf> {
         })
         .filter(|p| p.is_file())
         .or_else(|| find_tool("pyspdxtools"))
+}
+
+/// `sbomcheck` (PyPI's ntia-conformance-checker): from ci/test's venv (`INGOT_SBOMCHECK`), or on
+/// the PATH.
+fn sbomcheck() -> Option<PathBuf> {
+    std::env::var_os("INGOT_SBOMCHECK")
+        .map(PathBuf::from)
+        .or_else(|| Some(PathBuf::from("/var/cache/ingot-ci/spdx-venv/bin/sbomcheck")))
+        .filter(|p| p.is_file())
+        .or_else(|| find_tool("sbomcheck"))
+}
+
+/// Whether `sbomcheck -r json` calls the document NTIA-conformant (its report, for messages).
+fn ntia_conformant(tool: &Path, doc: &[u8], dir: &Path, name: &str) -> (bool, String) {
+    let file = dir.join(format!("{name}.spdx.json"));
+    fs::write(&file, doc).unwrap();
+    let out = Command::new(tool)
+        .args(["-r", "json"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let report: Value = serde_json::from_str(&text).unwrap_or_else(|e| {
+        panic!(
+            "sbomcheck printed no JSON ({e}): {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let conformant = report["isNtiaConformant"] == true;
+    assert_eq!(
+        out.status.success(),
+        conformant,
+        "exit status and report: {text}"
+    );
+    (conformant, text)
 }
 
 /// Whether `pyspdxtools` accepts the document (its output, for messages).
@@ -193,6 +229,155 @@ fn every_layer_lists_its_packages_and_spdx_tools_accepts_each_document() {
         assert!(ok, "pyspdxtools refuses layer `{name}`'s SBOM:\n{text}");
         println!("pyspdxtools, layer `{name}`: {}", text.trim());
     }
+    let Some(check) = sbomcheck() else {
+        return skip(
+            &current_test(),
+            "sbomcheck (PyPI ntia-conformance-checker) is not installed",
+        );
+    };
+    for (name, bytes) in &docs {
+        let (ok, text) = ntia_conformant(&check, bytes, tmp.path(), name);
+        assert!(
+            ok,
+            "sbomcheck: layer `{name}`'s SBOM is not NTIA-conformant:\n{text}"
+        );
+    }
+}
+
+const REAL_STATUS: &str = "Package: zlib1g\nStatus: install ok installed\n\
+Maintainer: Mark Brown <broonie@debian.org>\nArchitecture: amd64\nVersion: 1:1.2.13.dfsg-1\n\n\
+Package: dash\nStatus: install ok installed\nMaintainer: Andrej Shadura <andrewsh@debian.org>\n\
+Architecture: amd64\nVersion: 0.5.12-2\n\n\
+Package: gzip\nStatus: install ok installed\nMaintainer: Milan Kupcevic <milan@debian.org>\n\
+Architecture: amd64\nVersion: 1.12-1\n\n\
+Package: base-files\nStatus: install ok installed\nMaintainer: Santiago Vila <sanvila@debian.org>\n\
+Architecture: amd64\nVersion: 12.4+deb12u11\n\n\
+Package: libc6\nStatus: install ok installed\nMaintainer: GNU Libc Maintainers \
+<debian-glibc@lists.debian.org>\nArchitecture: amd64\nVersion: 2.36-9+deb12u4\n";
+
+/// A two-layer stack whose base holds real copyright files for four of `REAL_STATUS`'s
+/// packages (libc6 has none).
+fn licence_stack(dir: &Path) -> PathBuf {
+    let (base, tools) = common::dpkg_layers(dir, REAL_STATUS.as_bytes(), REAL_STATUS.as_bytes());
+    for pkg in ["zlib1g", "dash", "gzip", "base-files"] {
+        let doc = base.join("usr/share/doc").join(pkg);
+        fs::create_dir_all(&doc).unwrap();
+        fs::copy(
+            common::repo().join("tests/fixtures/copyright").join(pkg),
+            doc.join("copyright"),
+        )
+        .unwrap();
+    }
+    write_manifest(
+        dir,
+        "licences",
+        &[
+            TestLayer::new("base", "base", None, &base),
+            TestLayer::new("tools", "tools", Some("virt"), &tools),
+        ],
+    )
+}
+
+/// Real Debian copyright files (this repository's copies of Debian 12's, in
+/// tests/fixtures/copyright): DEP-5 ones give each package's declared licence, the others
+/// NOASSERTION; every package has a supplier and a purl, and both checkers accept the document.
+#[test]
+fn real_copyright_files_give_declared_licences_and_the_sbom_is_ntia_conformant() {
+    let tmp = tempfile::tempdir().unwrap();
+    let manifest = licence_stack(tmp.path());
+    let out = tmp.path().join("out");
+    build(&manifest, &out);
+    let d = descriptor(&out);
+    let bytes = fs::read(blob(
+        &out,
+        d["layers"][0]["sbom"]["digest"].as_str().unwrap(),
+    ))
+    .unwrap();
+    let doc: Value = serde_json::from_slice(&bytes).unwrap();
+    let package = |name: &str| {
+        doc["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("no package {name}"))
+            .clone()
+    };
+    assert_eq!(package("zlib1g")["licenseDeclared"], "Zlib");
+    assert_eq!(
+        package("zlib1g")["supplier"],
+        "Person: Mark Brown (broonie@debian.org)"
+    );
+    assert_eq!(
+        package("libc6")["supplier"],
+        "Organization: GNU Libc Maintainers (debian-glibc@lists.debian.org)"
+    );
+    assert_eq!(
+        package("gzip")["externalRefs"][0]["referenceLocator"],
+        "pkg:deb/debian/gzip@1.12-1?arch=amd64"
+    );
+    // Not DEP-5 (base-files), or no copyright file in the tree (libc6): nothing said.
+    assert_eq!(package("base-files")["licenseDeclared"], "NOASSERTION");
+    assert_eq!(package("libc6")["licenseDeclared"], "NOASSERTION");
+    // dash: BSD-3-Clause, a public-domain file (its text from the copyright file), GPL-2+.
+    let dash = package("dash")["licenseDeclared"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let refs: Vec<Value> = doc["hasExtractedLicensingInfos"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let pd = refs
+        .iter()
+        .find(|r| r["name"] == "public-domain")
+        .expect("dash's public-domain text is declared");
+    assert_eq!(
+        dash,
+        format!(
+            "(BSD-3-Clause) AND ({}) AND (GPL-2.0-or-later)",
+            pd["licenseId"].as_str().unwrap()
+        )
+    );
+    assert!(pd["extractedText"].as_str().unwrap().len() > 20, "{pd}");
+    let gzip = package("gzip")["licenseDeclared"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        gzip.starts_with("(GPL-3.0-or-later) AND (LicenseRef-GFDL-1.3--no-invariant-"),
+        "{gzip}"
+    );
+    // A prepared directory: no .deb digest is known, so none is claimed.
+    assert!(doc["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|p| p.get("checksums").is_none()));
+
+    let (Some(tool), Some(check)) = (pyspdxtools(), sbomcheck()) else {
+        return skip(
+            &current_test(),
+            "pyspdxtools or sbomcheck (PyPI spdx-tools, ntia-conformance-checker) is not installed",
+        );
+    };
+    let (ok, text) = spdx_valid(&tool, &bytes, tmp.path(), "licences");
+    assert!(ok, "pyspdxtools refuses the SBOM:\n{text}");
+    let (ok, text) = ntia_conformant(&check, &bytes, tmp.path(), "licences");
+    assert!(ok, "sbomcheck: not NTIA-conformant:\n{text}");
+    // The checker can say no: a package without a supplier is not conformant.
+    let mut broken = doc.clone();
+    broken["packages"][1]["supplier"] = "NOASSERTION".into();
+    let (ok, text) = ntia_conformant(
+        &check,
+        &serde_json::to_vec(&broken).unwrap(),
+        tmp.path(),
+        "nosupplier",
+    );
+    assert!(
+        !ok,
+        "sbomcheck accepted a package without a supplier:\n{text}"
+    );
 }
 
 #[test]

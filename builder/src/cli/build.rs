@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crate::build::{build, BuildOptions};
+use crate::build::{build_with, BuildOptions};
 use crate::manifest::Manifest;
 use anyhow::Context;
 use clap::Args;
@@ -196,8 +196,12 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
         },
         pcr_key: args.pcr_key.clone(),
     };
-    let out =
-        build(&manifest, &opts).with_context(|| format!("building {}", args.manifest.display()))?;
+    let digests = prepared
+        .as_ref()
+        .map(|p| crate::build::deb_digests(&p.lock))
+        .unwrap_or_default();
+    let out = build_with(&manifest, &opts, &digests)
+        .with_context(|| format!("building {}", args.manifest.display()))?;
     if let Some(p) = prepared.as_ref().filter(|_| !args.locked) {
         write_lock(p)?;
     }

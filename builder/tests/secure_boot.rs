@@ -333,41 +333,6 @@ fn section_args(uki: &[u8], sections: &Path) -> Vec<std::ffi::OsString> {
     args
 }
 
-/// A software TPM on a unix socket, for `systemd-measure sign`'s trial session; killed on drop.
-struct Tpm(std::process::Child);
-
-impl Tpm {
-    fn start(dir: &Path) -> (Tpm, String) {
-        fs::create_dir_all(dir).unwrap();
-        let sock = dir.join("sock");
-        let child = Command::new("swtpm")
-            .args(["socket", "--tpm2", "--flags", "startup-clear"])
-            .arg("--tpmstate")
-            .arg(format!("dir={}", dir.display()))
-            .arg("--server")
-            .arg(format!("type=unixio,path={}", sock.display()))
-            .arg("--ctrl")
-            .arg(format!("type=unixio,path={}.ctrl", sock.display()))
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("swtpm");
-        for _ in 0..100 {
-            if sock.exists() && dir.join("sock.ctrl").exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        (Tpm(child), format!("swtpm:path={}", sock.display()))
-    }
-}
-
-impl Drop for Tpm {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The UKI's `.pcrsig` is what `systemd-measure sign` makes (on swtpm) for its sections, phases
 /// and key, signature for signature (RSA PKCS#1 v1.5 is deterministic), and inspect names the
 /// phases.
@@ -377,7 +342,10 @@ fn assert_pcr_policy_is_systemd_measure(
     sections: &Path,
     (key, public): (&Path, &Path),
 ) {
-    let (_tpm, device) = Tpm::start(&sections.join("tpm"));
+    // A software TPM for `systemd-measure sign`'s trial session.
+    let tpm = ingot_vm::swtpm::Swtpm::start_for_host(Path::new("swtpm"), &sections.join("tpm"))
+        .expect("swtpm");
+    let device = tpm.tcti().unwrap();
     let mut measure = Command::new("/lib/systemd/systemd-measure");
     measure
         .args(["sign", "--bank=sha256", "--json=short"])

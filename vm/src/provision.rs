@@ -78,7 +78,7 @@ pub fn writer_binary() -> Result<PathBuf, ProvisionError> {
 }
 
 /// What the writer is asked to write, beyond the VM itself.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Write<'a> {
     /// The stack, as the writer takes it.
     pub source: &'a str,

@@ -1,5 +1,7 @@
-//! A software TPM 2.0 for one VM: `swtpm socket` with its state in a directory (kept there for
-//! the next boot, or fresh), stopped when dropped.
+//! A software TPM 2.0: `swtpm socket` with its state in a directory (kept there for the next
+//! boot, or fresh), stopped when dropped. For a VM, QEMU talks to its control socket; for tools
+//! on the host (systemd-measure, systemd-creds, tpm2-tools), [`Swtpm::start_for_host`] also
+//! opens a data socket they reach through the TSS2 TCTI `swtpm:path=...` ([`Swtpm::tcti`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -34,6 +36,8 @@ pub enum SwtpmError {
 pub struct Swtpm {
     child: Child,
     socket: PathBuf,
+    /// The data socket of [`Swtpm::start_for_host`].
+    data: Option<PathBuf>,
 }
 
 impl Swtpm {
@@ -41,30 +45,57 @@ impl Swtpm {
     /// `state` (created if missing; a state from an earlier boot is kept); waits for its control
     /// socket, `state/ctrl.sock`.
     pub fn start(program: &Path, state: &Path) -> Result<Swtpm, SwtpmError> {
+        Swtpm::spawn(program, state, false)
+    }
+
+    /// Starts `program` as [`Swtpm::start`] does, powered up (`startup-clear`, as firmware
+    /// would), with a data socket `state/sock` for tools on the host as well; waits for both
+    /// sockets (control: `state/sock.ctrl`). swtpm has no resource manager: a tool's sessions stay loaded after it exits
+    /// until flushed (`tpm2_flushcontext`).
+    pub fn start_for_host(program: &Path, state: &Path) -> Result<Swtpm, SwtpmError> {
+        Swtpm::spawn(program, state, true)
+    }
+
+    fn spawn(program: &Path, state: &Path, host: bool) -> Result<Swtpm, SwtpmError> {
         std::fs::create_dir_all(state).map_err(|source| SwtpmError::State {
             path: state.into(),
             source,
         })?;
-        let socket = state.join("ctrl.sock");
+        // The TCTI finds the control socket beside the data socket, as `PATH.ctrl`.
+        let socket = state.join(if host { "sock.ctrl" } else { "ctrl.sock" });
+        let data = host.then(|| state.join("sock"));
         // A socket left by an earlier run would pass for this one's.
-        let _ = std::fs::remove_file(&socket);
-        let child = Command::new(program)
-            .arg("socket")
+        for s in std::iter::once(&socket).chain(&data) {
+            let _ = std::fs::remove_file(s);
+        }
+        let mut cmd = Command::new(program);
+        cmd.arg("socket")
             .arg("--tpm2")
             .arg("--tpmstate")
             .arg(format!("dir={}", state.display()))
             .arg("--ctrl")
-            .arg(format!("type=unixio,path={}", socket.display()))
+            .arg(format!("type=unixio,path={}", socket.display()));
+        if let Some(data) = &data {
+            cmd.args(["--flags", "startup-clear"])
+                .arg("--server")
+                .arg(format!("type=unixio,path={}", data.display()));
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .map_err(|source| SwtpmError::Start {
                 program: program.into(),
                 source,
             })?;
-        let mut tpm = Swtpm { child, socket };
+        let mut tpm = Swtpm {
+            child,
+            socket,
+            data,
+        };
         let started = Instant::now();
-        while !tpm.socket.exists() {
+        while !tpm.socket.exists() || tpm.data.as_ref().is_some_and(|d| !d.exists()) {
             if let Ok(Some(status)) = tpm.child.try_wait() {
                 let socket = tpm.socket.clone();
                 return Err(SwtpmError::Ended { status, socket });
@@ -81,6 +112,14 @@ impl Swtpm {
     /// The control socket QEMU connects to (a machine's `tpm`).
     pub fn socket(&self) -> &Path {
         &self.socket
+    }
+
+    /// The TSS2 TCTI that reaches this TPM from the host (`--tpm2-device=` of systemd's tools,
+    /// `TPM2TOOLS_TCTI`); None unless started with [`Swtpm::start_for_host`].
+    pub fn tcti(&self) -> Option<String> {
+        self.data
+            .as_ref()
+            .map(|d| format!("swtpm:path={}", d.display()))
     }
 
     /// Stops swtpm (dropping it does the same).

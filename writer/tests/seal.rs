@@ -11,11 +11,12 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use ingot_artifact::pcr_policy::{PcrKey, PcrSig};
 use ingot_artifact::uki::extend;
 use ingot_testkit::skip::{have_file, have_tools};
+use ingot_vm::swtpm::Swtpm;
 use ingot_writer::seal::Sealer;
 use sha2::{Digest, Sha256};
 
@@ -37,35 +38,19 @@ fn usable(test: &str) -> bool {
         && have_file(test, Path::new(TCTI_SWTPM))
 }
 
-/// A software TPM 2.0 on a unix socket (data and control), killed on drop.
+/// A software TPM 2.0 reached from the host (`ingot_vm::swtpm`), and how to reach it.
 struct Tpm {
-    child: Child,
+    _swtpm: Swtpm,
     device: String,
 }
 
 impl Tpm {
     fn start(dir: &Path) -> Tpm {
-        let sock = dir.join("sock");
-        let child = Command::new("swtpm")
-            .args(["socket", "--tpm2", "--flags", "startup-clear"])
-            .arg("--tpmstate")
-            .arg(format!("dir={}", dir.display()))
-            .arg("--server")
-            .arg(format!("type=unixio,path={}", sock.display()))
-            .arg("--ctrl")
-            .arg(format!("type=unixio,path={}.ctrl", sock.display()))
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("swtpm");
-        for _ in 0..100 {
-            if sock.exists() && dir.join("sock.ctrl").exists() {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        let swtpm = Swtpm::start_for_host(Path::new("swtpm"), dir).expect("swtpm");
+        let device = swtpm.tcti().unwrap();
         Tpm {
-            child,
-            device: format!("swtpm:path={}", sock.display()),
+            _swtpm: swtpm,
+            device,
         }
     }
 
@@ -115,13 +100,6 @@ impl Tpm {
         } else {
             Err(String::from_utf8_lossy(&out.stderr).into_owned())
         }
-    }
-}
-
-impl Drop for Tpm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -90,7 +90,7 @@ mkdir -p "$B"/{bin,sbin,etc/ingot/layers,boot/efi/EFI/BOOT,proc,sys,dev,run,tmp,
 chmod 0700 "$B/root"
 chmod 1777 "$B/tmp"
 cp "$BUSYBOX" "$B/bin/busybox"
-for a in sh cat echo ls poweroff sync sleep mount umount uname head tr grep; do ln -s busybox "$B/bin/$a"; done
+for a in sh cat echo ls poweroff sync sleep mount umount uname head tr grep sha256sum cut; do ln -s busybox "$B/bin/$a"; done
 cp "$HERE/final-init" "$B/sbin/init"
 chmod 0755 "$B/sbin/init"
 cp "$FIXTURES/demo/base/etc/passwd" "$FIXTURES/demo/base/etc/group" "$B/etc/"

@@ -37,6 +37,7 @@ use common::secure_boot::{self, enroll, key_set};
 use common::{caph_command, caph_write_for_boot, partitions, repo_root, vm};
 use ingot_testkit::qemu::{boot_disk, boot_secure, Firmware, OVMF_VARS};
 use ingot_testkit::skip::{have_root, have_tools};
+use sha2::Digest as _;
 
 const TOKEN: &str = "ghp_ingotSecureBootToken0123456789abcd";
 /// What OVMF's boot manager prints for an image Secure Boot refuses.
@@ -387,6 +388,26 @@ fn assert_pcrs_of_one_release(one: &str, two: &str, layout: &Path) {
     // value the TPM holds while the initramfs runs: the stub's phase, `.pcrpkey` measured.
     let policy = report.pcr_policy.expect("a PCR policy");
     assert_eq!(policy.phases, ["", "sysinit", "sysinit:ready"]);
+    // The initramfs put the UKI's .pcrsig where systemd opens sealed credentials with it.
+    let (r, _) = ingot_artifact::verify::verify_metadata(
+        &source,
+        &ingot_artifact::verify::Trust {
+            key: None,
+            allow_unsigned: true,
+        },
+    )
+    .unwrap();
+    let uki = ingot_artifact::verify::read_uki(&source, &r.descriptor)
+        .unwrap()
+        .expect("a UKI");
+    let pcrsig = ingot_artifact::uki::section(&uki, ".pcrsig").unwrap();
+    let line = format!(
+        "ingot-node: pcr signature {}\n",
+        hex::encode(sha2::Sha256::digest(pcrsig))
+    );
+    for console in [one, two] {
+        assert!(console.contains(&line), "missing {line:?}:\n{console}");
+    }
 }
 
 #[test]

@@ -362,7 +362,7 @@ impl Manifest {
                     ));
                     continue;
                 };
-                let digest = crate::debian::integration::input_digest(name, path)
+                let digest = crate::debian::integration::take_input(name, path)
                     .map_err(|e| refuse(format!("--input {name}: {e}")))?;
                 said.push(format!(
                     "layer {}: input {name} = {} ({digest})",
@@ -1141,6 +1141,28 @@ components = ["main"]
             parse_input_arg("kubernetes=/a=b").unwrap(),
             ("kubernetes".to_owned(), PathBuf::from("/a=b"))
         );
+    }
+
+    /// The node stack's manifest with its base declared (manifests/debian/stack-manifest.toml)
+    /// parses: a base with boot_integration that takes the kubernetes input.
+    #[test]
+    fn the_node_manifest_declares_a_bootable_base() {
+        let text = include_str!("../../manifests/debian/stack-manifest.toml");
+        let m = Manifest::parse(text, Path::new("/m/stack-manifest.toml")).unwrap();
+        let LayerSource::Debian(d) = &m.layers[0].source else {
+            panic!("{:?}", m.layers[0].source)
+        };
+        assert!(d.boot_integration);
+        assert_eq!(m.layers[0].inputs, ["kubernetes"]);
+        for p in [
+            "linux-image-amd64",
+            "initramfs-tools",
+            "systemd-boot-efi",
+            "grub-pc-bin",
+        ] {
+            assert!(d.packages.iter().any(|x| x == p), "{p}");
+        }
+        assert_eq!(m.layers.len(), 4);
     }
 
     #[test]

@@ -594,10 +594,6 @@ fn kubernetes_base(tree: &Path, dir: &Path) -> Result<(), IntegrationError> {
                 "input `{KUBERNETES_INPUT}` ({}) has no {name}: the stack has none",
                 dir.display()
             );
-            eprintln!(
-                "input `{KUBERNETES_INPUT}` ({}) has no {name}: the stack has none",
-                dir.display()
-            );
             continue;
         };
         let dest = tree.join("usr/bin").join(name);
@@ -613,6 +609,33 @@ fn kubernetes_base(tree: &Path, dir: &Path) -> Result<(), IntegrationError> {
         }
     }
     Ok(())
+}
+
+/// Checks the operator input `name` at `dir` before anything is built and returns its digest
+/// ([`input_digest`]): the `kubernetes` input must hold a kubeadm (binary or one `.deb`).
+pub fn take_input(name: &str, dir: &Path) -> Result<String, IntegrationError> {
+    let digest = input_digest(name, dir)?;
+    if name == KUBERNETES_INPUT {
+        let debs = fs::read_dir(dir)
+            .map_err(io_err("reading", dir))?
+            .filter_map(Result::ok)
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with("kubeadm_") && n.ends_with(".deb")
+            })
+            .count();
+        if !dir.join("kubeadm").is_file() && debs != 1 {
+            return Err(IntegrationError::Input {
+                name: name.to_owned(),
+                path: dir.to_owned(),
+                reason: format!(
+                    "no kubeadm: a binary `kubeadm` or one kubeadm_*.deb is needed (found {debs} \
+                     .deb files)"
+                ),
+            });
+        }
+    }
+    Ok(digest)
 }
 
 /// `sha256:<hex>` of an input directory: every regular file under it, by relative path (sorted),
@@ -766,6 +789,68 @@ mod tests {
         let e = boot_files(t, "6.1.0-1-amd64").unwrap_err().to_string();
         assert!(e.contains("systemd-boot-efi"), "{e}");
         assert_eq!(fs::read(t.join("boot/vmlinuz")).unwrap(), b"k");
+    }
+
+    /// kubeadm as a binary, kubelet from a .deb made by dpkg-deb: both in /usr/bin, kubelet's unit
+    /// installed and enabled.
+    #[test]
+    fn the_kubernetes_input_takes_binaries_and_debs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (input, tree) = (dir.path().join("k8s"), dir.path().join("tree"));
+        let pkg = dir.path().join("pkg");
+        fs::create_dir_all(pkg.join("DEBIAN")).unwrap();
+        fs::create_dir_all(pkg.join("usr/bin")).unwrap();
+        fs::create_dir_all(&input).unwrap();
+        fs::create_dir_all(tree.join("usr/bin")).unwrap();
+        fs::write(
+            pkg.join("DEBIAN/control"),
+            "Package: kubelet\nVersion: 1.31.0\nArchitecture: amd64\nMaintainer: x <x@example.org>\nDescription: kubelet\n",
+        )
+        .unwrap();
+        fs::write(pkg.join("usr/bin/kubelet"), "kubelet from a deb").unwrap();
+        let built = Command::new("dpkg-deb")
+            .args(["--root-owner-group", "-b"])
+            .arg(&pkg)
+            .arg(input.join("kubelet_1.31.0_amd64.deb"))
+            .output();
+        let Ok(built) = built else {
+            eprintln!("skipped: no dpkg-deb");
+            return;
+        };
+        assert!(built.status.success(), "{built:?}");
+        let e = take_input(KUBERNETES_INPUT, &input)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no kubeadm"), "{e}");
+        fs::write(input.join("kubeadm"), "kubeadm binary").unwrap();
+        take_input(KUBERNETES_INPUT, &input).unwrap();
+        kubernetes_base(&tree, &input).unwrap();
+        assert_eq!(
+            fs::read(tree.join("usr/bin/kubeadm")).unwrap(),
+            b"kubeadm binary"
+        );
+        assert_eq!(
+            fs::read(tree.join("usr/bin/kubelet")).unwrap(),
+            b"kubelet from a deb"
+        );
+        let mode = fs::metadata(tree.join("usr/bin/kubelet"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+        assert_eq!(
+            fs::read_link(tree.join("etc/systemd/system/multi-user.target.wants/kubelet.service"))
+                .unwrap(),
+            Path::new("/usr/lib/systemd/system/kubelet.service")
+        );
+        // Two kubelet packages: which one is meant is not guessed.
+        fs::copy(
+            input.join("kubelet_1.31.0_amd64.deb"),
+            input.join("kubelet_1.31.1_amd64.deb"),
+        )
+        .unwrap();
+        let e = kubernetes_base(&tree, &input).unwrap_err().to_string();
+        assert!(e.contains("2 .deb files of kubelet"), "{e}");
     }
 
     #[test]

@@ -789,7 +789,8 @@ fn suite_dates(spec: &DebianSpec, releases: &Path) -> Result<Vec<SuiteDate>, Tre
 /// repository), `/etc/hostname` `localhost` and an empty `/etc/resolv.conf` (not the build
 /// host's), dpkg's status kept where the SBOM reads it (`/usr/lib/ingot/dpkg/status`), and
 /// `/dev`, `/run`, `/tmp` and `/var` emptied (mount points; the var partition is mounted over
-/// `/var`).
+/// `/var`). A base with `boot_integration` first gets the integration's steps after mmdebstrap
+/// ([`super::integration::apply`]).
 fn finish_tree(tree: &Path, spec: &DebianSpec) -> Result<(), TreeError> {
     if spec.boot_integration {
         let k8s = spec.given_inputs.get(super::integration::KUBERNETES_INPUT);

@@ -51,6 +51,29 @@ pub struct DebianSpec {
     /// dpkg `--path-include` globs (taken back from what `path_exclude` left out).
     #[serde(default)]
     pub path_include: Vec<String>,
+    /// Make the tree a bootable ingot base after mmdebstrap (the initrd with ingot's boot
+    /// contract, the boot loaders, the systemd units: [`crate::debian::integration`]). Base
+    /// layers only. Left out of the fingerprint when false, so locks made before it stay valid.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub boot_integration: bool,
+    /// The operator inputs given for this layer (`ingot build --input NAME=PATH`), by name:
+    /// filled by the build, never read from the manifest, and not part of the fingerprint (a
+    /// new kubelet does not make the locked packages stale).
+    #[serde(skip)]
+    pub given_inputs: std::collections::BTreeMap<String, GivenInput>,
+}
+
+/// An operator input given on the command line for a layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GivenInput {
+    /// Where it is.
+    pub path: std::path::PathBuf,
+    /// `sha256:…` of its files ([`crate::debian::integration::input_digest`]).
+    pub digest: String,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn default_variant() -> String {
@@ -271,6 +294,22 @@ components = ["main", "non-free-firmware"]
         let mut c = good();
         c.archives[1].components.pop();
         assert_ne!(a.fingerprint(), c.fingerprint());
+        // boot_integration counts when set, and is absent when not (locks made before it stay
+        // valid); the operator's inputs never count.
+        let json = serde_json::to_string(&a).unwrap();
+        assert!(!json.contains("boot_integration"), "{json}");
+        let mut d = good();
+        d.boot_integration = true;
+        assert_ne!(a.fingerprint(), d.fingerprint());
+        let mut e = good();
+        e.given_inputs.insert(
+            "kubernetes".into(),
+            GivenInput {
+                path: "/srv/k8s".into(),
+                digest: format!("sha256:{}", "1".repeat(64)),
+            },
+        );
+        assert_eq!(a.fingerprint(), e.fingerprint());
     }
 
     #[test]

@@ -120,7 +120,15 @@ pub struct LayerSpec {
     pub source: LayerSource,
     /// Images to preload (control-plane layer only).
     pub preload: Vec<PreloadSpec>,
+    /// The operator inputs the layer takes (`ingot build --input NAME=PATH`), by name.
+    pub inputs: Vec<String>,
 }
+
+/// The operator inputs ingot knows how to put in a layer, and what each gives.
+pub const KNOWN_INPUTS: &[(&str, &str)] = &[(
+    crate::debian::integration::KUBERNETES_INPUT,
+    "kubeadm and kubelet (with its unit, enabled)",
+)];
 
 /// A parsed, checked manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -176,6 +184,8 @@ struct RawLayer {
     source: Spanned<RawSource>,
     #[serde(default)]
     preload: Vec<Spanned<RawPreload>>,
+    #[serde(default)]
+    inputs: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -302,6 +312,75 @@ impl Manifest {
             layers,
         };
         Ok((manifest, spans))
+    }
+
+    /// Hands the operator inputs given on the command line (`--input NAME=PATH`) to the layers
+    /// that declare them, each digested. An input no layer declares, or given twice, is an
+    /// error; one declared but not given is left out, and the returned lines say what the stack
+    /// then lacks (with the digest of each one given).
+    pub fn give_inputs(
+        &mut self,
+        given: &[(String, PathBuf)],
+    ) -> Result<Vec<String>, ManifestError> {
+        let refuse = |reason: String| ManifestError {
+            file: self.path.clone(),
+            position: None,
+            reason,
+        };
+        let mut seen = BTreeSet::new();
+        for (name, _) in given {
+            if !seen.insert(name) {
+                return Err(refuse(format!("--input {name} is given twice")));
+            }
+            if !self.layers.iter().any(|l| l.inputs.contains(name)) {
+                let declared: BTreeSet<&str> = self
+                    .layers
+                    .iter()
+                    .flat_map(|l| l.inputs.iter().map(String::as_str))
+                    .collect();
+                return Err(refuse(format!(
+                    "--input {name}: no layer takes an input `{name}` (the manifest's layers take: {})",
+                    if declared.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        declared.into_iter().collect::<Vec<_>>().join(", ")
+                    }
+                )));
+            }
+        }
+        let mut said = Vec::new();
+        for layer in &mut self.layers {
+            for name in &layer.inputs {
+                let what = KNOWN_INPUTS
+                    .iter()
+                    .find(|(k, _)| k == name)
+                    .map_or("it", |(_, w)| *w);
+                let Some((_, path)) = given.iter().find(|(n, _)| n == name) else {
+                    said.push(format!(
+                        "layer {}: no --input {name}: built WITHOUT {what}",
+                        layer.name
+                    ));
+                    continue;
+                };
+                let digest = crate::debian::integration::take_input(name, path)
+                    .map_err(|e| refuse(format!("--input {name}: {e}")))?;
+                said.push(format!(
+                    "layer {}: input {name} = {} ({digest})",
+                    layer.name,
+                    path.display()
+                ));
+                if let LayerSource::Debian(spec) = &mut layer.source {
+                    spec.given_inputs.insert(
+                        name.clone(),
+                        crate::debian_spec::GivenInput {
+                            path: path.clone(),
+                            digest,
+                        },
+                    );
+                }
+            }
+        }
+        Ok(said)
     }
 
     fn check_inputs(&self, ctx: &Ctx<'_>, spans: &InputSpans) -> Result<(), ManifestError> {
@@ -495,6 +574,15 @@ fn parse_layer(
     };
 
     let (source, source_spans) = parse_source(ctx, name, &l.source, resolve)?;
+    if matches!(&source, LayerSource::Debian(d) if d.boot_integration) && !is_base {
+        return Err(ctx.err(
+            Some(source_spans.path.clone()),
+            format!(
+                "layer `{name}`: source.debian.boot_integration makes a bootable base: only a \
+                 layer of kind \"base\" takes it (this one is `{kind}`)"
+            ),
+        ));
+    }
     if matches!(source, LayerSource::Debian(_)) && !is_base {
         return Err(ctx.err(
             Some(source_spans.path.clone()),
@@ -505,12 +593,14 @@ fn parse_layer(
         ));
     }
     let (preload, preload_spans) = parse_preloads(ctx, l, name, kind, resolve)?;
+    let inputs = parse_inputs(ctx, l, name, &source)?;
     let layer = LayerSpec {
         name: name.clone(),
         kind: kind.clone(),
         when,
         source,
         preload,
+        inputs,
     };
     Ok((layer, source_spans, preload_spans))
 }
@@ -641,6 +731,51 @@ fn parse_debian(
         debian.span(),
         None,
     ))
+}
+
+/// A layer's `inputs`: names ingot knows, each once; the `kubernetes` input goes into a base made
+/// with `source.debian.boot_integration` (its kubelet unit is part of the integration).
+fn parse_inputs(
+    ctx: &Ctx<'_>,
+    l: &RawLayer,
+    name: &str,
+    source: &LayerSource,
+) -> Result<Vec<String>, ManifestError> {
+    let mut out: Vec<String> = Vec::new();
+    for input in &l.inputs {
+        let n = input.get_ref();
+        let err = |reason: String| ctx.err(Some(input.span()), format!("layer `{name}`: {reason}"));
+        if !KNOWN_INPUTS.iter().any(|(k, _)| k == n) {
+            return Err(err(format!(
+                "inputs: unknown input `{n}` (ingot knows: {})",
+                KNOWN_INPUTS
+                    .iter()
+                    .map(|(k, _)| *k)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        if out.contains(n) {
+            return Err(err(format!("inputs: `{n}` is listed twice")));
+        }
+        if !matches!(source, LayerSource::Debian(d) if d.boot_integration) {
+            return Err(err(format!(
+                "inputs: `{n}` goes into a base made with source.debian.boot_integration = true"
+            )));
+        }
+        out.push(n.clone());
+    }
+    Ok(out)
+}
+
+/// Parses `NAME=PATH`, the value of `ingot build --input`.
+pub fn parse_input_arg(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((n, p)) if !n.is_empty() && !p.is_empty() => Ok((n.to_owned(), PathBuf::from(p))),
+        _ => Err(format!(
+            "`{s}` is not NAME=PATH (e.g. kubernetes=/srv/k8s/v1.31)"
+        )),
+    }
 }
 
 /// A layer's preloaded images (control-plane layers only).
@@ -897,6 +1032,137 @@ components = ["main"]
         two = two.replace("[layer.source.debian]", "[[layer]]\nname = \"gpu\"\nkind = \"nvidia\"\nwhen = \"gpu == nvidia\"\n[layer.source.debian]");
         let err = parse(&two).unwrap_err().to_string();
         assert!(err.contains("layer `gpu`: only the base layer"), "{err}");
+    }
+
+    #[test]
+    fn boot_integration_and_inputs_are_checked() {
+        let with = DEBIAN.replace(
+            "variant = \"minbase\"",
+            "variant = \"minbase\"\nboot_integration = true",
+        );
+        let with_inputs = with.replace(
+            "kind = \"base\"\n",
+            "kind = \"base\"\ninputs = [\"kubernetes\"]\n",
+        );
+        let m = parse(&with_inputs).unwrap();
+        assert_eq!(m.layers[0].inputs, ["kubernetes"]);
+        let LayerSource::Debian(d) = &m.layers[0].source else {
+            panic!()
+        };
+        assert!(d.boot_integration);
+
+        // On a layer that is not the base: refused, naming the field.
+        let not_base = with.replace(
+            "name = \"base\"\nkind = \"base\"\n",
+            "name = \"base\"\nkind = \"base\"\nsource = { dir = \"b\" }\n[[layer]]\nname = \"gpu\"\nkind = \"nvidia\"\nwhen = \"gpu == nvidia\"\n",
+        );
+        let err = parse(&not_base).unwrap_err().to_string();
+        assert!(
+            err.contains("layer `gpu`: source.debian.boot_integration makes a bootable base"),
+            "{err}"
+        );
+        for (inputs, want) in [
+            (
+                "[\"images\"]",
+                "unknown input `images` (ingot knows: kubernetes)",
+            ),
+            (
+                "[\"kubernetes\", \"kubernetes\"]",
+                "`kubernetes` is listed twice",
+            ),
+        ] {
+            let text = with.replace(
+                "kind = \"base\"\n",
+                &format!("kind = \"base\"\ninputs = {inputs}\n"),
+            );
+            let err = parse(&text).unwrap_err();
+            assert!(err.to_string().contains(want), "{err}");
+            assert_eq!(err.position.map(|p| p.0), Some(14), "{err}");
+        }
+        // Without boot_integration there is nothing to put kubelet's unit in.
+        let text = DEBIAN.replace(
+            "kind = \"base\"\n",
+            "kind = \"base\"\ninputs = [\"kubernetes\"]\n",
+        );
+        let err = parse(&text).unwrap_err().to_string();
+        assert!(err.contains("boot_integration = true"), "{err}");
+    }
+
+    #[test]
+    fn given_inputs_reach_their_layer_and_missing_ones_are_said() {
+        let text = DEBIAN
+            .replace(
+                "variant = \"minbase\"",
+                "variant = \"minbase\"\nboot_integration = true",
+            )
+            .replace(
+                "kind = \"base\"\n",
+                "kind = \"base\"\ninputs = [\"kubernetes\"]\n",
+            );
+        let mut m = parse(&text).unwrap();
+        let said = m.clone().give_inputs(&[]).unwrap();
+        assert_eq!(
+            said,
+            ["layer base: no --input kubernetes: built WITHOUT kubeadm and kubelet (with its unit, enabled)"]
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("kubeadm"), "x").unwrap();
+        let given = [("kubernetes".to_owned(), dir.path().to_owned())];
+        let said = m.give_inputs(&given).unwrap();
+        assert!(
+            said[0].starts_with("layer base: input kubernetes = "),
+            "{said:?}"
+        );
+        let LayerSource::Debian(d) = &m.layers[0].source else {
+            panic!()
+        };
+        assert_eq!(d.given_inputs["kubernetes"].path, dir.path());
+        assert!(said[0].ends_with(&format!("({})", d.given_inputs["kubernetes"].digest)));
+
+        let err = m
+            .clone()
+            .give_inputs(&[("images".to_owned(), dir.path().to_owned())])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("--input images: no layer takes an input `images` (the manifest's layers take: kubernetes)"),
+            "{err}"
+        );
+        let twice = [given[0].clone(), given[0].clone()];
+        let err = m.clone().give_inputs(&twice).unwrap_err().to_string();
+        assert!(err.contains("--input kubernetes is given twice"), "{err}");
+        let err = m
+            .give_inputs(&[("kubernetes".to_owned(), dir.path().join("nope"))])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not a directory"), "{err}");
+        assert!(parse_input_arg("kubernetes").is_err());
+        assert_eq!(
+            parse_input_arg("kubernetes=/a=b").unwrap(),
+            ("kubernetes".to_owned(), PathBuf::from("/a=b"))
+        );
+    }
+
+    /// The node stack's manifest with its base declared (manifests/debian/stack-manifest.toml)
+    /// parses: a base with boot_integration that takes the kubernetes input.
+    #[test]
+    fn the_node_manifest_declares_a_bootable_base() {
+        let text = include_str!("../../manifests/debian/stack-manifest.toml");
+        let m = Manifest::parse(text, Path::new("/m/stack-manifest.toml")).unwrap();
+        let LayerSource::Debian(d) = &m.layers[0].source else {
+            panic!("{:?}", m.layers[0].source)
+        };
+        assert!(d.boot_integration);
+        assert_eq!(m.layers[0].inputs, ["kubernetes"]);
+        for p in [
+            "linux-image-amd64",
+            "initramfs-tools",
+            "systemd-boot-efi",
+            "grub-pc-bin",
+        ] {
+            assert!(d.packages.iter().any(|x| x == p), "{p}");
+        }
+        assert_eq!(m.layers.len(), 4);
     }
 
     #[test]

@@ -87,6 +87,13 @@ pub struct BuildArgs {
     /// /var/cache/ingot/debs for root.
     #[arg(long, value_name = "DIR")]
     pub deb_cache: Option<PathBuf>,
+    /// An operator input a layer declares (`inputs = ["NAME"]` in the manifest), e.g.
+    /// `kubernetes=DIR`: the operator's kubeadm and kubelet, binaries or .deb files, for a base
+    /// made with `boot_integration` (docs/debian-build.md). Repeatable. An input no layer declares
+    /// is an error; a declared one left out is left out of the stack, and the build says what the
+    /// stack then lacks.
+    #[arg(long = "input", value_name = "NAME=PATH", value_parser = crate::manifest::parse_input_arg)]
+    pub inputs: Vec<(String, PathBuf)>,
     /// No progress bars.
     #[arg(long, short)]
     pub quiet: bool,
@@ -158,7 +165,13 @@ fn write_lock(p: &crate::debian::Prepared) -> anyhow::Result<()> {
 
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
-    let manifest = Manifest::load(&args.manifest).map_err(anyhow::Error::new)?;
+    let mut manifest = Manifest::load(&args.manifest).map_err(anyhow::Error::new)?;
+    for line in manifest
+        .give_inputs(&args.inputs)
+        .map_err(anyhow::Error::new)?
+    {
+        eprintln!("{line}");
+    }
     let prepared = debian_trees(&args, &manifest)?;
     let manifest = prepared.as_ref().map_or(manifest, |p| p.manifest.clone());
     if args.frame_size == 0 || args.frame_size % 4096 != 0 {

@@ -5,6 +5,7 @@
 
 pub mod cache;
 pub mod deb;
+pub mod integration;
 pub mod lock;
 pub mod tree;
 

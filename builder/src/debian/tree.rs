@@ -136,6 +136,9 @@ pub enum TreeError {
     /// The cache refused a file or failed.
     #[error(transparent)]
     Cache(#[from] CacheError),
+    /// The boot integration failed.
+    #[error(transparent)]
+    Integration(#[from] super::integration::IntegrationError),
     /// A `.deb` could not be read.
     #[error(transparent)]
     Deb(#[from] DebError),
@@ -530,6 +533,9 @@ fn mmdebstrap(
     for g in &spec.path_include {
         cmd.arg(format!("--dpkgopt=path-include={g}"));
     }
+    if spec.boot_integration {
+        cmd.args(super::integration::customize_hooks(&job.work.join("boot"))?);
+    }
     if let Some(prefs) = &extras.preferences {
         cmd.arg("--setup-hook=mkdir -p \"$1\"/etc/apt/preferences.d")
             .arg(format!(
@@ -783,8 +789,13 @@ fn suite_dates(spec: &DebianSpec, releases: &Path) -> Result<Vec<SuiteDate>, Tre
 /// repository), `/etc/hostname` `localhost` and an empty `/etc/resolv.conf` (not the build
 /// host's), dpkg's status kept where the SBOM reads it (`/usr/lib/ingot/dpkg/status`), and
 /// `/dev`, `/run`, `/tmp` and `/var` emptied (mount points; the var partition is mounted over
-/// `/var`).
+/// `/var`). A base with `boot_integration` first gets the integration's steps after mmdebstrap
+/// ([`super::integration::apply`]).
 fn finish_tree(tree: &Path, spec: &DebianSpec) -> Result<(), TreeError> {
+    if spec.boot_integration {
+        let k8s = spec.given_inputs.get(super::integration::KUBERNETES_INPUT);
+        super::integration::apply(tree, k8s.map(|i| i.path.as_path()))?;
+    }
     let list = tree.join("etc/apt/sources.list");
     fs::write(&list, spec.sources().join("\n") + "\n").map_err(io_err("writing", &list))?;
     // mmdebstrap copies the build host's name and resolver into the tree: no host's bytes may

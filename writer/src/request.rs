@@ -96,6 +96,11 @@ pub struct ProvisionRequest {
     pub required_tools: Vec<String>,
     /// Extra node labels (`key=value`).
     pub labels: BTreeMap<String, String>,
+    /// What to do with the node's secrets (`--tpm`, the settings' `tpm`).
+    pub tpm: crate::tpm::TpmSetting,
+    /// The TPM `systemd-creds` seals with: `auto` on a machine, `swtpm:path=SOCKET` for a
+    /// software TPM (`INGOT_TPM2_DEVICE`, for tests).
+    pub tpm_device: String,
     pub settings: WriteSettings,
 }
 
@@ -107,4 +112,6 @@ pub struct Provisioned {
     pub disks: Vec<String>,
     pub hostname: String,
     pub role: Role,
+    /// The node's secrets: sealed, or in the clear and why.
+    pub secrets: crate::secrets::SecretsReport,
 }

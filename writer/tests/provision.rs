@@ -314,6 +314,32 @@ fn provisions(
     provisions_with(fixture, disk, devices, bootstrap, &[], want_layers, role)
 }
 
+/// No TPM in these machines (and no PCR policy in the demo stack): `prefer`, the default,
+/// writes the secrets in the clear and says so, in the status file and the summary. Returns the
+/// ed25519 host key's entry.
+fn assert_secrets_in_the_clear(status: &serde_json::Value) -> serde_json::Value {
+    let secrets = &status["details"]["secrets"];
+    assert_eq!(secrets["sealed"], false, "{secrets}");
+    assert_eq!(secrets["policy"], "prefer", "{secrets}");
+    assert_eq!(secrets["tpm"], serde_json::Value::Null, "{secrets}");
+    assert_eq!(secrets["reason"], "no-tpm", "{secrets}");
+    // Two SSH host keys and the kubeadm configuration at least.
+    assert!(secrets["count"].as_u64().unwrap() >= 3, "{secrets}");
+    let summary = status["message"].as_str().unwrap();
+    assert!(summary.contains("secrets are in the clear"), "{summary}");
+    let ed25519 = secrets["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["path"] == "/etc/ssh/ssh_host_ed25519_key")
+        .unwrap_or_else(|| panic!("{secrets}"));
+    assert!(ed25519["ssh_fingerprint"]
+        .as_str()
+        .unwrap()
+        .starts_with("SHA256:"));
+    ed25519.clone()
+}
+
 fn provisions_with(
     fixture: &str,
     disk: &str,
@@ -374,6 +400,7 @@ fn provisions_with(
     // The sealed node layer passes veritysetup against the root hash on the command line.
     let status = &run.output_json;
     assert_eq!(status["details"]["selection"]["role"], role, "{status}");
+    let ed25519 = assert_secrets_in_the_clear(status);
     assert_node_layer_verifies(&run, m.dir.path(), image, &parts);
 
     // Mount the node layer: every staged file byte-exact, with its mode and owner.
@@ -387,6 +414,18 @@ fn provisions_with(
             .unwrap()
             .trim(),
         "node-7"
+    );
+    // The fingerprint the writer reported is ssh-keygen's for the staged public key.
+    let keygen = Command::new("ssh-keygen")
+        .arg("-lf")
+        .arg(root.join("etc/ssh/ssh_host_ed25519_key.pub"))
+        .output()
+        .unwrap();
+    let keygen = String::from_utf8_lossy(&keygen.stdout);
+    assert_eq!(
+        keygen.split_whitespace().nth(1),
+        ed25519["ssh_fingerprint"].as_str(),
+        "{keygen}"
     );
     let (mode, uid, gid) = stat(&root.join("etc/ssh/ssh_host_ed25519_key"));
     assert_eq!((mode, uid, gid), (0o600, 0, 0));
@@ -438,6 +477,7 @@ fn assert_stages_in_order(run: &Run) {
         "guard",
         "resolve",
         "verify",
+        "gate",
         "stage",
         "seal",
         "gate",
@@ -594,6 +634,14 @@ fn every_gate_and_guard_stops_before_touching_a_disk() {
         ("md-spanning", "sda", vec![], &[], "md-spans-disks"),
         // installimage's RAID1 over sda and sdb, only sda targeted.
         ("installimage-raid1", "sda", vec![], &[], "md-spans-disks"),
+        // `tpm = require` on a machine without a TPM.
+        (
+            "cpu-worker",
+            "sda",
+            vec!["--tpm", "require"],
+            &[],
+            "tpm-missing",
+        ),
         // With --reboot the writer needs sh and reboot: an empty PATH has neither.
         ("cpu-worker", "sda", vec![], &no_path, "tools-missing"),
     ];
@@ -628,6 +676,51 @@ fn every_gate_and_guard_stops_before_touching_a_disk() {
             run.output_json
         );
         assert_eq!(m.m.digests().unwrap(), before, "{what}: a disk changed");
+    }
+}
+
+/// `tpm = require` stops in `gate`, every disk unchanged, naming the TPM and the setting: on a
+/// machine without a TPM (`tpm-missing`, before the stack is even fetched), and on one with a
+/// TPM 2.0 when the stack has no signed PCR policy (the demo stack has no UKI:
+/// `pcr-policy-missing`). The setting comes from the settings file as well as from `--tpm`.
+#[test]
+fn tpm_require_stops_in_gate_before_any_disk() {
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    let p = published();
+    let worker = bootstrap_fixture("cloud-config-worker-join.yaml");
+    for (tpm, reason, named) in [
+        (None, "tpm-missing", "no usable TPM 2.0"),
+        (Some("2"), "pcr-policy-missing", "signed UKI"),
+    ] {
+        let m = machine("cpu-worker");
+        if let Some(v) = tpm {
+            let dir = m.m.root.join("sys/class/tpm/tpm0");
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join("tpm_version_major"), format!("{v}\n")).unwrap();
+        }
+        let before = m.m.digests().unwrap();
+        let run = caph(&p, &m, &worker, "node-1", "sda", &["--tpm", "require"]);
+        assert_eq!(run.out.status.code(), Some(1), "{}", run.show());
+        assert!(
+            run.last_line().contains(&format!("FAILED ({reason})")),
+            "{}",
+            run.show()
+        );
+        assert!(
+            run.last_line().contains("no disk was changed"),
+            "{}",
+            run.show()
+        );
+        let status = &run.output_json;
+        assert_eq!(status["state"], "failed", "{status}");
+        assert_eq!(status["stage"], "gate", "{status}");
+        let message = status["message"].as_str().unwrap_or_default();
+        for want in [reason, "tpm = require", named] {
+            assert!(message.contains(want), "{want}: {status}");
+        }
+        assert_eq!(m.m.digests().unwrap(), before, "{reason}: a disk changed");
     }
 }
 

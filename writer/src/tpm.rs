@@ -91,8 +91,12 @@ impl Clear {
 /// What the run does with the secrets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    /// Seal them under this PCR public key (the UKI's `.pcrpkey`, PEM).
-    Seal { public_key: Vec<u8> },
+    /// Seal them under this PCR public key (the UKI's `.pcrpkey`, PEM); `signature` is the
+    /// UKI's `.pcrsig` (JSON), which the node's `systemd-creds` needs to open them.
+    Seal {
+        public_key: Vec<u8>,
+        signature: Vec<u8>,
+    },
     /// Write them in the clear, for this reason.
     Clear(Clear),
 }
@@ -113,8 +117,11 @@ pub enum Policy {
     NoSignedUki,
     /// The signed UKI carries no `.pcrpkey` with a `.pcrsig`.
     None,
-    /// The UKI's `.pcrpkey` (PEM), signed for by its `.pcrsig`.
-    Key(Vec<u8>),
+    /// The UKI's `.pcrpkey` (PEM) and its `.pcrsig` (JSON).
+    Key {
+        public_key: Vec<u8>,
+        signature: Vec<u8>,
+    },
 }
 
 impl Policy {
@@ -127,7 +134,10 @@ impl Policy {
         let key = ingot_artifact::uki::section(uki, ".pcrpkey");
         let sig = ingot_artifact::uki::section(uki, ".pcrsig");
         match (key, sig) {
-            (Ok(key), Ok(sig)) if !key.is_empty() && !sig.is_empty() => Policy::Key(key.to_vec()),
+            (Ok(key), Ok(sig)) if !key.is_empty() && !sig.is_empty() => Policy::Key {
+                public_key: key.to_vec(),
+                signature: sig.to_vec(),
+            },
             _ => Policy::None,
         }
     }
@@ -159,7 +169,13 @@ pub fn decide(
         return clear(Clear::NoTpm(tpm));
     }
     match policy {
-        Policy::Key(public_key) => Ok(Decision::Seal { public_key }),
+        Policy::Key {
+            public_key,
+            signature,
+        } => Ok(Decision::Seal {
+            public_key,
+            signature,
+        }),
         Policy::None => clear(Clear::NoPcrPolicy),
         Policy::NoSignedUki => clear(Clear::NoSignedUki),
     }
@@ -214,9 +230,13 @@ mod tests {
     #[test]
     fn the_decision_table() {
         use TpmSetting::*;
-        let key = || Policy::Key(b"PEM".to_vec());
+        let key = || Policy::Key {
+            public_key: b"PEM".to_vec(),
+            signature: b"{}".to_vec(),
+        };
         let seal = Decision::Seal {
             public_key: b"PEM".to_vec(),
+            signature: b"{}".to_vec(),
         };
         let gate = |r: Result<Decision, GateFailure>| r.unwrap_err().reason;
         // TPM 2.0 × policy × setting.

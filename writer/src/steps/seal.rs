@@ -55,7 +55,7 @@ pub fn run(
     let io = |what| move |source| SealError::Io { what, source };
     // The PCR public key, for systemd-creds (public: a file is fine); kept until sealed.
     let key_file = match secrets.decision {
-        Decision::Seal { public_key } => {
+        Decision::Seal { public_key, .. } => {
             reporter.stage(
                 Stage::Seal,
                 format!(

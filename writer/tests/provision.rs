@@ -721,6 +721,11 @@ fn tpm_require_stops_in_gate_before_any_disk() {
             assert!(message.contains(want), "{want}: {status}");
         }
         assert_eq!(m.m.digests().unwrap(), before, "{reason}: a disk changed");
+        // Without a TPM the run stops before it reads a disk or fetches the stack.
+        let resolved = run.events.contains(r#""stage":"resolve""#);
+        let speed = run.events.contains("read speed test");
+        assert_eq!(resolved, tpm.is_some(), "{reason}: {}", run.events);
+        assert_eq!(speed, tpm.is_some(), "{reason}: {}", run.events);
     }
 }
 

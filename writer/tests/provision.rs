@@ -1717,3 +1717,259 @@ fn node_layer_paths_outside_the_allow_list_are_refused_before_the_disk() {
         assert_eq!(m.m.digests().unwrap(), before, "{why}: a disk changed");
     }
 }
+
+/// The demo stack as a Secure Boot release with a signed PCR policy (`ingot build
+/// --secure-boot-key --pcr-key`): the demo base with systemd's stub, every path absolute.
+fn pcr_policy_stack(dir: &Path) -> common::Stack {
+    let stub = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub";
+    let base = dir.join("base");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(repo_root().join("tests/fixtures/demo/base"))
+        .arg(&base)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let in_base = base.join(&stub[1..]);
+    fs::create_dir_all(in_base.parent().unwrap()).unwrap();
+    fs::copy(stub, &in_base).unwrap();
+    let manifests = repo_root().join("manifests");
+    let text = fs::read_to_string(manifests.join("demo.toml"))
+        .unwrap()
+        .replace("\"../tests/fixtures/demo/base\"", &format!("{:?}", base))
+        .replace("\"../", &format!("\"{}/../", manifests.display()));
+    let manifest = dir.join("sealdemo.toml");
+    fs::write(&manifest, text).unwrap();
+    let key = common::secure_boot::key_set(dir, "seal");
+    common::build_stack_with(&manifest, 4 << 20, Some(key))
+}
+
+/// Extends `device`'s PCR 11 as systemd-stub does when it boots `uki` (each measured section's
+/// name with a NUL, then its bytes), flushing swtpm's contexts after each tool.
+fn measure_uki(device: &str, uki: &[u8]) {
+    use sha2::{Digest, Sha256};
+    for name in ingot_artifact::uki::MEASURED {
+        let Ok(bytes) = ingot_artifact::uki::section(uki, name) else {
+            continue;
+        };
+        for data in [format!("{name}\0").into_bytes(), bytes.to_vec()] {
+            let digest = hex::encode(Sha256::digest(&data));
+            let out = Command::new("tpm2_pcrextend")
+                .arg(format!("11:sha256={digest}"))
+                .env("TPM2TOOLS_TCTI", device)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            for what in ["-t", "-l", "-s"] {
+                Command::new("tpm2_flushcontext")
+                    .arg(what)
+                    .env("TPM2TOOLS_TCTI", device)
+                    .output()
+                    .unwrap();
+            }
+        }
+    }
+}
+
+fn holds(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The bootstrap token and every private key line of `data`'s files.
+fn secret_needles(data: &Path) -> Vec<Vec<u8>> {
+    let parsed = ingot_bootstrap::parse(&fs::read(data).unwrap()).unwrap();
+    let mut needles: Vec<Vec<u8>> = vec![b"6h4ylc.5x2jgkf0q8t7mw1d".to_vec()];
+    for f in &parsed.files {
+        let text = String::from_utf8_lossy(&f.content);
+        if text.contains("PRIVATE KEY-----") {
+            needles.extend(
+                text.lines()
+                    .filter(|l| !l.contains("-----") && l.trim().len() >= 16)
+                    .map(|l| l.trim().as_bytes().to_vec()),
+            );
+        }
+    }
+    needles
+}
+
+/// The node layer's sealed secrets (table, credentials, signatures) copied below `root`; the
+/// SSH host key's symlink target.
+fn copy_sealed(image: &Path, offset: u64, size: u64, root: &Path) -> PathBuf {
+    let mount = Mount::new(image, offset, size);
+    for dir in ["etc/ingot", "etc/systemd", "etc/credstore.encrypted"] {
+        fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(mount.dir.path().join("etc/credstore.encrypted/."))
+        .arg(root.join("etc/credstore.encrypted"))
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    for f in [
+        "etc/ingot/sealed-secrets",
+        "etc/systemd/tpm2-pcr-signature.json",
+    ] {
+        fs::copy(mount.dir.path().join(f), root.join(f)).unwrap();
+    }
+    fs::read_link(mount.dir.path().join("etc/ssh/ssh_host_ed25519_key")).unwrap()
+}
+
+/// The node's `unseal-secrets` run on the tree at `root` with the swtpm `device`.
+fn unseal_on_swtpm(work: &Path, device: &str, root: &Path) -> Output {
+    // swtpm has no resource manager (a node's /dev/tpmrm0 has the kernel's): the real
+    // systemd-creds, each run followed by a flush of what it left loaded.
+    let bin = work.join("bin");
+    fs::create_dir_all(&bin).unwrap();
+    fs::write(
+        bin.join("systemd-creds"),
+        "#!/bin/sh\n/usr/bin/systemd-creds \"$@\"; rc=$?\n\
+         for w in -t -l -s; do tpm2_flushcontext $w >/dev/null 2>&1; done\nexit $rc\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(bin.join("systemd-creds"), fs::Permissions::from_mode(0o755)).unwrap();
+    let script = repo_root().join("boot/systemd/unseal-secrets");
+    Command::new("sh")
+        .arg(&script)
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+        )
+        .env("TPM2TOOLS_TCTI", device)
+        .env("INGOT_ROOT", root)
+        .env("INGOT_TPM2_DEVICE", device)
+        .env(
+            "INGOT_PCR_SIGNATURE",
+            root.join("etc/systemd/tpm2-pcr-signature.json"),
+        )
+        .output()
+        .unwrap()
+}
+
+/// `ssh-keygen -l`'s line for the public half of the private key at `key`.
+fn fingerprint_of(key: &Path, work: &Path) -> String {
+    let public = Command::new("ssh-keygen")
+        .arg("-yf")
+        .arg(key)
+        .output()
+        .unwrap();
+    assert!(public.status.success(), "{public:?}");
+    let pub_file = work.join("host.pub");
+    fs::write(&pub_file, &public.stdout).unwrap();
+    let fp = Command::new("ssh-keygen")
+        .arg("-lf")
+        .arg(&pub_file)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&fp.stdout).into_owned()
+}
+
+/// The whole sealed path on a machine with a TPM 2.0 (swtpm, `INGOT_TPM2_DEVICE`) and a release
+/// with a PCR policy, `--tpm require`: a control plane whose bootstrap data carries four CA keys
+/// and a bootstrap token. The disk holds none of their bytes, nor the SSH host key's; the node
+/// layer's credentials open with the node's own `unseal-secrets` once PCR 11 holds what the
+/// release's UKI (read off the written ESP) measures, and the host key that comes out is the one
+/// whose fingerprint the writer reported.
+#[test]
+fn a_machine_with_a_tpm_gets_its_secrets_sealed_and_none_on_its_disk() {
+    if !usable(ingot_testkit::test_name!())
+        || !common::secure_boot::usable(ingot_testkit::test_name!())
+        || !ingot_testkit::skip::have_tools(
+            ingot_testkit::test_name!(),
+            &["swtpm", "systemd-creds", "tpm2_pcrextend", "mtype"],
+        )
+    {
+        return;
+    }
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let stack = pcr_policy_stack(work.path());
+    let published = common::publish_behind_token(
+        &stack.layout,
+        "stacks/demo:1.0.0",
+        TOKEN,
+        &stack.dir.path().join("registry"),
+    );
+    let p = Fixture { stack, published };
+    let tpm = ingot_vm::swtpm::Swtpm::start_for_host(Path::new("swtpm"), work.path()).unwrap();
+    let device = tpm.tcti().unwrap();
+    let m = machine("cpu-worker");
+    let tpm_dir = m.m.root.join("sys/class/tpm/tpm0");
+    fs::create_dir_all(&tpm_dir).unwrap();
+    fs::write(tpm_dir.join("tpm_version_major"), "2\n").unwrap();
+    let data = bootstrap_fixture("cloud-config-controlplane-init.yaml");
+    let run = caph_env(
+        &p,
+        &m,
+        &data,
+        "node-1",
+        "sda",
+        &["--tpm", "require"],
+        &[("INGOT_TPM2_DEVICE", device.as_str())],
+        false,
+    );
+    assert_eq!(run.out.status.code(), Some(0), "{}", run.show());
+    let secrets = &run.output_json["details"]["secrets"];
+    assert_eq!(secrets["sealed"], true, "{secrets}");
+    assert_eq!(secrets["tpm"], "2.0", "{secrets}");
+    assert_eq!(secrets["policy"], "require", "{secrets}");
+    let summary = run.output_json["message"].as_str().unwrap();
+    assert!(
+        summary.contains("sealed to this machine's TPM"),
+        "{summary}"
+    );
+
+    // Not one private key line, nor the token, anywhere on the disk.
+    let image = &m.m.images["sda"];
+    let disk = fs::read(image).unwrap();
+    let needles = secret_needles(&data);
+    assert!(needles.len() > 4, "the fixture carries CA keys");
+    for n in &needles {
+        assert!(
+            !holds(&disk, n),
+            "{:?} is on the disk",
+            String::from_utf8_lossy(n)
+        );
+    }
+
+    // The node's side: the node layer's table, credentials and signatures, opened by the
+    // node's own script under PCR 11 as the written UKI leaves it.
+    let parts = partitions(image);
+    let node = parts.iter().find(|p| p.0 == "ingot-node").unwrap();
+    let root = work.path().join("node");
+    let host_key_link = copy_sealed(image, node.1, node.2, &root);
+    let esp = parts.iter().find(|p| p.0 == "ESP").unwrap().1;
+    let uki = Command::new("mtype")
+        .args(["-i", &format!("{}@@{esp}", image.display())])
+        .arg("::/EFI/BOOT/BOOTX64.EFI")
+        .output()
+        .unwrap();
+    assert!(uki.status.success());
+    measure_uki(&device, &uki.stdout);
+    let out = unseal_on_swtpm(work.path(), &device, &root);
+    assert!(out.status.success(), "{out:?}");
+    let opened = root.join(host_key_link.strip_prefix("/").unwrap());
+    let host_key = fs::read(&opened).unwrap();
+    assert!(holds(&host_key, b"OPENSSH PRIVATE KEY"));
+    let body = String::from_utf8_lossy(&host_key)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    assert!(
+        !holds(&disk, body.as_bytes()),
+        "the host key is on the disk"
+    );
+    // The key that opened is the one the writer reported.
+    let fp = fingerprint_of(&opened, work.path());
+    let reported = secrets["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["path"] == "/etc/ssh/ssh_host_ed25519_key")
+        .unwrap();
+    assert_eq!(
+        fp.split_whitespace().nth(1),
+        reported["ssh_fingerprint"].as_str()
+    );
+}

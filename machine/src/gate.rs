@@ -239,6 +239,16 @@ pub fn gate_tpm(facts: &Facts, setting: &str) -> Result<GateReport, GateFailure>
     }
 }
 
+/// The machine shows a TPM 2.0 the writer cannot reach (a fixture machine's, with no device
+/// named for it): `tpm-missing`, `why` saying so.
+pub fn tpm_unreachable(setting: &str, why: &str) -> GateFailure {
+    GateFailure::new(
+        Reason::TpmMissing,
+        None,
+        format!("{setting}, and {why}: its secrets cannot be sealed"),
+    )
+}
+
 /// The stack must carry a signed PCR policy this machine boots through; `why` says what is
 /// missing (the caller reads the stack), `setting` what asks for it.
 pub fn pcr_policy_missing(setting: &str, why: &str) -> GateFailure {

@@ -123,7 +123,13 @@ fn prepare(req: &ProvisionRequest, reporter: &Reporter) -> Result<Ready, Provisi
     )?;
     let bios_loader = opened.descriptor().boot.bios.is_some();
     steps::gate::firmware(&checked.facts, bios_loader, reporter)?;
-    let decision = steps::gate::secrets(req.tpm, &checked.facts, opened.uki(), reporter)?;
+    let decision = steps::gate::secrets(
+        req.tpm,
+        &checked.facts,
+        req.tpm_device.is_some(),
+        opened.uki(),
+        reporter,
+    )?;
     let tpm = checked.facts.tpm;
     let role = checked.role;
     let staged = steps::stage::run(&opened, checked, &sysroot, req, reporter)?;
@@ -132,7 +138,7 @@ fn prepare(req: &ProvisionRequest, reporter: &Reporter) -> Result<Ready, Provisi
         setting: req.tpm,
         tpm,
         decision: &decision,
-        device: &req.tpm_device,
+        device: req.tpm_device.as_deref().unwrap_or("auto"),
     };
     let (node, secrets) = steps::seal::run(
         staged,

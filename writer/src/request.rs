@@ -98,9 +98,11 @@ pub struct ProvisionRequest {
     pub labels: BTreeMap<String, String>,
     /// What to do with the node's secrets (`--tpm`, the settings' `tpm`).
     pub tpm: crate::tpm::TpmSetting,
-    /// The TPM `systemd-creds` seals with: `auto` on a machine, `swtpm:path=SOCKET` for a
-    /// software TPM (`INGOT_TPM2_DEVICE`, for tests).
-    pub tpm_device: String,
+    /// The TPM `systemd-creds` seals with (`--tpm2-device=`): `INGOT_TPM2_DEVICE`
+    /// (`swtpm:path=SOCKET` for a software TPM), else `auto` on a real machine; None on a
+    /// fixture machine without it (its TPM is not reachable: nothing is sealed with the TPM of
+    /// the computer the writer runs on).
+    pub tpm_device: Option<String>,
     pub settings: WriteSettings,
 }
 

@@ -295,7 +295,9 @@ fn provision(
         required_tools,
         labels,
         tpm: crate::tpm::TpmSetting::effective(cli.tpm, eff.file.tpm),
-        tpm_device: std::env::var(TPM_DEVICE_ENV).unwrap_or_else(|_| "auto".to_string()),
+        tpm_device: std::env::var(TPM_DEVICE_ENV)
+            .ok()
+            .or_else(|| (cli.sysroot == Path::new("/")).then(|| "auto".to_string())),
         settings,
     };
     let reboot = Reboot {

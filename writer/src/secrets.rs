@@ -123,7 +123,8 @@ pub struct SecretsReport {
     pub tpm: Option<String>,
     /// The setting in force: `require`, `prefer` or `off`.
     pub policy: TpmSetting,
-    /// Why they are in the clear (`setting-off`, `no-tpm`, `no-signed-uki`, `no-pcr-policy`);
+    /// Why they are in the clear (`setting-off`, `no-tpm`, `tpm-unreachable`, `no-signed-uki`,
+    /// `no-pcr-policy`);
     /// null when sealed.
     pub reason: Option<&'static str>,
     /// One sentence for a human.

@@ -52,6 +52,10 @@ pub enum Clear {
     SettingOff,
     /// The machine shows no TPM 2.0 (the major version it shows, if any).
     NoTpm(Option<u8>),
+    /// The machine is a fixture (`--sysroot`) whose TPM 2.0 no device reaches
+    /// (`INGOT_TPM2_DEVICE` unset): sealing with the TPM of the computer the writer runs on
+    /// would bind the secrets to the wrong machine.
+    TpmUnreachable,
     /// The machine does not boot the release's signed UKI (the stack has none, or the machine
     /// boots with BIOS): nothing measures the boot chain the policy would sign.
     NoSignedUki,
@@ -65,6 +69,7 @@ impl Clear {
         match self {
             Clear::SettingOff => "setting-off",
             Clear::NoTpm(_) => "no-tpm",
+            Clear::TpmUnreachable => "tpm-unreachable",
             Clear::NoSignedUki => "no-signed-uki",
             Clear::NoPcrPolicy => "no-pcr-policy",
         }
@@ -76,6 +81,11 @@ impl Clear {
             Clear::SettingOff => "the setting tpm = off".into(),
             Clear::NoTpm(None) => "this machine has no TPM".into(),
             Clear::NoTpm(Some(v)) => format!("this machine's TPM is a {v}.x, not 2.0"),
+            Clear::TpmUnreachable => {
+                "this fixture machine's TPM is not reachable from the writer (INGOT_TPM2_DEVICE \
+                 is unset)"
+                    .into()
+            }
             Clear::NoSignedUki => {
                 "this machine does not boot a signed UKI of the stack (none in the stack, or BIOS \
                  firmware)"
@@ -102,10 +112,20 @@ pub enum Decision {
 }
 
 /// The machine half of the decision, in `gate` before any disk is read: `require` needs a TPM
-/// 2.0.
-pub fn gate_machine(setting: TpmSetting, facts: &Facts) -> Result<(), GateFailure> {
+/// 2.0 the writer reaches (`reachable`: the machine's own, or a device named for a fixture).
+pub fn gate_machine(
+    setting: TpmSetting,
+    facts: &Facts,
+    reachable: bool,
+) -> Result<(), GateFailure> {
     if setting == TpmSetting::Require {
         ingot_machine::gate_tpm(facts, &setting.named())?;
+        if !reachable {
+            return Err(ingot_machine::tpm_unreachable(
+                &setting.named(),
+                &Clear::TpmUnreachable.why(),
+            ));
+        }
     }
     Ok(())
 }
@@ -143,10 +163,12 @@ impl Policy {
     }
 }
 
-/// The whole decision, once the stack is verified: `tpm` is the machine's TPM major version.
+/// The whole decision, once the stack is verified: `tpm` is the machine's TPM major version,
+/// `reachable` whether the writer can seal with it ([`gate_machine`]).
 pub fn decide(
     setting: TpmSetting,
     tpm: Option<u8>,
+    reachable: bool,
     policy: Policy,
 ) -> Result<Decision, GateFailure> {
     let clear = |why: Clear| -> Result<Decision, GateFailure> {
@@ -156,6 +178,9 @@ pub fn decide(
                     // Normally stopped earlier by [`gate_machine`]; the same failure here.
                     ingot_machine::gate_tpm(&no_tpm_facts(tpm), &setting.named())
                         .expect_err("no TPM 2.0")
+                }
+                Clear::TpmUnreachable => {
+                    ingot_machine::tpm_unreachable(&setting.named(), &why.why())
                 }
                 _ => ingot_machine::pcr_policy_missing(&setting.named(), &why.why()),
             }),
@@ -167,6 +192,9 @@ pub fn decide(
     }
     if tpm != Some(2) {
         return clear(Clear::NoTpm(tpm));
+    }
+    if !reachable {
+        return clear(Clear::TpmUnreachable);
     }
     match policy {
         Policy::Key {
@@ -240,10 +268,10 @@ mod tests {
         };
         let gate = |r: Result<Decision, GateFailure>| r.unwrap_err().reason;
         // TPM 2.0 × policy × setting.
-        assert_eq!(decide(Require, Some(2), key()).unwrap(), seal);
-        assert_eq!(decide(Prefer, Some(2), key()).unwrap(), seal);
+        assert_eq!(decide(Require, Some(2), true, key()).unwrap(), seal);
+        assert_eq!(decide(Prefer, Some(2), true, key()).unwrap(), seal);
         assert_eq!(
-            decide(Off, Some(2), key()).unwrap(),
+            decide(Off, Some(2), true, key()).unwrap(),
             Decision::Clear(Clear::SettingOff)
         );
         for (policy, why) in [
@@ -251,15 +279,15 @@ mod tests {
             (Policy::NoSignedUki, Clear::NoSignedUki),
         ] {
             assert_eq!(
-                gate(decide(Require, Some(2), policy.clone())),
+                gate(decide(Require, Some(2), true, policy.clone())),
                 Reason::PcrPolicyMissing
             );
             assert_eq!(
-                decide(Prefer, Some(2), policy.clone()).unwrap(),
+                decide(Prefer, Some(2), true, policy.clone()).unwrap(),
                 Decision::Clear(why)
             );
             assert_eq!(
-                decide(Off, Some(2), policy).unwrap(),
+                decide(Off, Some(2), true, policy).unwrap(),
                 Decision::Clear(Clear::SettingOff)
             );
         }
@@ -267,19 +295,43 @@ mod tests {
         for tpm in [None, Some(1)] {
             for policy in [key(), Policy::None, Policy::NoSignedUki] {
                 assert_eq!(
-                    gate(decide(Require, tpm, policy.clone())),
+                    gate(decide(Require, tpm, true, policy.clone())),
                     Reason::TpmMissing
                 );
                 assert_eq!(
-                    decide(Prefer, tpm, policy.clone()).unwrap(),
+                    decide(Prefer, tpm, true, policy.clone()).unwrap(),
                     Decision::Clear(Clear::NoTpm(tpm))
                 );
                 assert_eq!(
-                    decide(Off, tpm, policy).unwrap(),
+                    decide(Off, tpm, true, policy).unwrap(),
                     Decision::Clear(Clear::SettingOff)
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_fixture_tpm_no_device_reaches_is_not_sealed_with() {
+        use TpmSetting::*;
+        let key = Policy::Key {
+            public_key: b"PEM".to_vec(),
+            signature: b"{}".to_vec(),
+        };
+        assert_eq!(
+            decide(Prefer, Some(2), false, key.clone()).unwrap(),
+            Decision::Clear(Clear::TpmUnreachable)
+        );
+        let err = decide(Require, Some(2), false, key).unwrap_err();
+        assert_eq!(err.reason, Reason::TpmMissing);
+        assert!(err.message.contains("INGOT_TPM2_DEVICE"), "{err}");
+        let mut facts = no_tpm_facts(Some(2));
+        assert!(gate_machine(Require, &facts, true).is_ok());
+        assert_eq!(
+            gate_machine(Require, &facts, false).unwrap_err().reason,
+            Reason::TpmMissing
+        );
+        facts.tpm = None;
+        assert!(gate_machine(Prefer, &facts, false).is_ok());
     }
 
     #[test]
@@ -290,17 +342,17 @@ mod tests {
 
     #[test]
     fn gate_failures_name_the_tpm_and_the_setting() {
-        let err = decide(TpmSetting::Require, None, Policy::None).unwrap_err();
+        let err = decide(TpmSetting::Require, None, true, Policy::None).unwrap_err();
         assert!(err.message.contains("tpm = require"), "{err}");
         assert!(err.message.contains("TPM 2.0"), "{err}");
-        let err = decide(TpmSetting::Require, Some(2), Policy::NoSignedUki).unwrap_err();
+        let err = decide(TpmSetting::Require, Some(2), true, Policy::NoSignedUki).unwrap_err();
         assert!(err.message.contains("tpm = require"), "{err}");
         assert!(err.message.contains("signed UKI"), "{err}");
         let facts = no_tpm_facts(None);
-        assert!(gate_machine(TpmSetting::Prefer, &facts).is_ok());
-        assert!(gate_machine(TpmSetting::Off, &facts).is_ok());
+        assert!(gate_machine(TpmSetting::Prefer, &facts, true).is_ok());
+        assert!(gate_machine(TpmSetting::Off, &facts, true).is_ok());
         assert_eq!(
-            gate_machine(TpmSetting::Require, &facts)
+            gate_machine(TpmSetting::Require, &facts, true)
                 .unwrap_err()
                 .reason,
             Reason::TpmMissing

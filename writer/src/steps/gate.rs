@@ -29,7 +29,7 @@ pub fn run(
     reporter.stage(Stage::Gate, "checking tools, firmware and the target disks");
     let tools: Vec<&str> = req.required_tools.iter().map(String::as_str).collect();
     passed(reporter, &ingot_machine::gate_tools(&tools, None)?);
-    crate::tpm::gate_machine(req.tpm, facts)?;
+    crate::tpm::gate_machine(req.tpm, facts, req.tpm_device.is_some())?;
     if facts.uefi {
         passed(reporter, &ingot_machine::gate_uefi(facts)?);
     } // BIOS firmware: whether the stack can boot it is known after `verify` ([`firmware`]).
@@ -82,6 +82,7 @@ pub fn firmware(facts: &Facts, bios_loader: bool, reporter: &Reporter) -> Result
 pub fn secrets(
     setting: TpmSetting,
     facts: &Facts,
+    reachable: bool,
     uki: Option<&[u8]>,
     reporter: &Reporter,
 ) -> Result<Decision, GateFailure> {
@@ -89,7 +90,7 @@ pub fn secrets(
         Stage::Gate,
         format!("secrets: the setting tpm = {}", setting.as_str()),
     );
-    let decision = crate::tpm::decide(setting, facts.tpm, Policy::of(uki))?;
+    let decision = crate::tpm::decide(setting, facts.tpm, reachable, Policy::of(uki))?;
     reporter.stage(
         Stage::Gate,
         match &decision {

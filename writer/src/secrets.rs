@@ -15,7 +15,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::seal::{SealError, Sealer};
-use crate::tpm::{Decision, TpmSetting};
+use crate::tpm::{Clear, TpmSetting};
 
 /// The table of sealed secrets in the node layer.
 pub const TABLE: &str = "/etc/ingot/sealed-secrets";
@@ -134,23 +134,33 @@ pub struct SecretsReport {
     pub secrets: Vec<SecretEntry>,
 }
 
-/// The node's secrets sealed (or left) in `staged`, as `decision` says; `tpm` is the machine's
+/// What [`apply`] does with the secrets.
+pub enum Treatment<'a> {
+    /// Seal each with `sealer`; `signature` is the release UKI's `.pcrsig`, carried for the node.
+    Seal {
+        sealer: &'a Sealer,
+        signature: &'a [u8],
+    },
+    /// Leave them in the clear, for this reason.
+    Clear(Clear),
+}
+
+/// The node's secrets sealed (or left) in `staged`, as `treatment` says; `tpm` is the machine's
 /// TPM major version, for the report. When sealing, the plaintext of every secret is gone from
 /// the returned files: the node layer is built from them.
 pub fn apply(
     mut staged: Staged,
     setting: TpmSetting,
     tpm: Option<u8>,
-    decision: &Decision,
-    sealer: Option<&Sealer>,
+    treatment: Treatment,
 ) -> Result<(Staged, SecretsReport), SecretsError> {
     let paths = staged.secrets.clone();
     let fingerprints: Vec<Option<String>> =
         paths.iter().map(|p| ssh_fingerprint(&staged, p)).collect();
     let tpm_text = tpm.map(|v| format!("{v}.0"));
     let count = paths.len();
-    let (sealed, reason, message, names) = match (decision, sealer) {
-        (Decision::Seal { signature, .. }, Some(sealer)) => {
+    let (sealed, reason, message, names) = match treatment {
+        Treatment::Seal { sealer, signature } => {
             let names = credential_names(&paths)?;
             seal_all(&mut staged, &paths, &names, sealer, signature)?;
             let message = format!(
@@ -158,8 +168,7 @@ pub fn apply(
             );
             (true, None, message, names.into_iter().map(Some).collect())
         }
-        (Decision::Seal { .. }, None) => unreachable!("sealing without a sealer"),
-        (Decision::Clear(why), _) => {
+        Treatment::Clear(why) => {
             let message = format!(
                 "this node's {count} secrets are in the clear on its disks: {}",
                 why.why()

@@ -293,7 +293,7 @@ fn assert_sealed_report(report: &ingot_writer::secrets::SecretsReport, names: &[
 fn staged_secrets_are_sealed_and_the_node_script_opens_them_only_under_the_policy() {
     use ingot_bootstrap::EntryKind;
     use ingot_writer::secrets::{self, TABLE};
-    use ingot_writer::tpm::{Decision, TpmSetting};
+    use ingot_writer::tpm::TpmSetting;
     if !usable(ingot_testkit::test_name!()) {
         return;
     }
@@ -311,18 +311,12 @@ fn staged_secrets_are_sealed_and_the_node_script_opens_them_only_under_the_polic
         device: tpm.device.clone(),
         ..Sealer::new(&pem)
     };
-    let decision = Decision::Seal {
-        public_key: key.public_pem().as_bytes().to_vec(),
-        signature: std::fs::read(&signed).unwrap(),
+    let signature = std::fs::read(&signed).unwrap();
+    let treatment = secrets::Treatment::Seal {
+        sealer: &sealer,
+        signature: &signature,
     };
-    let (staged, report) = secrets::apply(
-        staged,
-        TpmSetting::Require,
-        Some(2),
-        &decision,
-        Some(&sealer),
-    )
-    .unwrap();
+    let (staged, report) = secrets::apply(staged, TpmSetting::Require, Some(2), treatment).unwrap();
     tpm.flush();
     let names = [
         "ingot.etc.kubernetes.pki.ca.key",

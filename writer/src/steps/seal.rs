@@ -11,7 +11,7 @@ use std::io::Write;
 
 use crate::node::NodeLayer;
 use crate::seal::Sealer;
-use crate::secrets::SecretsReport;
+use crate::secrets::{SecretsReport, Treatment};
 use crate::tpm::{Decision, TpmSetting};
 use ingot_bootstrap::Staged;
 
@@ -53,9 +53,11 @@ pub fn run(
     reporter: &Reporter,
 ) -> Result<(NodeLayer, SecretsReport), SealError> {
     let io = |what| move |source| SealError::Io { what, source };
-    // The PCR public key, for systemd-creds (public: a file is fine); kept until sealed.
-    let key_file = match secrets.decision {
-        Decision::Seal { public_key, .. } => {
+    let (staged, report) = match secrets.decision {
+        Decision::Seal {
+            public_key,
+            signature,
+        } => {
             reporter.stage(
                 Stage::Seal,
                 format!(
@@ -63,23 +65,24 @@ pub fn run(
                     staged.secrets.len()
                 ),
             );
-            let mut f = tempfile::NamedTempFile::new().map_err(io("writing the PCR key"))?;
-            f.write_all(public_key).map_err(io("writing the PCR key"))?;
-            Some(f)
+            // The PCR public key, for systemd-creds (public: a file is fine); kept until sealed.
+            let mut key = tempfile::NamedTempFile::new().map_err(io("writing the PCR key"))?;
+            key.write_all(public_key)
+                .map_err(io("writing the PCR key"))?;
+            let sealer = Sealer {
+                device: secrets.device.to_string(),
+                ..Sealer::new(key.path())
+            };
+            let treatment = Treatment::Seal {
+                sealer: &sealer,
+                signature,
+            };
+            crate::secrets::apply(staged, secrets.setting, secrets.tpm, treatment)?
         }
-        Decision::Clear(_) => None,
+        Decision::Clear(why) => {
+            crate::secrets::apply(staged, secrets.setting, secrets.tpm, Treatment::Clear(*why))?
+        }
     };
-    let sealer = key_file.as_ref().map(|f| Sealer {
-        device: secrets.device.to_string(),
-        ..Sealer::new(f.path())
-    });
-    let (staged, report) = crate::secrets::apply(
-        staged,
-        secrets.setting,
-        secrets.tpm,
-        secrets.decision,
-        sealer.as_ref(),
-    )?;
     for s in &report.secrets {
         reporter.stage(
             Stage::Seal,

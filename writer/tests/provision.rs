@@ -1787,6 +1787,20 @@ fn holds(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
+/// Seconds from the first event whose message starts with `from` to the first starting with
+/// `to`.
+fn seconds_between(events: &str, from: &str, to: &str) -> f64 {
+    let at = |prefix: &str| {
+        events
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| e["message"].as_str().is_some_and(|m| m.starts_with(prefix)))
+            .and_then(|e| e["time"].as_f64())
+            .unwrap_or_else(|| panic!("no event {prefix:?}"))
+    };
+    at(to) - at(from)
+}
+
 /// The bootstrap token and every private key line of `data`'s files.
 fn secret_needles(data: &Path) -> Vec<Vec<u8>> {
     let parsed = ingot_bootstrap::parse(&fs::read(data).unwrap()).unwrap();
@@ -1929,6 +1943,11 @@ fn a_machine_with_a_tpm_gets_its_secrets_sealed_and_none_on_its_disk() {
     assert!(
         summary.contains("sealed to this machine's TPM"),
         "{summary}"
+    );
+    eprintln!(
+        "sealing {} secrets with swtpm: {:.2} s",
+        secrets["count"],
+        seconds_between(&run.events, "sealing ", "sealing the per-node layer")
     );
 
     // Not one private key line, nor the token, anywhere on the disk.

@@ -47,6 +47,11 @@ pub enum Reason {
     StorageTornDown,
     /// Stopping or clearing them failed; the disks may hold a partly cleared old layout.
     TeardownFailed,
+    /// The setting `tpm = require`, and the machine shows no usable TPM 2.0.
+    TpmMissing,
+    /// The setting `tpm = require`, and the stack has no signed PCR policy this machine boots
+    /// through (no `.pcrpkey`/`.pcrsig` in its UKI, or no UKI on this machine).
+    PcrPolicyMissing,
 }
 
 impl Reason {
@@ -69,6 +74,8 @@ impl Reason {
             Reason::DiskUnreadable => "disk-unreadable",
             Reason::StorageTornDown => "storage-torn-down",
             Reason::TeardownFailed => "teardown-failed",
+            Reason::TpmMissing => "tpm-missing",
+            Reason::PcrPolicyMissing => "pcr-policy-missing",
         }
     }
 }
@@ -151,6 +158,8 @@ pub enum GateDetail {
     },
     /// The measured sequential read rate.
     ReadSpeed(crate::ReadSpeed),
+    /// The machine's TPM (its major version).
+    Tpm { version: u8 },
 }
 
 /// Every program in `required` must be an executable file in one of `path_env`'s directories
@@ -203,6 +212,54 @@ pub fn gate_uefi(facts: &Facts) -> Result<GateReport, GateFailure> {
         detail: GateDetail::Uefi,
         warnings: vec![],
     })
+}
+
+/// The machine must show a TPM 2.0 (`/sys/class/tpm/tpm0/tpm_version_major` is 2): secrets
+/// are sealed to it. `setting` names what asks for it (`tpm = require`), for the message.
+pub fn gate_tpm(facts: &Facts, setting: &str) -> Result<GateReport, GateFailure> {
+    match facts.tpm {
+        Some(2) => Ok(GateReport {
+            disk: None,
+            detail: GateDetail::Tpm { version: 2 },
+            warnings: vec![],
+        }),
+        found => Err(GateFailure::new(
+            Reason::TpmMissing,
+            None,
+            format!(
+                "{setting}, and this machine has no usable TPM 2.0 ({}): its secrets cannot be \
+                 sealed; enable the TPM in the firmware setup, or run with --tpm prefer to write \
+                 them in the clear",
+                match found {
+                    None => "/sys/class/tpm/tpm0 is absent".to_string(),
+                    Some(v) => format!("/sys/class/tpm/tpm0 is a TPM {v}.x"),
+                }
+            ),
+        )),
+    }
+}
+
+/// The machine shows a TPM 2.0 the writer cannot reach (a fixture machine's, with no device
+/// named for it): `tpm-missing`, `why` saying so.
+pub fn tpm_unreachable(setting: &str, why: &str) -> GateFailure {
+    GateFailure::new(
+        Reason::TpmMissing,
+        None,
+        format!("{setting}, and {why}: its secrets cannot be sealed"),
+    )
+}
+
+/// The stack must carry a signed PCR policy this machine boots through; `why` says what is
+/// missing (the caller reads the stack), `setting` what asks for it.
+pub fn pcr_policy_missing(setting: &str, why: &str) -> GateFailure {
+    GateFailure::new(
+        Reason::PcrPolicyMissing,
+        None,
+        format!(
+            "{setting}, and {why}: nothing binds the secrets to the release's boot chain; \
+             release the stack with a PCR key (`ingot build --pcr-key`), or run with --tpm prefer"
+        ),
+    )
 }
 
 /// The disk must hold at least `needed_bytes`.
@@ -260,5 +317,28 @@ mod tests {
         assert!(err.message.contains("noexec, mkfs.ext4"), "{err}");
         let err = gate_tools(&["sh"], Some(OsStr::new(""))).unwrap_err();
         assert_eq!(err.reason, Reason::ToolsMissing);
+    }
+
+    #[test]
+    fn only_a_tpm_2_passes_and_the_failure_names_tpm_and_setting() {
+        let mut facts = Facts {
+            uefi: true,
+            pci: vec![],
+            nvidia_gpu: false,
+            cpu_virt_flags: false,
+            kvm_device: false,
+            virtualization: false,
+            tpm: None,
+            disks: vec![],
+        };
+        for tpm in [None, Some(1)] {
+            facts.tpm = tpm;
+            let err = gate_tpm(&facts, "tpm = require").unwrap_err();
+            assert_eq!(err.reason, Reason::TpmMissing);
+            assert!(err.message.starts_with("tpm = require"), "{err}");
+            assert!(err.message.contains("TPM"), "{err}");
+        }
+        facts.tpm = Some(2);
+        assert!(gate_tpm(&facts, "tpm = require").is_ok());
     }
 }

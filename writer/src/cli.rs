@@ -110,6 +110,13 @@ pub struct Cli {
     /// go on to write.
     #[arg(long)]
     pub dry_run: bool,
+    /// Provisioning: what to do with the node's secrets (SSH host keys, kubeadm tokens and
+    /// configurations, private keys): `require` seals them to this machine's TPM 2.0 under the
+    /// release's signed PCR policy or fails in `gate` before any disk is touched; `prefer` (the
+    /// default) seals them where it can and otherwise writes them in the clear and says so; `off`
+    /// writes them in the clear.
+    #[arg(long, value_enum, value_name = "SETTING", conflicts_with = "target")]
+    pub tpm: Option<crate::tpm::TpmSetting>,
     /// Size of the EFI system partition, in MiB (at least 64; default 256).
     #[arg(long, value_name = "MIB")]
     pub esp_size: Option<u64>,

@@ -43,6 +43,10 @@ pub struct Settings {
     /// that carries its mirrors in its built-in settings (`--registries-conf` and
     /// `registries_conf` win).
     pub registries: Option<String>,
+    /// What to do with the node's secrets: `require` (seal them to the TPM or refuse the run),
+    /// `prefer` (seal where the machine and the stack allow, else say they are in the clear),
+    /// `off` (`--tpm` wins).
+    pub tpm: Option<crate::tpm::TpmSetting>,
 }
 
 /// A settings source could not be read.
@@ -81,6 +85,7 @@ impl Settings {
             esp_size: self.esp_size.or(under.esp_size),
             registries_conf: self.registries_conf.or(under.registries_conf),
             registries: self.registries.or(under.registries),
+            tpm: self.tpm.or(under.tpm),
         }
     }
 }
@@ -131,7 +136,8 @@ mod tests {
     fn the_file_beside_wins_over_the_built_in_settings() {
         let dir = tempfile::tempdir().unwrap();
         let exe = dir.path().join("image-url-command");
-        let builtin = "deadline = \"6m\"\nreboot = false\nkernel_args = [\"console=ttyS0\"]\n";
+        let builtin = "deadline = \"6m\"\nreboot = false\nkernel_args = [\"console=ttyS0\"]\n\
+                       tpm = \"require\"\n";
         let (s, from) = load(Some(builtin), Some(&exe)).unwrap();
         assert_eq!(s.deadline.as_deref(), Some("6m"));
         assert_eq!(from, ["built in"]);
@@ -144,6 +150,7 @@ mod tests {
         assert_eq!(s.deadline.as_deref(), Some("18m"));
         assert_eq!(s.min_read_speed, Some(1000));
         assert_eq!(s.reboot, Some(false));
+        assert_eq!(s.tpm, Some(crate::tpm::TpmSetting::Require));
         assert_eq!(s.kernel_args, Some(vec!["console=ttyS0".to_string()]));
         assert_eq!(from.len(), 2);
         assert!(from[1].ends_with("image-url-command.toml"));

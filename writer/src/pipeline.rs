@@ -99,6 +99,7 @@ struct Ready {
     teardown: Vec<ingot_machine::teardown::Step>,
     hostname: String,
     role: Role,
+    secrets: crate::secrets::SecretsReport,
 }
 
 fn prepare(req: &ProvisionRequest, reporter: &Reporter) -> Result<Ready, ProvisionError> {
@@ -122,9 +123,30 @@ fn prepare(req: &ProvisionRequest, reporter: &Reporter) -> Result<Ready, Provisi
     )?;
     let bios_loader = opened.descriptor().boot.bios.is_some();
     steps::gate::firmware(&checked.facts, bios_loader, reporter)?;
+    let decision = steps::gate::secrets(
+        req.tpm,
+        &checked.facts,
+        req.tpm_device.is_some(),
+        opened.uki(),
+        reporter,
+    )?;
+    let tpm = checked.facts.tpm;
     let role = checked.role;
     let staged = steps::stage::run(&opened, checked, &sysroot, req, reporter)?;
-    let node = steps::seal::run(&staged, &opened.describe(), &req.machine_name, reporter)?;
+    let hostname = staged.hostname.clone();
+    let plan = steps::seal::SecretsPlan {
+        setting: req.tpm,
+        tpm,
+        decision: &decision,
+        device: req.tpm_device.as_deref().unwrap_or("auto"),
+    };
+    let (node, secrets) = steps::seal::run(
+        staged,
+        &plan,
+        &opened.describe(),
+        &req.machine_name,
+        reporter,
+    )?;
     // Before the teardown: a stack that cannot boot here leaves every disk as it was.
     steps::plan::check_boot(&opened, Some(&node), &req.settings, targets.len())
         .map_err(WriteError::from)?;
@@ -142,8 +164,9 @@ fn prepare(req: &ProvisionRequest, reporter: &Reporter) -> Result<Ready, Provisi
         node,
         targets,
         teardown,
-        hostname: staged.hostname,
+        hostname,
         role,
+        secrets,
     })
 }
 
@@ -185,6 +208,7 @@ pub fn provision(
         disks: p.targets.iter().map(|d| d.name.clone()).collect(),
         hostname: p.hostname,
         role: p.role,
+        secrets: p.secrets,
     })
 }
 

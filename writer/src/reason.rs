@@ -20,6 +20,8 @@ pub enum FailureReason {
     Io,
     ToolsMissing,
     NotUefi,
+    TpmMissing,
+    PcrPolicyMissing,
     DiskNotFound,
     BadTarget,
     SmartFailing,
@@ -93,6 +95,16 @@ impl FailureReason {
                 "the machine booted the rescue system with legacy BIOS and the stack has no BIOS \
                  boot path (`[boot] bios`)"
             }
+            TpmMissing => {
+                "the setting `tpm` is `require` and the machine shows no usable TPM 2.0 \
+                 (`/sys/class/tpm/tpm0`; Hetzner's cloud servers have none): its secrets \
+                 cannot be sealed"
+            }
+            PcrPolicyMissing => {
+                "the setting `tpm` is `require` and the stack has no signed PCR policy this \
+                 machine boots through: no signed UKI (or the machine boots with BIOS), or a \
+                 UKI without `.pcrpkey` and `.pcrsig`"
+            }
             DiskNotFound => {
                 "a root device name or WWN matches no disk; the message lists every disk with \
                  its WWN"
@@ -136,7 +148,10 @@ impl FailureReason {
                 "the per-node files could not be staged (an owner unknown to the base layer, a \
                  base-layer file that is not the signed image)"
             }
-            SealFailed => "the per-node layer could not be sealed (its ext4 image or verity tree)",
+            SealFailed => {
+                "the per-node layer could not be sealed (its ext4 image or verity tree), or the \
+                 TPM could not seal a secret into it (`systemd-creds encrypt` failed)"
+            }
             DiskTooSmall => "the stack plus the node layer do not fit on a target",
             CannotBoot => {
                 "the stack would not boot as laid out (found before any disk changed): more \
@@ -174,6 +189,15 @@ impl FailureReason {
                 "switch the server to UEFI in the Robot / BIOS setup, or release a stack with a \
                  BIOS loader"
             }
+            TpmMissing => {
+                "enable the TPM in the firmware setup, or provision this machine with `tpm = \
+                 prefer` (its secrets then lie in the clear on its disks, and the status file \
+                 says so)"
+            }
+            PcrPolicyMissing => {
+                "release the stack with a PCR key (`ingot build --pcr-key`), or provision with \
+                 `tpm = prefer`"
+            }
             DiskNotFound => "fix `rootDeviceHints`",
             BadTarget => "name each whole disk once, by name where WWNs collide",
             SmartFailing => "have Hetzner replace the disk",
@@ -204,7 +228,10 @@ impl FailureReason {
                  tried and why it failed; check the registry and the network, then run again"
             }
             StageFailed => "the message names the file or setting",
-            SealFailed => "the message names the file or setting",
+            SealFailed => {
+                "the message names the file or setting, or `systemd-creds`'s own reason; a \
+                 secret is never written in the clear instead"
+            }
             DiskTooSmall => "larger disks, or fewer layers for this machine",
             CannotBoot => {
                 "the message names the limit; fewer layers for this machine, a larger \
@@ -227,6 +254,8 @@ impl FailureReason {
         match reason {
             GateReason::ToolsMissing => F::ToolsMissing,
             GateReason::NotUefi => F::NotUefi,
+            GateReason::TpmMissing => F::TpmMissing,
+            GateReason::PcrPolicyMissing => F::PcrPolicyMissing,
             GateReason::DiskNotFound => F::DiskNotFound,
             GateReason::BadTarget => F::BadTarget,
             GateReason::DiskTooSmall => F::DiskTooSmall,
@@ -258,7 +287,14 @@ mod tests {
     #[test]
     fn gate_stops_keep_their_names() {
         use GateReason::*;
-        for r in [NotUefi, DiskTooSmall, TeardownFailed, DiskUnreadable] {
+        for r in [
+            NotUefi,
+            TpmMissing,
+            PcrPolicyMissing,
+            DiskTooSmall,
+            TeardownFailed,
+            DiskUnreadable,
+        ] {
             assert_eq!(FailureReason::from_gate(r).name(), r.as_str());
         }
         assert_eq!(

@@ -102,10 +102,12 @@ impl Stage {
                  `--reboot`), UEFI firmware, the target disks from names or WWNs, and for every \
                  target SMART health (a disk that cannot report is a warning) and an O_DIRECT \
                  sequential read test (`--min-read-speed`, default 20,000 KiB/s rotational, \
-                 40,000 KiB/s otherwise, over `--read-test-seconds`, default 3). Again after \
-                 `verify`, on a BIOS machine: it passes when the stack carries a BIOS loader \
-                 (`[boot] bios`). Again after `seal`: every target is large enough for the \
-                 plan, node layer included"
+                 40,000 KiB/s otherwise, over `--read-test-seconds`, default 3); with `--tpm \
+                 require`, a TPM 2.0. Again after `verify`: on a BIOS machine it passes when \
+                 the stack carries a BIOS loader (`[boot] bios`); then the node's secrets are \
+                 sealed or in the clear, from `--tpm`, the TPM and the stack's PCR policy \
+                 (`require` without a policy stops here). Again after `seal`: every target is \
+                 large enough for the plan, node layer included"
             }
             Guard => {
                 "read every disk's partition table, file systems, md superblocks and LVM \
@@ -132,8 +134,11 @@ impl Stage {
                  per-node files from the bootstrap data (`bootstrap.md`)"
             }
             Seal => {
-                "the staged files as a deterministic ext4 image with its dm-verity tree, by the \
-                 same layer builder the stack uses"
+                "when the `gate` decided to seal: every staged secret sealed with the TPM under \
+                 the release's PCR public key (`systemd-creds encrypt`), its plaintext replaced \
+                 by the credential, a symlink into `/run/ingot/secrets` and a line of \
+                 `/etc/ingot/sealed-secrets`; then the staged files as a deterministic ext4 \
+                 image with its dm-verity tree, by the same layer builder the stack uses"
             }
             Teardown => {
                 "only when the guard found md arrays or volume groups living only on the \
@@ -326,8 +331,9 @@ impl Status {
             kind: "object, left out when empty",
             means: "structured results by key: `settings` (where they came from), `machine` \
                     (facts), `selection` (the machine the layers were selected for), `gates`, \
-                    `guard`, `teardown` (the commands), `resolved`, `staged`, `sources`, `plan` \
-                    (dry run), `pipeline-LAYER` (time per pipeline stage)",
+                    `guard`, `teardown` (the commands), `resolved`, `staged`, `secrets` (sealed \
+                    or in the clear, and why: \"The node's secrets\"), `sources`, `plan` (dry \
+                    run), `pipeline-LAYER` (time per pipeline stage)",
         },
         Field {
             name: "updated",

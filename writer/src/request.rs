@@ -96,6 +96,13 @@ pub struct ProvisionRequest {
     pub required_tools: Vec<String>,
     /// Extra node labels (`key=value`).
     pub labels: BTreeMap<String, String>,
+    /// What to do with the node's secrets (`--tpm`, the settings' `tpm`).
+    pub tpm: crate::tpm::TpmSetting,
+    /// The TPM `systemd-creds` seals with (`--tpm2-device=`): `INGOT_TPM2_DEVICE`
+    /// (`swtpm:path=SOCKET` for a software TPM), else `auto` on a real machine; None on a
+    /// fixture machine without it (its TPM is not reachable: nothing is sealed with the TPM of
+    /// the computer the writer runs on).
+    pub tpm_device: Option<String>,
     pub settings: WriteSettings,
 }
 
@@ -107,4 +114,6 @@ pub struct Provisioned {
     pub disks: Vec<String>,
     pub hostname: String,
     pub role: Role,
+    /// The node's secrets: sealed, or in the clear and why.
+    pub secrets: crate::secrets::SecretsReport,
 }

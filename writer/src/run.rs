@@ -24,6 +24,10 @@ use ingot_artifact::registry::mirrors::MirrorsFrom;
 /// The public key compiled in at build time (INGOT_TRUST_KEY_BUILTIN: a minisign .pub's text).
 const BUILTIN_KEY: Option<&str> = option_env!("INGOT_TRUST_KEY_BUILTIN");
 
+/// The TPM the secrets are sealed with, when not the machine's own (`swtpm:path=SOCKET`, for
+/// tests): `systemd-creds --tpm2-device=`.
+pub const TPM_DEVICE_ENV: &str = "INGOT_TPM2_DEVICE";
+
 /// How long a write stuck in the kernel may outlive the deadline before the process ends:
 /// provisioning must still end inside CAPH's 7 minutes (6 m deadline + 30 s).
 const GRACE_PROVISIONING: Duration = Duration::from_secs(30);
@@ -273,6 +277,7 @@ fn provision(
             "trust_key": eff.key_source(cli),
             "deadline_seconds": eff.deadline.as_secs(),
             "reboot": eff.reboot,
+            "tpm": crate::tpm::TpmSetting::effective(cli.tpm, eff.file.tpm),
         }),
     );
     let req = ProvisionRequest {
@@ -289,6 +294,10 @@ fn provision(
         read_test: Duration::from_secs_f64(eff.read_test_seconds),
         required_tools,
         labels,
+        tpm: crate::tpm::TpmSetting::effective(cli.tpm, eff.file.tpm),
+        tpm_device: std::env::var(TPM_DEVICE_ENV)
+            .ok()
+            .or_else(|| (cli.sysroot == Path::new("/")).then(|| "auto".to_string())),
         settings,
     };
     let reboot = Reboot {

@@ -314,6 +314,32 @@ fn provisions(
     provisions_with(fixture, disk, devices, bootstrap, &[], want_layers, role)
 }
 
+/// No TPM in these machines (and no PCR policy in the demo stack): `prefer`, the default,
+/// writes the secrets in the clear and says so, in the status file and the summary. Returns the
+/// ed25519 host key's entry.
+fn assert_secrets_in_the_clear(status: &serde_json::Value) -> serde_json::Value {
+    let secrets = &status["details"]["secrets"];
+    assert_eq!(secrets["sealed"], false, "{secrets}");
+    assert_eq!(secrets["policy"], "prefer", "{secrets}");
+    assert_eq!(secrets["tpm"], serde_json::Value::Null, "{secrets}");
+    assert_eq!(secrets["reason"], "no-tpm", "{secrets}");
+    // Two SSH host keys and the kubeadm configuration at least.
+    assert!(secrets["count"].as_u64().unwrap() >= 3, "{secrets}");
+    let summary = status["message"].as_str().unwrap();
+    assert!(summary.contains("secrets are in the clear"), "{summary}");
+    let ed25519 = secrets["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["path"] == "/etc/ssh/ssh_host_ed25519_key")
+        .unwrap_or_else(|| panic!("{secrets}"));
+    assert!(ed25519["ssh_fingerprint"]
+        .as_str()
+        .unwrap()
+        .starts_with("SHA256:"));
+    ed25519.clone()
+}
+
 fn provisions_with(
     fixture: &str,
     disk: &str,
@@ -374,6 +400,7 @@ fn provisions_with(
     // The sealed node layer passes veritysetup against the root hash on the command line.
     let status = &run.output_json;
     assert_eq!(status["details"]["selection"]["role"], role, "{status}");
+    let ed25519 = assert_secrets_in_the_clear(status);
     assert_node_layer_verifies(&run, m.dir.path(), image, &parts);
 
     // Mount the node layer: every staged file byte-exact, with its mode and owner.
@@ -387,6 +414,18 @@ fn provisions_with(
             .unwrap()
             .trim(),
         "node-7"
+    );
+    // The fingerprint the writer reported is ssh-keygen's for the staged public key.
+    let keygen = Command::new("ssh-keygen")
+        .arg("-lf")
+        .arg(root.join("etc/ssh/ssh_host_ed25519_key.pub"))
+        .output()
+        .unwrap();
+    let keygen = String::from_utf8_lossy(&keygen.stdout);
+    assert_eq!(
+        keygen.split_whitespace().nth(1),
+        ed25519["ssh_fingerprint"].as_str(),
+        "{keygen}"
     );
     let (mode, uid, gid) = stat(&root.join("etc/ssh/ssh_host_ed25519_key"));
     assert_eq!((mode, uid, gid), (0o600, 0, 0));
@@ -438,6 +477,7 @@ fn assert_stages_in_order(run: &Run) {
         "guard",
         "resolve",
         "verify",
+        "gate",
         "stage",
         "seal",
         "gate",
@@ -594,6 +634,14 @@ fn every_gate_and_guard_stops_before_touching_a_disk() {
         ("md-spanning", "sda", vec![], &[], "md-spans-disks"),
         // installimage's RAID1 over sda and sdb, only sda targeted.
         ("installimage-raid1", "sda", vec![], &[], "md-spans-disks"),
+        // `tpm = require` on a machine without a TPM.
+        (
+            "cpu-worker",
+            "sda",
+            vec!["--tpm", "require"],
+            &[],
+            "tpm-missing",
+        ),
         // With --reboot the writer needs sh and reboot: an empty PATH has neither.
         ("cpu-worker", "sda", vec![], &no_path, "tools-missing"),
     ];
@@ -628,6 +676,68 @@ fn every_gate_and_guard_stops_before_touching_a_disk() {
             run.output_json
         );
         assert_eq!(m.m.digests().unwrap(), before, "{what}: a disk changed");
+    }
+}
+
+/// `tpm = require` stops in `gate`, every disk unchanged, naming the TPM and the setting: on a
+/// machine without a TPM (`tpm-missing`, before the stack is even fetched), and on one with a
+/// TPM 2.0 when the stack has no signed PCR policy (the demo stack has no UKI:
+/// `pcr-policy-missing`). The setting comes from the settings file as well as from `--tpm`.
+#[test]
+fn tpm_require_stops_in_gate_before_any_disk() {
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    let p = published();
+    let worker = bootstrap_fixture("cloud-config-worker-join.yaml");
+    for (tpm, reason, named) in [
+        (None, "tpm-missing", "no usable TPM 2.0"),
+        (Some("2"), "pcr-policy-missing", "signed UKI"),
+    ] {
+        let m = machine("cpu-worker");
+        if let Some(v) = tpm {
+            let dir = m.m.root.join("sys/class/tpm/tpm0");
+            fs::create_dir_all(&dir).unwrap();
+            fs::write(dir.join("tpm_version_major"), format!("{v}\n")).unwrap();
+        }
+        let before = m.m.digests().unwrap();
+        // A fixture's TPM is reached only through a device named for it (never used here: the
+        // run stops before sealing).
+        let env = [("INGOT_TPM2_DEVICE", "swtpm:path=/nonexistent")];
+        let run = caph_env(
+            &p,
+            &m,
+            &worker,
+            "node-1",
+            "sda",
+            &["--tpm", "require"],
+            &env[..usize::from(tpm.is_some())],
+            false,
+        );
+        assert_eq!(run.out.status.code(), Some(1), "{}", run.show());
+        assert!(
+            run.last_line().contains(&format!("FAILED ({reason})")),
+            "{}",
+            run.show()
+        );
+        assert!(
+            run.last_line().contains("no disk was changed"),
+            "{}",
+            run.show()
+        );
+        let status = &run.output_json;
+        assert_eq!(status["state"], "failed", "{status}");
+        assert_eq!(status["stage"], "gate", "{status}");
+        let message = status["message"].as_str().unwrap_or_default();
+        for want in [reason, "tpm = require", named] {
+            assert!(message.contains(want), "{want}: {status}");
+        }
+        assert_eq!(m.m.digests().unwrap(), before, "{reason}: a disk changed");
+        // Without a TPM the run stops before it reads a disk or fetches the stack.
+        let resolved = run.events.contains(r#""stage":"resolve""#);
+        let speed = run.events.contains("read speed test");
+        assert_eq!(resolved, tpm.is_some(), "{reason}: {}", run.events);
+        assert_eq!(speed, tpm.is_some(), "{reason}: {}", run.events);
     }
 }
 
@@ -1618,4 +1728,279 @@ fn node_layer_paths_outside_the_allow_list_are_refused_before_the_disk() {
         );
         assert_eq!(m.m.digests().unwrap(), before, "{why}: a disk changed");
     }
+}
+
+/// The demo stack as a Secure Boot release with a signed PCR policy (`ingot build
+/// --secure-boot-key --pcr-key`): the demo base with systemd's stub, every path absolute.
+fn pcr_policy_stack(dir: &Path) -> common::Stack {
+    let stub = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub";
+    let base = dir.join("base");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(repo_root().join("tests/fixtures/demo/base"))
+        .arg(&base)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let in_base = base.join(&stub[1..]);
+    fs::create_dir_all(in_base.parent().unwrap()).unwrap();
+    fs::copy(stub, &in_base).unwrap();
+    let manifests = repo_root().join("manifests");
+    let text = fs::read_to_string(manifests.join("demo.toml"))
+        .unwrap()
+        .replace("\"../tests/fixtures/demo/base\"", &format!("{:?}", base))
+        .replace("\"../", &format!("\"{}/../", manifests.display()));
+    let manifest = dir.join("sealdemo.toml");
+    fs::write(&manifest, text).unwrap();
+    let key = common::secure_boot::key_set(dir, "seal");
+    common::build_stack_with(&manifest, 4 << 20, Some(key))
+}
+
+/// Extends `device`'s PCR 11 as systemd-stub does when it boots `uki` (each measured section's
+/// name with a NUL, then its bytes), flushing swtpm's contexts after each tool.
+fn measure_uki(device: &str, uki: &[u8]) {
+    use sha2::{Digest, Sha256};
+    for name in ingot_artifact::uki::MEASURED {
+        let Ok(bytes) = ingot_artifact::uki::section(uki, name) else {
+            continue;
+        };
+        for data in [format!("{name}\0").into_bytes(), bytes.to_vec()] {
+            let digest = hex::encode(Sha256::digest(&data));
+            let out = Command::new("tpm2_pcrextend")
+                .arg(format!("11:sha256={digest}"))
+                .env("TPM2TOOLS_TCTI", device)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            for what in ["-t", "-l", "-s"] {
+                Command::new("tpm2_flushcontext")
+                    .arg(what)
+                    .env("TPM2TOOLS_TCTI", device)
+                    .output()
+                    .unwrap();
+            }
+        }
+    }
+}
+
+fn holds(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Seconds from the first event whose message starts with `from` to the first starting with
+/// `to`.
+fn seconds_between(events: &str, from: &str, to: &str) -> f64 {
+    let at = |prefix: &str| {
+        events
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| e["message"].as_str().is_some_and(|m| m.starts_with(prefix)))
+            .and_then(|e| e["time"].as_f64())
+            .unwrap_or_else(|| panic!("no event {prefix:?}"))
+    };
+    at(to) - at(from)
+}
+
+/// The bootstrap token and every private key line of `data`'s files.
+fn secret_needles(data: &Path) -> Vec<Vec<u8>> {
+    let parsed = ingot_bootstrap::parse(&fs::read(data).unwrap()).unwrap();
+    let mut needles: Vec<Vec<u8>> = vec![b"6h4ylc.5x2jgkf0q8t7mw1d".to_vec()];
+    for f in &parsed.files {
+        let text = String::from_utf8_lossy(&f.content);
+        if text.contains("PRIVATE KEY-----") {
+            needles.extend(
+                text.lines()
+                    .filter(|l| !l.contains("-----") && l.trim().len() >= 16)
+                    .map(|l| l.trim().as_bytes().to_vec()),
+            );
+        }
+    }
+    needles
+}
+
+/// The node layer's sealed secrets (table, credentials, signatures) copied below `root`; the
+/// SSH host key's symlink target.
+fn copy_sealed(image: &Path, offset: u64, size: u64, root: &Path) -> PathBuf {
+    let mount = Mount::new(image, offset, size);
+    for dir in ["etc/ingot", "etc/systemd", "etc/credstore.encrypted"] {
+        fs::create_dir_all(root.join(dir)).unwrap();
+    }
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(mount.dir.path().join("etc/credstore.encrypted/."))
+        .arg(root.join("etc/credstore.encrypted"))
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    for f in [
+        "etc/ingot/sealed-secrets",
+        "etc/systemd/tpm2-pcr-signature.json",
+    ] {
+        fs::copy(mount.dir.path().join(f), root.join(f)).unwrap();
+    }
+    fs::read_link(mount.dir.path().join("etc/ssh/ssh_host_ed25519_key")).unwrap()
+}
+
+/// The node's `unseal-secrets` run on the tree at `root` with the swtpm `device`.
+fn unseal_on_swtpm(work: &Path, device: &str, root: &Path) -> Output {
+    // swtpm has no resource manager (a node's /dev/tpmrm0 has the kernel's): the real
+    // systemd-creds, each run followed by a flush of what it left loaded.
+    let bin = work.join("bin");
+    fs::create_dir_all(&bin).unwrap();
+    fs::write(
+        bin.join("systemd-creds"),
+        "#!/bin/sh\n/usr/bin/systemd-creds \"$@\"; rc=$?\n\
+         for w in -t -l -s; do tpm2_flushcontext $w >/dev/null 2>&1; done\nexit $rc\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(bin.join("systemd-creds"), fs::Permissions::from_mode(0o755)).unwrap();
+    let script = repo_root().join("boot/systemd/unseal-secrets");
+    Command::new("sh")
+        .arg(&script)
+        .env(
+            "PATH",
+            format!("{}:{}", bin.display(), std::env::var("PATH").unwrap()),
+        )
+        .env("TPM2TOOLS_TCTI", device)
+        .env("INGOT_ROOT", root)
+        .env("INGOT_TPM2_DEVICE", device)
+        .env(
+            "INGOT_PCR_SIGNATURE",
+            root.join("etc/systemd/tpm2-pcr-signature.json"),
+        )
+        .output()
+        .unwrap()
+}
+
+/// `ssh-keygen -l`'s line for the public half of the private key at `key`.
+fn fingerprint_of(key: &Path, work: &Path) -> String {
+    let public = Command::new("ssh-keygen")
+        .arg("-yf")
+        .arg(key)
+        .output()
+        .unwrap();
+    assert!(public.status.success(), "{public:?}");
+    let pub_file = work.join("host.pub");
+    fs::write(&pub_file, &public.stdout).unwrap();
+    let fp = Command::new("ssh-keygen")
+        .arg("-lf")
+        .arg(&pub_file)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&fp.stdout).into_owned()
+}
+
+/// The whole sealed path on a machine with a TPM 2.0 (swtpm, `INGOT_TPM2_DEVICE`) and a release
+/// with a PCR policy, `--tpm require`: a control plane whose bootstrap data carries four CA keys
+/// and a bootstrap token. The disk holds none of their bytes, nor the SSH host key's; the node
+/// layer's credentials open with the node's own `unseal-secrets` once PCR 11 holds what the
+/// release's UKI (read off the written ESP) measures, and the host key that comes out is the one
+/// whose fingerprint the writer reported.
+#[test]
+fn a_machine_with_a_tpm_gets_its_secrets_sealed_and_none_on_its_disk() {
+    if !usable(ingot_testkit::test_name!())
+        || !common::secure_boot::usable(ingot_testkit::test_name!())
+        || !ingot_testkit::skip::have_tools(
+            ingot_testkit::test_name!(),
+            &["swtpm", "systemd-creds", "tpm2_pcrextend", "mtype"],
+        )
+    {
+        return;
+    }
+    let work = tempfile::tempdir_in("/var/tmp").unwrap();
+    let stack = pcr_policy_stack(work.path());
+    let published = common::publish_behind_token(
+        &stack.layout,
+        "stacks/demo:1.0.0",
+        TOKEN,
+        &stack.dir.path().join("registry"),
+    );
+    let p = Fixture { stack, published };
+    let tpm = ingot_vm::swtpm::Swtpm::start_for_host(Path::new("swtpm"), work.path()).unwrap();
+    let device = tpm.tcti().unwrap();
+    let m = machine("cpu-worker");
+    let tpm_dir = m.m.root.join("sys/class/tpm/tpm0");
+    fs::create_dir_all(&tpm_dir).unwrap();
+    fs::write(tpm_dir.join("tpm_version_major"), "2\n").unwrap();
+    let data = bootstrap_fixture("cloud-config-controlplane-init.yaml");
+    let run = caph_env(
+        &p,
+        &m,
+        &data,
+        "node-1",
+        "sda",
+        &["--tpm", "require"],
+        &[("INGOT_TPM2_DEVICE", device.as_str())],
+        false,
+    );
+    assert_eq!(run.out.status.code(), Some(0), "{}", run.show());
+    let secrets = &run.output_json["details"]["secrets"];
+    assert_eq!(secrets["sealed"], true, "{secrets}");
+    assert_eq!(secrets["tpm"], "2.0", "{secrets}");
+    assert_eq!(secrets["policy"], "require", "{secrets}");
+    let summary = run.output_json["message"].as_str().unwrap();
+    assert!(
+        summary.contains("sealed to this machine's TPM"),
+        "{summary}"
+    );
+    eprintln!(
+        "sealing {} secrets with swtpm: {:.2} s",
+        secrets["count"],
+        seconds_between(&run.events, "sealing ", "sealing the per-node layer")
+    );
+
+    // Not one private key line, nor the token, anywhere on the disk.
+    let image = &m.m.images["sda"];
+    let disk = fs::read(image).unwrap();
+    let needles = secret_needles(&data);
+    assert!(needles.len() > 4, "the fixture carries CA keys");
+    for n in &needles {
+        assert!(
+            !holds(&disk, n),
+            "{:?} is on the disk",
+            String::from_utf8_lossy(n)
+        );
+    }
+
+    // The node's side: the node layer's table, credentials and signatures, opened by the
+    // node's own script under PCR 11 as the written UKI leaves it.
+    let parts = partitions(image);
+    let node = parts.iter().find(|p| p.0 == "ingot-node").unwrap();
+    let root = work.path().join("node");
+    let host_key_link = copy_sealed(image, node.1, node.2, &root);
+    let esp = parts.iter().find(|p| p.0 == "ESP").unwrap().1;
+    let uki = Command::new("mtype")
+        .args(["-i", &format!("{}@@{esp}", image.display())])
+        .arg("::/EFI/BOOT/BOOTX64.EFI")
+        .output()
+        .unwrap();
+    assert!(uki.status.success());
+    measure_uki(&device, &uki.stdout);
+    let out = unseal_on_swtpm(work.path(), &device, &root);
+    assert!(out.status.success(), "{out:?}");
+    let opened = root.join(host_key_link.strip_prefix("/").unwrap());
+    let host_key = fs::read(&opened).unwrap();
+    assert!(holds(&host_key, b"OPENSSH PRIVATE KEY"));
+    let body = String::from_utf8_lossy(&host_key)
+        .lines()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    assert!(
+        !holds(&disk, body.as_bytes()),
+        "the host key is on the disk"
+    );
+    // The key that opened is the one the writer reported.
+    let fp = fingerprint_of(&opened, work.path());
+    let reported = secrets["secrets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["path"] == "/etc/ssh/ssh_host_ed25519_key")
+        .unwrap();
+    assert_eq!(
+        fp.split_whitespace().nth(1),
+        reported["ssh_fingerprint"].as_str()
+    );
 }

@@ -183,3 +183,203 @@ fn a_sealed_secret_opens_only_under_the_releases_signed_pcr_11() {
     tpm.extend_pcr11(b"something else ran");
     assert!(tpm.open(&sealed, NAME, &signed).is_err());
 }
+
+/// A staged file.
+fn file(path: &str, content: &[u8], mode: u32) -> ingot_bootstrap::Entry {
+    ingot_bootstrap::Entry {
+        path: path.into(),
+        kind: ingot_bootstrap::EntryKind::File(content.to_vec()),
+        mode,
+        uid: 0,
+        gid: 0,
+    }
+}
+
+/// Runs the node's `unseal-secrets` against the tree at `root` with this TPM and the policy
+/// `sig`.
+fn unseal(tpm: &Tpm, root: &Path, sig: &Path) -> Output {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../boot/systemd/unseal-secrets");
+    let out = Command::new("sh")
+        .arg(script)
+        .env("INGOT_ROOT", root)
+        .env("INGOT_TPM2_DEVICE", &tpm.device)
+        .env("INGOT_PCR_SIGNATURE", sig)
+        .output()
+        .unwrap();
+    tpm.flush();
+    out
+}
+
+const CA_KEY: &[u8] =
+    b"-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEAcakeybodyforthetest\n-----END RSA PRIVATE KEY-----\n";
+
+/// Staged files with two secrets: an SSH host key (with its public half) and a CA key.
+fn staged_fixture() -> ingot_bootstrap::Staged {
+    let host_pub = b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHwJ3x0sqk7Bv5Fj8w3bQ9l2mJr0m1ZQ4mS2cQ9b3xYz root@node\n";
+    let mut entries = vec![
+        file("/etc/hostname", b"node-1\n", 0o644),
+        file("/etc/ssh/ssh_host_ed25519_key", SECRET, 0o600),
+        file("/etc/ssh/ssh_host_ed25519_key.pub", host_pub, 0o644),
+        file("/etc/kubernetes/pki/ca.key", CA_KEY, 0o600),
+    ];
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    ingot_bootstrap::Staged {
+        entries,
+        secrets: vec![
+            "/etc/kubernetes/pki/ca.key".into(),
+            "/etc/ssh/ssh_host_ed25519_key".into(),
+        ],
+        warnings: vec![],
+        hostname: "node-1".into(),
+        role: ingot_bootstrap::Role::Worker,
+    }
+}
+
+/// No staged file holds a 12-byte run of either secret's body.
+fn assert_no_plaintext(staged: &ingot_bootstrap::Staged) {
+    let body = |s: &'static [u8]| s.split(|&b| b == b'\n').nth(1).unwrap();
+    for e in &staged.entries {
+        if let ingot_bootstrap::EntryKind::File(c) = &e.kind {
+            for secret in [CA_KEY, SECRET] {
+                for run in body(secret).windows(12) {
+                    assert!(!contains(c, run), "{} holds {run:?}", e.path.display());
+                }
+            }
+        }
+    }
+}
+
+/// The node's tree below `root`: the credentials, the table and the signatures, as the node
+/// layer carries them.
+fn write_node_tree(staged: &ingot_bootstrap::Staged, root: &Path) {
+    use ingot_writer::secrets::{CREDSTORE, PCR_SIGNATURE, TABLE};
+    for e in &staged.entries {
+        let on_disk = root.join(e.path.strip_prefix("/").unwrap());
+        if let ingot_bootstrap::EntryKind::File(c) = &e.kind {
+            if e.path.starts_with(CREDSTORE)
+                || e.path == Path::new(TABLE)
+                || e.path == Path::new(PCR_SIGNATURE)
+            {
+                std::fs::create_dir_all(on_disk.parent().unwrap()).unwrap();
+                std::fs::write(&on_disk, c).unwrap();
+            }
+        }
+    }
+}
+
+/// The report names each secret's credential (`names`, in path order) and the host key's
+/// fingerprint, never a content.
+fn assert_sealed_report(report: &ingot_writer::secrets::SecretsReport, names: &[&str]) {
+    assert!(report.sealed && report.reason.is_none() && report.count == names.len());
+    let reported: Vec<_> = report
+        .secrets
+        .iter()
+        .map(|s| s.credential.as_deref())
+        .collect();
+    assert_eq!(reported, names.iter().map(|n| Some(*n)).collect::<Vec<_>>());
+    assert!(report.secrets[1]
+        .ssh_fingerprint
+        .as_deref()
+        .unwrap()
+        .starts_with("SHA256:"));
+}
+
+/// The writer's `seal` step as it treats staged files (`ingot_writer::secrets::apply`): every
+/// secret's plaintext leaves the staged files, its credential, symlink and table line take its
+/// place; the node's `unseal-secrets` script (boot/systemd) opens every credential into
+/// `/run/ingot/secrets` with the table's mode while PCR 11 holds the signed value, and once it
+/// moved on (another boot chain) refuses with the console line and a failure, leaving nothing.
+#[test]
+fn staged_secrets_are_sealed_and_the_node_script_opens_them_only_under_the_policy() {
+    use ingot_bootstrap::EntryKind;
+    use ingot_writer::secrets::{self, TABLE};
+    use ingot_writer::tpm::TpmSetting;
+    if !usable(ingot_testkit::test_name!()) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tpm = Tpm::start(dir.path());
+    let (key, _private) = PcrKey::generate().unwrap();
+    let pem = dir.path().join("pcr.pub");
+    std::fs::write(&pem, key.public_pem()).unwrap();
+    tpm.extend_pcr11(b"ingot unseal test: the release's UKI");
+    let value = extend([0; 32], b"ingot unseal test: the release's UKI");
+    let signed = policy(dir.path(), "signed.json", &key, value);
+
+    let staged = staged_fixture();
+    let sealer = Sealer {
+        device: tpm.device.clone(),
+        ..Sealer::new(&pem)
+    };
+    let signature = std::fs::read(&signed).unwrap();
+    let treatment = secrets::Treatment::Seal {
+        sealer: &sealer,
+        signature: &signature,
+    };
+    let (staged, report) = secrets::apply(staged, TpmSetting::Require, Some(2), treatment).unwrap();
+    tpm.flush();
+    let names = [
+        "ingot.etc.kubernetes.pki.ca.key",
+        "ingot.etc.ssh.ssh_host_ed25519_key",
+    ];
+    assert_sealed_report(&report, &names);
+
+    // No staged file holds a byte run of either secret; each path is a symlink into /run.
+    assert_no_plaintext(&staged);
+    for (path, name) in [
+        ("/etc/kubernetes/pki/ca.key", names[0]),
+        ("/etc/ssh/ssh_host_ed25519_key", names[1]),
+    ] {
+        assert_eq!(
+            staged.get(path).unwrap().kind,
+            EntryKind::Symlink(format!("/run/ingot/secrets/{name}").into())
+        );
+    }
+    let EntryKind::File(table) = &staged.get(TABLE).unwrap().kind else {
+        panic!("no table");
+    };
+    let table = String::from_utf8(table.clone()).unwrap();
+    assert!(
+        table.contains(
+            "ingot.etc.ssh.ssh_host_ed25519_key 0600 0 0 /etc/ssh/ssh_host_ed25519_key\n"
+        ),
+        "{table}"
+    );
+
+    let root = dir.path().join("root");
+    write_node_tree(&staged, &root);
+    // The signatures the node layer carries are the ones the node's systemd-creds reads.
+    let carried = root.join(secrets::PCR_SIGNATURE.trim_start_matches('/'));
+    assert_eq!(
+        std::fs::read(&carried).unwrap(),
+        std::fs::read(&signed).unwrap()
+    );
+    let out = unseal(&tpm, &root, &carried);
+    assert!(out.status.success(), "{out:?}");
+    let run = root.join("run/ingot/secrets");
+    assert_eq!(std::fs::read(run.join(names[1])).unwrap(), SECRET);
+    assert_eq!(std::fs::read(run.join(names[0])).unwrap(), CA_KEY);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(run.join(names[1]))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o600);
+
+    // Another boot chain: PCR 11 moved on. The script refuses, says why, and opens nothing.
+    std::fs::remove_dir_all(root.join("run")).unwrap();
+    tpm.extend_pcr11(b"another UKI");
+    let out = unseal(&tpm, &root, &carried);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        stdout.contains(&format!(
+            "INGOT-SECRETS-SEALED: {}: the TPM refused (another boot chain, another machine or a \
+             cleared TPM); nothing joins",
+            names[0]
+        )),
+        "{stdout}"
+    );
+    let left: Vec<_> = std::fs::read_dir(&run).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -37,7 +37,8 @@ pub fn written(outcome: &Outcome, target: &Path, reporter: &Reporter) -> String 
 /// A machine provisioned.
 pub fn provisioned(done: &Provisioned, reporter: &Reporter) -> String {
     let msg = format!(
-        "wrote {} ({}) to {} for {} ({}): layers {}; {} bytes written, {} rewrites; boots from {}",
+        "wrote {} ({}) to {} for {} ({}): layers {}; {} bytes written, {} rewrites; boots from \
+         {}; {}",
         done.outcome.stack,
         done.outcome.manifest_digest,
         done.disks.join(", "),
@@ -46,7 +47,8 @@ pub fn provisioned(done: &Provisioned, reporter: &Reporter) -> String {
         layer_list(&done.outcome),
         done.outcome.bytes_written,
         done.outcome.rewrites,
-        done.outcome.boot_chain.describe()
+        done.outcome.boot_chain.describe(),
+        done.secrets.message
     );
     reporter.done(&msg);
     msg

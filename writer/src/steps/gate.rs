@@ -11,6 +11,7 @@ use ingot_machine::{Disk, Facts, GateReport, Sysroot};
 
 use crate::report::{Reporter, Stage};
 use crate::request::ProvisionRequest;
+use crate::tpm::{Decision, Policy, TpmSetting};
 use ingot_machine::GateFailure;
 
 fn passed(reporter: &Reporter, report: &GateReport) {
@@ -28,6 +29,7 @@ pub fn run(
     reporter.stage(Stage::Gate, "checking tools, firmware and the target disks");
     let tools: Vec<&str> = req.required_tools.iter().map(String::as_str).collect();
     passed(reporter, &ingot_machine::gate_tools(&tools, None)?);
+    crate::tpm::gate_machine(req.tpm, facts, req.tpm_device.is_some())?;
     if facts.uefi {
         passed(reporter, &ingot_machine::gate_uefi(facts)?);
     } // BIOS firmware: whether the stack can boot it is known after `verify` ([`firmware`]).
@@ -72,6 +74,39 @@ pub fn firmware(facts: &Facts, bios_loader: bool, reporter: &Reporter) -> Result
         "BIOS firmware: the disk boots through the stack's BIOS loader (GRUB i386-pc)",
     );
     Ok(())
+}
+
+/// The secrets gate, once the stack is verified: whether the node's secrets are sealed, from
+/// the `tpm` setting, the machine's TPM and the stack's PCR policy ([`crate::tpm`]); `require`
+/// without a policy stops here (`pcr-policy-missing`), before any disk is touched.
+pub fn secrets(
+    setting: TpmSetting,
+    facts: &Facts,
+    reachable: bool,
+    uki: Option<&[u8]>,
+    reporter: &Reporter,
+) -> Result<Decision, GateFailure> {
+    reporter.stage(
+        Stage::Gate,
+        format!("secrets: the setting tpm = {}", setting.as_str()),
+    );
+    let decision = crate::tpm::decide(setting, facts.tpm, reachable, Policy::of(uki))?;
+    reporter.stage(
+        Stage::Gate,
+        match &decision {
+            Decision::Seal { .. } => format!(
+                "secrets: sealed to this machine's TPM 2.0 under the release's PCR policy (tpm = \
+                 {})",
+                setting.as_str()
+            ),
+            Decision::Clear(why) => format!(
+                "secrets: written in the clear (tpm = {}): {}",
+                setting.as_str(),
+                why.why()
+            ),
+        },
+    );
+    Ok(decision)
 }
 
 /// The size gate: `disk` holds the `need` bytes the plan asks for.

@@ -23,9 +23,6 @@ pub const TABLE: &str = "/etc/ingot/sealed-secrets";
 pub const CREDSTORE: &str = "/etc/credstore.encrypted";
 /// Where the node opens them (tmpfs); each secret's path is a symlink to `RUN/NAME`.
 pub const RUN: &str = "/run/ingot/secrets";
-/// Where systemd 252's `systemd-creds` looks for the PCR policy's signatures (its search path
-/// starts in `/etc/systemd`): the release UKI's `.pcrsig`, public and signed.
-pub const PCR_SIGNATURE: &str = "/etc/systemd/tpm2-pcr-signature.json";
 /// The longest credential name systemd takes.
 const MAX_NAME: usize = 255;
 
@@ -136,11 +133,9 @@ pub struct SecretsReport {
 
 /// What [`apply`] does with the secrets.
 pub enum Treatment<'a> {
-    /// Seal each with `sealer`; `signature` is the release UKI's `.pcrsig`, carried for the node.
-    Seal {
-        sealer: &'a Sealer,
-        signature: &'a [u8],
-    },
+    /// Seal each with `sealer`. The node opens them with the `.pcrsig` of the UKI it booted,
+    /// which its initramfs hands to systemd (docs/boot-contract.md).
+    Seal { sealer: &'a Sealer },
     /// Leave them in the clear, for this reason.
     Clear(Clear),
 }
@@ -160,9 +155,9 @@ pub fn apply(
     let tpm_text = tpm.map(|v| format!("{v}.0"));
     let count = paths.len();
     let (sealed, reason, message, names) = match treatment {
-        Treatment::Seal { sealer, signature } => {
+        Treatment::Seal { sealer } => {
             let names = credential_names(&paths)?;
-            seal_all(&mut staged, &paths, &names, sealer, signature)?;
+            seal_all(&mut staged, &paths, &names, sealer)?;
             let message = format!(
                 "{count} secrets sealed to this machine's TPM under the release's PCR policy"
             );
@@ -204,7 +199,6 @@ fn seal_all(
     paths: &[PathBuf],
     names: &[String],
     sealer: &Sealer,
-    signature: &[u8],
 ) -> Result<(), SecretsError> {
     let mut table =
         String::from("# ingot sealed secrets: NAME MODE UID GID PATH (docs/boot-contract.md)\n");
@@ -247,7 +241,6 @@ fn seal_all(
     for (path, kind, mode) in [
         (CREDSTORE, EntryKind::Dir, 0o700),
         (TABLE, EntryKind::File(table.into_bytes()), 0o644),
-        (PCR_SIGNATURE, EntryKind::File(signature.to_vec()), 0o644),
     ] {
         added.push(Entry {
             path: path.into(),

@@ -101,12 +101,9 @@ impl Clear {
 /// What the run does with the secrets.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
-    /// Seal them under this PCR public key (the UKI's `.pcrpkey`, PEM); `signature` is the
-    /// UKI's `.pcrsig` (JSON), which the node's `systemd-creds` needs to open them.
-    Seal {
-        public_key: Vec<u8>,
-        signature: Vec<u8>,
-    },
+    /// Seal them under this PCR public key (the UKI's `.pcrpkey`, PEM). The node opens them
+    /// with the `.pcrsig` of the UKI it booted.
+    Seal { public_key: Vec<u8> },
     /// Write them in the clear, for this reason.
     Clear(Clear),
 }
@@ -137,11 +134,8 @@ pub enum Policy {
     NoSignedUki,
     /// The signed UKI carries no `.pcrpkey` with a `.pcrsig`.
     None,
-    /// The UKI's `.pcrpkey` (PEM) and its `.pcrsig` (JSON).
-    Key {
-        public_key: Vec<u8>,
-        signature: Vec<u8>,
-    },
+    /// The UKI's `.pcrpkey` (PEM), beside a `.pcrsig`.
+    Key { public_key: Vec<u8> },
 }
 
 impl Policy {
@@ -156,7 +150,6 @@ impl Policy {
         match (key, sig) {
             (Ok(key), Ok(sig)) if !key.is_empty() && !sig.is_empty() => Policy::Key {
                 public_key: key.to_vec(),
-                signature: sig.to_vec(),
             },
             _ => Policy::None,
         }
@@ -197,13 +190,7 @@ pub fn decide(
         return clear(Clear::TpmUnreachable);
     }
     match policy {
-        Policy::Key {
-            public_key,
-            signature,
-        } => Ok(Decision::Seal {
-            public_key,
-            signature,
-        }),
+        Policy::Key { public_key } => Ok(Decision::Seal { public_key }),
         Policy::None => clear(Clear::NoPcrPolicy),
         Policy::NoSignedUki => clear(Clear::NoSignedUki),
     }
@@ -260,11 +247,9 @@ mod tests {
         use TpmSetting::*;
         let key = || Policy::Key {
             public_key: b"PEM".to_vec(),
-            signature: b"{}".to_vec(),
         };
         let seal = Decision::Seal {
             public_key: b"PEM".to_vec(),
-            signature: b"{}".to_vec(),
         };
         let gate = |r: Result<Decision, GateFailure>| r.unwrap_err().reason;
         // TPM 2.0 × policy × setting.
@@ -315,7 +300,6 @@ mod tests {
         use TpmSetting::*;
         let key = Policy::Key {
             public_key: b"PEM".to_vec(),
-            signature: b"{}".to_vec(),
         };
         assert_eq!(
             decide(Prefer, Some(2), false, key.clone()).unwrap(),

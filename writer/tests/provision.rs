@@ -1818,11 +1818,11 @@ fn secret_needles(data: &Path) -> Vec<Vec<u8>> {
     needles
 }
 
-/// The node layer's sealed secrets (table, credentials, signatures) copied below `root`; the
-/// SSH host key's symlink target.
+/// The node layer's sealed secrets (table and credentials) copied below `root`; the SSH host
+/// key's symlink target.
 fn copy_sealed(image: &Path, offset: u64, size: u64, root: &Path) -> PathBuf {
     let mount = Mount::new(image, offset, size);
-    for dir in ["etc/ingot", "etc/systemd", "etc/credstore.encrypted"] {
+    for dir in ["etc/ingot", "etc/credstore.encrypted"] {
         fs::create_dir_all(root.join(dir)).unwrap();
     }
     let cp = Command::new("cp")
@@ -1832,12 +1832,8 @@ fn copy_sealed(image: &Path, offset: u64, size: u64, root: &Path) -> PathBuf {
         .status()
         .unwrap();
     assert!(cp.success());
-    for f in [
-        "etc/ingot/sealed-secrets",
-        "etc/systemd/tpm2-pcr-signature.json",
-    ] {
-        fs::copy(mount.dir.path().join(f), root.join(f)).unwrap();
-    }
+    let table = "etc/ingot/sealed-secrets";
+    fs::copy(mount.dir.path().join(table), root.join(table)).unwrap();
     fs::read_link(mount.dir.path().join("etc/ssh/ssh_host_ed25519_key")).unwrap()
 }
 
@@ -1867,7 +1863,7 @@ fn unseal_on_swtpm(work: &Path, device: &str, root: &Path) -> Output {
         .env("INGOT_TPM2_DEVICE", device)
         .env(
             "INGOT_PCR_SIGNATURE",
-            root.join("etc/systemd/tpm2-pcr-signature.json"),
+            root.join("run/systemd/tpm2-pcr-signature.json"),
         )
         .output()
         .unwrap()
@@ -1977,6 +1973,14 @@ fn a_machine_with_a_tpm_gets_its_secrets_sealed_and_none_on_its_disk() {
         .unwrap();
     assert!(uki.status.success());
     measure_uki(&device, &uki.stdout);
+    // What the node's initramfs does: the booted UKI's .pcrsig where systemd looks for it.
+    let signature = root.join("run/systemd/tpm2-pcr-signature.json");
+    fs::create_dir_all(signature.parent().unwrap()).unwrap();
+    fs::write(
+        &signature,
+        ingot_artifact::uki::section(&uki.stdout, ".pcrsig").unwrap(),
+    )
+    .unwrap();
     let out = unseal_on_swtpm(work.path(), &device, &root);
     assert!(out.status.success(), "{out:?}");
     let opened = root.join(host_key_link.strip_prefix("/").unwrap());

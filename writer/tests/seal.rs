@@ -249,17 +249,13 @@ fn assert_no_plaintext(staged: &ingot_bootstrap::Staged) {
     }
 }
 
-/// The node's tree below `root`: the credentials, the table and the signatures, as the node
-/// layer carries them.
+/// The node's tree below `root`: the credentials and the table, as the node layer carries them.
 fn write_node_tree(staged: &ingot_bootstrap::Staged, root: &Path) {
-    use ingot_writer::secrets::{CREDSTORE, PCR_SIGNATURE, TABLE};
+    use ingot_writer::secrets::{CREDSTORE, TABLE};
     for e in &staged.entries {
         let on_disk = root.join(e.path.strip_prefix("/").unwrap());
         if let ingot_bootstrap::EntryKind::File(c) = &e.kind {
-            if e.path.starts_with(CREDSTORE)
-                || e.path == Path::new(TABLE)
-                || e.path == Path::new(PCR_SIGNATURE)
-            {
+            if e.path.starts_with(CREDSTORE) || e.path == Path::new(TABLE) {
                 std::fs::create_dir_all(on_disk.parent().unwrap()).unwrap();
                 std::fs::write(&on_disk, c).unwrap();
             }
@@ -311,11 +307,7 @@ fn staged_secrets_are_sealed_and_the_node_script_opens_them_only_under_the_polic
         device: tpm.device.clone(),
         ..Sealer::new(&pem)
     };
-    let signature = std::fs::read(&signed).unwrap();
-    let treatment = secrets::Treatment::Seal {
-        sealer: &sealer,
-        signature: &signature,
-    };
+    let treatment = secrets::Treatment::Seal { sealer: &sealer };
     let (staged, report) = secrets::apply(staged, TpmSetting::Require, Some(2), treatment).unwrap();
     tpm.flush();
     let names = [
@@ -348,12 +340,10 @@ fn staged_secrets_are_sealed_and_the_node_script_opens_them_only_under_the_polic
 
     let root = dir.path().join("root");
     write_node_tree(&staged, &root);
-    // The signatures the node layer carries are the ones the node's systemd-creds reads.
-    let carried = root.join(secrets::PCR_SIGNATURE.trim_start_matches('/'));
-    assert_eq!(
-        std::fs::read(&carried).unwrap(),
-        std::fs::read(&signed).unwrap()
-    );
+    // The signatures are the booted UKI's, where its initramfs put them (boot_secure).
+    let carried = root.join("run/systemd/tpm2-pcr-signature.json");
+    std::fs::create_dir_all(carried.parent().unwrap()).unwrap();
+    std::fs::copy(&signed, &carried).unwrap();
     let out = unseal(&tpm, &root, &carried);
     assert!(out.status.success(), "{out:?}");
     let run = root.join("run/ingot/secrets");

@@ -54,10 +54,7 @@ pub fn run(
 ) -> Result<(NodeLayer, SecretsReport), SealError> {
     let io = |what| move |source| SealError::Io { what, source };
     let (staged, report) = match secrets.decision {
-        Decision::Seal {
-            public_key,
-            signature,
-        } => {
+        Decision::Seal { public_key } => {
             reporter.stage(
                 Stage::Seal,
                 format!(
@@ -73,10 +70,7 @@ pub fn run(
                 device: secrets.device.to_string(),
                 ..Sealer::new(key.path())
             };
-            let treatment = Treatment::Seal {
-                sealer: &sealer,
-                signature,
-            };
+            let treatment = Treatment::Seal { sealer: &sealer };
             crate::secrets::apply(staged, secrets.setting, secrets.tpm, treatment)?
         }
         Decision::Clear(why) => {

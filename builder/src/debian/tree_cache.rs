@@ -297,7 +297,13 @@ impl TreeCache {
         } else {
             None
         };
-        fs::rename(tmp.path(), &entry).map_err(io_err("renaming into place", &entry))?;
+        if let Err(e) = fs::rename(tmp.path(), &entry) {
+            // Another build put the same key in between: its tree is as good as ours.
+            if let Some(hit) = self.get(layer, key) {
+                return Ok(hit.tree);
+            }
+            return Err(io_err("renaming into place", &entry)(e));
+        }
         let _ = tmp.keep();
         sync_dir(&self.dir)?;
         drop(old);

@@ -218,7 +218,9 @@ fn first_lock(d: &Path, lock_path: &Path) -> (String, Lock) {
 #[test]
 fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
     let test = ingot_testkit::test_name!();
-    if !skip::have_root(test) || !skip::have_tools(test, &["mmdebstrap", "unshare", "dpkg-deb"]) {
+    if !skip::have_root(test)
+        || !skip::have_tools(test, &["mmdebstrap", "unshare", "dpkg-deb", "faketime"])
+    {
         return;
     }
     // Beside the output, as a real build is: /var/tmp, not a small /tmp.

@@ -144,21 +144,19 @@ impl Phases {
 
     fn start(&self, what: &str) {
         self.done();
-        let bar = ProgressBar::with_draw_target(
-            None,
-            if self.draw {
-                ProgressDrawTarget::stderr()
-            } else {
-                ProgressDrawTarget::hidden()
-            },
-        );
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} layer {prefix}: {msg} [{elapsed}]")
-                .expect("a valid template")
-                .tick_strings(&["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏", "✓"]),
-        );
-        bar.set_prefix(self.layer.clone());
-        bar.set_message(what.to_owned());
+        let style = ProgressStyle::with_template("{spinner} layer {prefix}: {msg} [{elapsed}]")
+            .expect("a valid template")
+            .tick_strings(&["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏", "✓"]);
+        let target = if self.draw {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        // Styled and named before it is first drawn.
+        let bar = ProgressBar::with_draw_target(None, target)
+            .with_style(style)
+            .with_prefix(self.layer.clone())
+            .with_message(what.to_owned());
         bar.enable_steady_tick(Duration::from_millis(120));
         *self.current.borrow_mut() = Some(bar);
     }

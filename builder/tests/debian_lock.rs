@@ -5,10 +5,12 @@
 //! the package and writes nothing; `--update PACKAGE` moves that package back to the archive's
 //! version and prints the change, and a cached file that rotted is fetched again, not used.
 //! The layer's SBOM gives every package its `.deb`'s SHA-256 from the lock and the licences its
-//! real copyright files declare.
+//! real copyright files declare. The tree cache: a build with nothing changed reuses the tree
+//! (no mmdebstrap) and gives the same stack; `--rebuild --locked` three days later (faketime)
+//! makes the tree again and gives the same manifest digest; a changed package list rebuilds.
 //!
-//! Root (mmdebstrap's root mode) and the archive: the full tier only (about two minutes, most of
-//! it apt's downloads; the quick tier skips every root test).
+//! Root (mmdebstrap's root mode) and the archive: the full tier only (about four minutes, most
+//! of it apt's downloads and mmdebstrap; the quick tier skips every root test).
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -46,16 +48,22 @@ suites = ["bookworm"]
 components = ["main"]
 "#;
 
-/// Runs `ingot build MANIFEST --out OUT --deb-cache CACHE EXTRA...`, offline (in a network
-/// namespace of its own, where nothing is reachable) when `offline`.
-fn build(dir: &Path, out: &str, extra: &[&str], offline: bool) -> (Output, f64) {
+/// Offline: in a network namespace of its own, where nothing is reachable.
+const OFFLINE: &[&str] = &["unshare", "--net"];
+/// Three days from now, as libfaketime makes ingot and everything it runs see the clock.
+const IN_THREE_DAYS: &[&str] = &["faketime", "+3 days"];
+
+/// Runs `ingot build MANIFEST --out OUT --deb-cache CACHE EXTRA...` (the tree cache is then
+/// `trees` beside `cache`), under the command `wrap` (none: directly).
+fn build(dir: &Path, out: &str, extra: &[&str], wrap: &[&str]) -> (Output, f64) {
     let ingot = env!("CARGO_BIN_EXE_ingot");
-    let mut cmd = if offline {
-        let mut c = Command::new("unshare");
-        c.args(["--net", ingot]);
-        c
-    } else {
-        Command::new(ingot)
+    let mut cmd = match wrap {
+        [] => Command::new(ingot),
+        [tool, args @ ..] => {
+            let mut c = Command::new(tool);
+            c.args(args).arg(ingot);
+            c
+        }
     };
     cmd.current_dir(dir)
         .args([
@@ -73,8 +81,7 @@ fn build(dir: &Path, out: &str, extra: &[&str], offline: bool) -> (Output, f64) 
     let output = cmd.output().expect("running ingot");
     let secs = started.elapsed().as_secs_f64();
     eprintln!(
-        "ingot build {out} {extra:?}{}: {secs:.1} s\n{}",
-        if offline { " (offline)" } else { "" },
+        "{wrap:?} ingot build {out} {extra:?}: {secs:.1} s\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
     (output, secs)
@@ -184,24 +191,10 @@ fn entries(dir: &Path) -> Vec<String> {
     names
 }
 
-#[test]
-fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
-    let test = ingot_testkit::test_name!();
-    if !skip::have_root(test) || !skip::have_tools(test, &["mmdebstrap", "unshare", "dpkg-deb"]) {
-        return;
-    }
-    // Beside the output, as a real build is: /var/tmp, not a small /tmp.
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let d = dir.path();
-    fs::create_dir(d.join("m")).unwrap();
-    fs::write(d.join("m/stack.toml"), MANIFEST).unwrap();
-    let lock_path: PathBuf = d.join("m/stack.lock");
-
-    // 1. Resolved against the archive: the lock is written, every file cached under its hash.
-    let (first, cold) = build(d, "out1", &[], false);
-    assert!(first.status.success());
-    let lock_text = fs::read_to_string(&lock_path).unwrap();
-    let lock = Lock::parse(&lock_text, &lock_path).unwrap();
+/// The lock the first build wrote: the essential set, every file cached under its hash.
+fn first_lock(d: &Path, lock_path: &Path) -> (String, Lock) {
+    let lock_text = fs::read_to_string(lock_path).unwrap();
+    let lock = Lock::parse(&lock_text, lock_path).unwrap();
     let base = &lock.layers["base"];
     assert!(base.packages.len() > 20, "{lock_text}");
     for name in ["base-files", "dpkg", "libc6"] {
@@ -219,10 +212,41 @@ fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
         assert_eq!(sha256_of(&cached).unwrap(), p.sha256, "{}", p.name);
     }
 
-    // 2. Locked, with no network at all: every file from the cache, the same stack.
-    let (second, warm) = build(d, "out2", &["--locked"], true);
+    (lock_text, lock)
+}
+
+#[test]
+fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
+    let test = ingot_testkit::test_name!();
+    if !skip::have_root(test)
+        || !skip::have_tools(test, &["mmdebstrap", "unshare", "dpkg-deb", "faketime"])
+    {
+        return;
+    }
+    // Beside the output, as a real build is: /var/tmp, not a small /tmp.
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    let d = dir.path();
+    fs::create_dir(d.join("m")).unwrap();
+    fs::write(d.join("m/stack.toml"), MANIFEST).unwrap();
+    let lock_path: PathBuf = d.join("m/stack.lock");
+
+    // 1. Resolved against the archive: the lock is written, every file cached under its hash.
+    let (first, cold) = build(d, "out1", &[], &[]);
+    assert!(first.status.success());
+    let (lock_text, lock) = first_lock(d, &lock_path);
+    let base = &lock.layers["base"];
+    let said = String::from_utf8_lossy(&first.stderr);
+    assert!(
+        said.contains("layer base: built: no lock entry (resolved against the archive)"),
+        "{said}"
+    );
+
+    // 2. Locked, with no network at all, the tree made again (not taken from the tree cache):
+    //    every file from the .deb cache, the same stack.
+    let (second, warm) = build(d, "out2", &["--locked", "--rebuild"], OFFLINE);
     assert!(second.status.success());
     let said = String::from_utf8_lossy(&second.stderr);
+    assert!(said.contains("layer base: built: --rebuild;"), "{said}");
     assert!(
         said.contains(&format!(
             "{} .deb from the cache, 0 downloaded",
@@ -253,7 +277,7 @@ fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
     assert_ne!(edited, lock_text);
     fs::write(&lock_path, &edited).unwrap();
     let before = entries(d);
-    let (third, _) = build(d, "out3", &["--locked"], false);
+    let (third, _) = build(d, "out3", &["--locked"], &[]);
     assert!(!third.status.success());
     let said = String::from_utf8_lossy(&third.stderr);
     assert!(
@@ -274,7 +298,7 @@ fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
     let rotten = base.packages.iter().find(|p| p.name == "dpkg").unwrap();
     let rotten_path = d.join("cache").join(format!("{}.deb", rotten.sha256));
     fs::write(&rotten_path, b"not dpkg any more").unwrap();
-    let (fourth, _) = build(d, "out4", &["--update", "base-files"], false);
+    let (fourth, _) = build(d, "out4", &["--update", "base-files"], &[]);
     assert!(fourth.status.success());
     let said = String::from_utf8_lossy(&fourth.stderr);
     let change = format!(
@@ -295,4 +319,88 @@ fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
     let updated = Lock::parse(&fs::read_to_string(&lock_path).unwrap(), &lock_path).unwrap();
     assert_eq!(updated.layers["base"].packages, base.packages);
     assert_eq!(manifest_digest(&fourth), manifest_digest(&first));
+
+    tree_cache(d, &manifest_digest(&first), cold);
+}
+
+/// The `base-<key>` entries of the tree cache beside `d/cache`, with their trees' inodes.
+fn base_entries(d: &Path) -> Vec<(String, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    entries(&d.join("trees"))
+        .into_iter()
+        .filter(|n| n.starts_with("base-"))
+        .map(|n| {
+            let ino = fs::metadata(d.join("trees").join(&n).join("tree"))
+                .unwrap()
+                .ino();
+            (n, ino)
+        })
+        .collect()
+}
+
+/// Steps 5-7: the tree cache after steps 1-4 (whose lock is the first build's again).
+fn tree_cache(d: &Path, digest: &str, cold: f64) {
+    // 5. Nothing changed (and no network): the tree is reused, mmdebstrap does not run (the
+    //    cached tree is the same directory), the stack is the same.
+    let before = base_entries(d);
+    assert_eq!(before.len(), 1, "{before:?}");
+    let short = &before[0].0["base-".len().."base-".len() + 12];
+    let (fifth, cached) = build(d, "out5", &["--json"], OFFLINE);
+    assert!(fifth.status.success());
+    let said = String::from_utf8_lossy(&fifth.stderr);
+    let reason = format!("tree cache {short}: same lock entry, inputs and ingot version");
+    assert!(
+        said.contains(&format!("layer base: reused ({reason})")),
+        "{said}"
+    );
+    assert!(!said.contains("mmdebstrap"), "{said}");
+    assert_eq!(base_entries(d), before, "the cached tree was replaced");
+    let result: serde_json::Value = serde_json::from_slice(&fifth.stdout).unwrap();
+    assert_eq!(result["manifestDigest"], digest);
+    assert_eq!(
+        result["trees"],
+        serde_json::json!([{"layer": "base", "reused": true, "reason": reason}])
+    );
+
+    // 6. Three days later, --rebuild --locked: the tree made again from the .deb cache, the
+    //    same manifest digest (nothing in the stack depends on the day it was built).
+    let (sixth, rebuilt) = build(d, "out6", &["--rebuild", "--locked"], IN_THREE_DAYS);
+    let said = String::from_utf8_lossy(&sixth.stderr);
+    assert!(sixth.status.success(), "{said}");
+    assert!(said.contains("layer base: built: --rebuild;"), "{said}");
+    let after = base_entries(d);
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0].0, before[0].0, "the same key");
+    assert_ne!(after[0].1, before[0].1, "the tree was not made again");
+    assert_eq!(manifest_digest(&sixth), digest);
+    eprintln!(
+        "essential-set stack: cold {cold:.1} s, cached {cached:.1} s, --rebuild --locked under \
+         faketime +3 days {rebuilt:.1} s"
+    );
+
+    // 7. A package added to the declaration: resolved and built again; the cache keeps both
+    //    trees of the layer (two per layer).
+    let manifest = fs::read_to_string(d.join("m/stack.toml")).unwrap();
+    let more = manifest.replace(
+        "variant = \"essential\"\n",
+        "variant = \"essential\"\npackages = [\"hello\"]\n",
+    );
+    assert_ne!(more, manifest);
+    fs::write(d.join("m/stack.toml"), more).unwrap();
+    let (seventh, _) = build(d, "out7", &[], &[]);
+    let said = String::from_utf8_lossy(&seventh.stderr);
+    assert!(seventh.status.success(), "{said}");
+    assert!(
+        said.contains(
+            "layer base: built: the declaration changed since stack.lock (resolved again)"
+        ),
+        "{said}"
+    );
+    assert_ne!(manifest_digest(&seventh), digest);
+    let now = base_entries(d);
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert!(
+        now.contains(&after[0]),
+        "the older tree was dropped: {now:?}"
+    );
 }

@@ -98,9 +98,13 @@ fn every_json_output_parses_with_camel_case_keys() {
             "size",
             "compressedSize",
             "uki",
+            "trees",
         ],
     );
     assert_eq!(built["signed"], true);
+    // No layer made from Debian packages: no tree to reuse or build (debian_lock.rs checks a
+    // reused one's `{"layer", "reused", "reason"}`).
+    assert_eq!(built["trees"], serde_json::json!([]), "{built:#}");
     // Built without --secure-boot-key: no unified kernel image.
     assert_eq!(built["uki"], Value::Null, "{built:#}");
     assert!(is_digest(&built["manifestDigest"]), "{built:#}");

@@ -22,7 +22,10 @@ use ingot_artifact::sign::SecretKey;
 /// and apt: they resolve, download, check the archive's signatures and install; ingot pins what
 /// they installed in stack.lock beside the manifest (every package's version, architecture and
 /// .deb SHA-256, the suites' Release dates, the kernel) and keeps the .deb files in a cache named
-/// by their hashes. A later build installs what the lock says; --update moves it forward.
+/// by their hashes. A later build installs what the lock says; --update moves it forward. Each
+/// finished tree is kept in the tree cache under a hash of everything that made it (its lock
+/// entry, declaration, the layers below, source_date_epoch, the ingot version): a build with
+/// nothing changed reuses it and runs no mmdebstrap; --rebuild makes it again.
 #[derive(Args, Debug)]
 pub struct BuildArgs {
     /// The stack manifest (TOML; see docs/manifest.md). A layer whose source is `debian` is made
@@ -94,7 +97,18 @@ pub struct BuildArgs {
     /// stack then lacks.
     #[arg(long = "input", value_name = "NAME=PATH", value_parser = crate::manifest::parse_input_arg)]
     pub inputs: Vec<(String, PathBuf)>,
-    /// No progress bars.
+    /// The tree cache: each Debian-made layer's finished tree, under a hash of its lock entry,
+    /// its declaration, the layers below, source_date_epoch and the ingot version, so a build
+    /// with nothing changed reuses it (2 entries kept per layer). Default: `trees` beside the
+    /// .deb cache (/var/cache/ingot/trees for root).
+    #[arg(long, value_name = "DIR")]
+    pub tree_cache: Option<PathBuf>,
+    /// Make every Debian-made layer's tree again with mmdebstrap, ignoring the tree cache (the
+    /// packages still come from the .deb cache), as `mkosi -f` does; the new tree replaces the
+    /// cached one. With --locked it checks that the lock still makes the same stack.
+    #[arg(long)]
+    pub rebuild: bool,
+    /// No progress bars or spinners.
     #[arg(long, short)]
     pub quiet: bool,
     /// Print the result as one JSON object (camelCase keys) instead of text.
@@ -124,18 +138,16 @@ fn debian_trees(
         cache: args.deb_cache.clone(),
         locked: args.locked,
         update: args.update.clone().map(|u| u.into_iter().collect()),
+        tree_cache: args.tree_cache.clone(),
+        rebuild: args.rebuild,
+        progress: !args.quiet && !args.json,
     };
-    let out_parent = match args.out.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&out_parent)
-        .with_context(|| format!("creating {}", out_parent.display()))?;
-    let prepared = crate::debian::prepare(manifest, &debian_opts, &out_parent)
+    let prepared = crate::debian::prepare(manifest, &debian_opts)
         .with_context(|| format!("making the Debian trees of {}", args.manifest.display()))?;
-    if prepared.is_none() && (args.locked || args.update.is_some()) {
+    if prepared.is_none() && (args.locked || args.update.is_some() || args.rebuild) {
         anyhow::bail!(
-            "{}: no layer is made from Debian packages: --locked and --update have nothing to do",
+            "{}: no layer is made from Debian packages: --locked, --update and --rebuild have \
+             nothing to do",
             args.manifest.display()
         );
     }
@@ -160,6 +172,39 @@ fn write_lock(p: &crate::debian::Prepared) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", p.lock_path.display()))?;
         eprintln!("wrote {}", p.lock_path.display());
     }
+    Ok(())
+}
+
+/// The result as one JSON object; `trees` says per Debian-made layer whether its tree was
+/// reused from the tree cache, and why (or why it was built).
+fn print_json(
+    out: &crate::build::BuildOutput,
+    prepared: Option<&crate::debian::Prepared>,
+    total: u64,
+    compressed: u64,
+) -> anyhow::Result<()> {
+    let v = serde_json::json!({
+        "name": out.descriptor.name,
+        "version": out.descriptor.version,
+        "layout": out.out,
+        "manifestDigest": out.manifest_digest,
+        "descriptorDigest": out.descriptor_digest,
+        "signed": out.signed,
+        "layers": out.descriptor.layers.len(),
+        "size": total,
+        "compressedSize": compressed,
+        "uki": out.descriptor.uki,
+        "trees": prepared.map_or_else(Vec::new, |p| p
+            .trees
+            .iter()
+            .map(|t| serde_json::json!({
+                "layer": t.layer,
+                "reused": t.reused,
+                "reason": t.reason,
+            }))
+            .collect()),
+    });
+    println!("{}", serde_json::to_string_pretty(&v)?);
     Ok(())
 }
 
@@ -221,19 +266,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let total: u64 = out.descriptor.layers.iter().map(|l| l.size).sum();
     let compressed: u64 = out.descriptor.layers.iter().map(|l| l.data.size).sum();
     if args.json {
-        let v = serde_json::json!({
-            "name": out.descriptor.name,
-            "version": out.descriptor.version,
-            "layout": out.out,
-            "manifestDigest": out.manifest_digest,
-            "descriptorDigest": out.descriptor_digest,
-            "signed": out.signed,
-            "layers": out.descriptor.layers.len(),
-            "size": total,
-            "compressedSize": compressed,
-            "uki": out.descriptor.uki,
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        print_json(&out, prepared.as_ref(), total, compressed)?;
         return Ok(ExitCode::SUCCESS);
     }
     println!(

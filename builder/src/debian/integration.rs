@@ -104,6 +104,24 @@ pub const FILES: &[BootFile] = &[
         Tree
     ),
     boot_file!(
+        "systemd/ingot-unseal.service",
+        "/usr/lib/systemd/system/ingot-unseal.service",
+        0o644,
+        Tree
+    ),
+    boot_file!(
+        "systemd/unseal-secrets",
+        "/usr/lib/ingot/unseal-secrets",
+        0o755,
+        Tree
+    ),
+    boot_file!(
+        "systemd/ssh-ingot.conf",
+        "/usr/lib/systemd/system/ssh.service.d/ingot.conf",
+        0o644,
+        Tree
+    ),
+    boot_file!(
         "systemd/wait-online-ingot.conf",
         "/usr/lib/systemd/system/systemd-networkd-wait-online.service.d/ingot.conf",
         0o644,
@@ -165,6 +183,11 @@ const WANTS: &[(&str, &str)] = &[
     (
         "multi-user.target",
         "/usr/lib/systemd/system/ingot-bootstrap.service",
+    ),
+    // Opens the node's sealed secrets (a node layer without any skips it).
+    (
+        "multi-user.target",
+        "/usr/lib/systemd/system/ingot-unseal.service",
     ),
     // The writer stages systemd-networkd files per machine.
     (

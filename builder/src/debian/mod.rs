@@ -1,22 +1,27 @@
 //! Layers made from Debian packages: the manifest's `source.debian` ([`spec`]), the
 //! content-addressed `.deb` cache ([`cache`]), `stack.lock` ([`lock`]) and the tree itself, made
-//! by mmdebstrap and apt ([`tree`]). ingot only declares, pins and caches: mmdebstrap and apt
-//! resolve, download, verify the archive's signatures and install.
+//! by mmdebstrap and apt ([`tree`]), kept in the tree cache ([`tree_cache`]) so an unchanged
+//! layer is not made again. ingot only declares, pins and caches: mmdebstrap and apt resolve,
+//! download, verify the archive's signatures and install.
 
 pub mod cache;
 pub mod deb;
 pub mod integration;
 pub mod lock;
 pub mod tree;
+pub mod tree_cache;
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::manifest::{LayerSource, Manifest};
 use cache::{CacheError, DebCache};
-use lock::{Change, Lock, LockError};
+use lock::{Change, LayerLock, Lock, LockError};
 use tree::{Resolve, TreeError};
+use tree_cache::{Key, KeyInputs, TreeCache, TreeCacheError};
 
 /// How `ingot build` treats the Debian-made layers.
 #[derive(Debug, Clone, Default)]
@@ -27,6 +32,25 @@ pub struct Options {
     pub locked: bool,
     /// `--update [PACKAGE...]`: resolve again (all packages, or only these).
     pub update: Option<BTreeSet<String>>,
+    /// The tree cache directory ([`TreeCache::default_dir`] of the `.deb` cache when `None`).
+    pub tree_cache: Option<PathBuf>,
+    /// `--rebuild`: make every tree again (the new one replaces the cached one).
+    pub rebuild: bool,
+    /// A spinner line per phase on stderr (indicatif hides it when stderr is no terminal).
+    pub progress: bool,
+}
+
+/// How one layer's tree was had.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeOutcome {
+    /// The layer.
+    pub layer: String,
+    /// Taken from the tree cache (no mmdebstrap run).
+    pub reused: bool,
+    /// Why it was reused or built.
+    pub reason: String,
+    /// Its tree cache key.
+    pub key: String,
 }
 
 /// The Debian trees made for one build.
@@ -42,10 +66,10 @@ pub struct Prepared {
     pub lock_path: PathBuf,
     /// Per layer: what moved since the old lock.
     pub changes: Vec<(String, Vec<Change>)>,
-    /// Per layer: one line on how its tree was made.
+    /// Per layer: one line on how its tree was had.
     pub report: Vec<String>,
-    /// Holds the trees until the build has read them.
-    _work: tempfile::TempDir,
+    /// Per layer: reused or built, and why.
+    pub trees: Vec<TreeOutcome>,
 }
 
 impl Prepared {
@@ -73,14 +97,9 @@ pub enum PrepareError {
     /// `--locked` without a lock file.
     #[error("--locked: there is no {} (build once without --locked to write it)", .0.display())]
     NoLock(PathBuf),
-    /// The scratch directory could not be made.
-    #[error("creating a directory for the Debian trees in {}", path.display())]
-    Work {
-        /// Where.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
+    /// The tree cache failed.
+    #[error(transparent)]
+    TreeCache(#[from] TreeCacheError),
 }
 
 /// How a layer's versions are chosen, given the options and its lock entry when that was made
@@ -108,20 +127,243 @@ fn choose(opts: &Options, current: Option<&lock::LayerLock>) -> Resolve {
     }
 }
 
-/// Makes the tree of every layer whose source is `debian` (in `work_parent`, removed when the
-/// result is dropped). `Ok(None)`: the manifest has none.
-pub fn prepare(
-    manifest: &Manifest,
-    opts: &Options,
-    work_parent: &Path,
-) -> Result<Option<Prepared>, PrepareError> {
-    if !manifest
-        .layers
-        .iter()
-        .any(|l| matches!(l.source, LayerSource::Debian(_)))
-    {
-        return Ok(None);
+/// A spinner line per phase of one layer's tree, each left showing how long it took.
+struct Phases {
+    layer: String,
+    draw: bool,
+    current: std::cell::RefCell<Option<ProgressBar>>,
+}
+
+impl Phases {
+    fn new(layer: &str, draw: bool) -> Self {
+        Self {
+            layer: layer.to_owned(),
+            draw,
+            current: std::cell::RefCell::new(None),
+        }
     }
+
+    fn start(&self, what: &str) {
+        self.done();
+        let style = ProgressStyle::with_template("{spinner} layer {prefix}: {msg} [{elapsed}]")
+            .expect("a valid template")
+            .tick_strings(&["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏", "✓"]);
+        let target = if self.draw {
+            ProgressDrawTarget::stderr()
+        } else {
+            ProgressDrawTarget::hidden()
+        };
+        // Styled and named before it is first drawn.
+        let bar = ProgressBar::with_draw_target(None, target)
+            .with_style(style)
+            .with_prefix(self.layer.clone())
+            .with_message(what.to_owned());
+        bar.enable_steady_tick(Duration::from_millis(120));
+        *self.current.borrow_mut() = Some(bar);
+    }
+
+    fn done(&self) {
+        if let Some(bar) = self.current.borrow_mut().take() {
+            bar.finish();
+        }
+    }
+}
+
+impl Drop for Phases {
+    fn drop(&mut self) {
+        self.done();
+    }
+}
+
+/// Why a layer that was not reused is built (before it is: `--update`'s moves are added after).
+fn why_built(
+    opts: &Options,
+    layer: &str,
+    old: Option<&LayerLock>,
+    current: Option<&LayerLock>,
+    trees: &TreeCache,
+    key: Option<&Key>,
+) -> String {
+    if opts.rebuild {
+        return "--rebuild".into();
+    }
+    if opts.update.is_some() && current.is_some() && key.is_none() {
+        return "--update".into();
+    }
+    let (Some(cur), Some(key)) = (current, key) else {
+        return if old.is_some() {
+            "the declaration changed since stack.lock (resolved again)".into()
+        } else {
+            "no lock entry (resolved against the archive)".into()
+        };
+    };
+    let Some(cached) = trees.newest(layer) else {
+        return "no cached tree for this lock entry".into();
+    };
+    let short = &cached.key[..12.min(cached.key.len())];
+    let changed = cached.changed(key);
+    if changed.contains(&"the lock entry") {
+        if let Some(prev) = cached.layer_lock(layer) {
+            let n = lock::diff(&prev, cur).len();
+            if n > 0 {
+                return format!("the lock moved ({n} packages) since the cached tree {short}");
+            }
+        }
+    }
+    if changed.is_empty() {
+        return "no cached tree for this lock entry".into();
+    }
+    format!(
+        "no cached tree for this lock entry: {} changed since the cached tree {short}",
+        changed.join(", ")
+    )
+}
+
+/// What every layer of one [`prepare`] shares.
+struct Caches<'a> {
+    opts: &'a Options,
+    debs: DebCache,
+    trees: TreeCache,
+    source_date_epoch: u64,
+}
+
+/// One layer's tree, reused or made.
+struct LayerTree {
+    outcome: TreeOutcome,
+    report: String,
+    tree: PathBuf,
+    lock: LayerLock,
+    moved: Vec<Change>,
+}
+
+/// The cached tree of `current` under `key`, unless `--rebuild`.
+fn reuse(c: &Caches<'_>, name: &str, current: &LayerLock, key: &Key) -> Option<LayerTree> {
+    if c.opts.rebuild {
+        return None;
+    }
+    let hit = c.trees.get(name, key)?;
+    let reason = format!(
+        "tree cache {}: same lock entry, inputs and ingot version",
+        key.short()
+    );
+    Some(LayerTree {
+        report: format!("layer {name}: reused ({reason})"),
+        outcome: TreeOutcome {
+            layer: name.to_owned(),
+            reused: true,
+            reason,
+            key: key.hex().to_owned(),
+        },
+        tree: hit.tree,
+        lock: current.clone(),
+        moved: Vec::new(),
+    })
+}
+
+/// What makes a tree beyond its lock entry and declaration, for the tree cache's key: the boot
+/// integration compiled into this binary (when the layer asks for it) and each operator input
+/// given for the layer (by its digest). The lock's fingerprint leaves them out on purpose: new
+/// operator files do not make the locked packages stale, but they do make another tree.
+fn extra_inputs(spec: &crate::debian_spec::DebianSpec) -> Vec<(String, Vec<u8>)> {
+    let mut extra = Vec::new();
+    if spec.boot_integration {
+        extra.push((
+            "boot-integration".to_owned(),
+            integration::digest().to_vec(),
+        ));
+    }
+    for (name, given) in &spec.given_inputs {
+        extra.push((format!("input:{name}"), given.digest.clone().into_bytes()));
+    }
+    extra
+}
+
+/// Takes the layer's tree from the tree cache, or makes it and puts it there. `below`: the
+/// keys of the Debian layers below it.
+fn layer_tree(
+    c: &Caches<'_>,
+    name: &str,
+    spec: &crate::debian_spec::DebianSpec,
+    old: Option<&LayerLock>,
+    below: &[String],
+) -> Result<LayerTree, PrepareError> {
+    let fingerprint = spec.fingerprint();
+    let current = old.filter(|l| l.inputs == fingerprint);
+    let resolve = choose(c.opts, current);
+    let extras = extra_inputs(spec);
+    let extra: Vec<(&str, &[u8])> = extras
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_slice()))
+        .collect();
+    let key_of = |l: &LayerLock| {
+        let b: Vec<&str> = below.iter().map(String::as_str).collect();
+        Key::new(&KeyInputs {
+            lock: l,
+            spec: &fingerprint,
+            below: &b,
+            source_date_epoch: c.source_date_epoch,
+            extra: &extra,
+        })
+    };
+    let locked_key = current.filter(|_| resolve == Resolve::Locked).map(key_of);
+    if let (Some(cur), Some(key)) = (current, &locked_key) {
+        if let Some(hit) = reuse(c, name, cur, key) {
+            return Ok(hit);
+        }
+    }
+    let mut reason = why_built(c.opts, name, old, current, &c.trees, locked_key.as_ref());
+    let started = Instant::now();
+    let work = c.trees.scratch(name)?;
+    let phases = Phases::new(name, c.opts.progress);
+    let tell = |p: &str| phases.start(p);
+    let made = tree::make(&tree::Job {
+        layer: name,
+        spec,
+        source_date_epoch: c.source_date_epoch,
+        cache: &c.debs,
+        lock: old,
+        resolve: resolve.clone(),
+        work: work.path(),
+        phase: tree::Phase(&tell),
+    })?;
+    let key = key_of(&made.lock);
+    phases.start(&format!("tree cache: storing {}", key.short()));
+    let tree = c.trees.insert(name, &key, &made.lock, &made.tree)?;
+    phases.done();
+    drop(work);
+    let moved = old.map(|o| lock::diff(o, &made.lock)).unwrap_or_default();
+    if matches!(resolve, Resolve::Update(_)) && !c.opts.rebuild {
+        reason = format!("--update: the lock moved ({} packages)", moved.len());
+    }
+    let how = match resolve {
+        Resolve::Locked => "locked",
+        Resolve::Fresh => "resolved",
+        Resolve::Update(_) => "updated",
+    };
+    Ok(LayerTree {
+        report: format!(
+            "layer {name}: built: {reason}; {} packages ({how}; {} .deb from the cache, {} \
+             downloaded) by mmdebstrap in {:.1?}, tree cache {}",
+            made.lock.packages.len(),
+            made.from_cache,
+            made.downloaded,
+            started.elapsed(),
+            key.short(),
+        ),
+        outcome: TreeOutcome {
+            layer: name.to_owned(),
+            reused: false,
+            reason,
+            key: key.hex().to_owned(),
+        },
+        tree,
+        lock: made.lock,
+        moved,
+    })
+}
+
+/// The lock beside the manifest, checked against the options.
+fn old_lock(manifest: &Manifest, opts: &Options) -> Result<(PathBuf, Option<Lock>), PrepareError> {
     let lock_path = Lock::path_for(&manifest.path);
     let old_lock = Lock::load(&lock_path)?;
     if opts.locked && old_lock.is_none() {
@@ -136,53 +378,50 @@ pub fn prepare(
             return Err(PrepareError::UnknownPackage(n.clone()));
         }
     }
-    let cache = DebCache::open(&opts.cache.clone().unwrap_or_else(DebCache::default_dir))?;
-    let work = tempfile::Builder::new()
-        .prefix(".ingot-debian-")
-        .tempdir_in(work_parent)
-        .map_err(|source| PrepareError::Work {
-            path: work_parent.to_owned(),
-            source,
-        })?;
+    Ok((lock_path, old_lock))
+}
+
+/// Makes the tree of every layer whose source is `debian`, or takes it from the tree cache when
+/// its lock entry and every other input are those of a cached tree. A made tree enters the tree
+/// cache (it is made in a scratch directory there and renamed in) and the build reads it there.
+/// `Ok(None)`: the manifest has none.
+pub fn prepare(manifest: &Manifest, opts: &Options) -> Result<Option<Prepared>, PrepareError> {
+    if !manifest
+        .layers
+        .iter()
+        .any(|l| matches!(l.source, LayerSource::Debian(_)))
+    {
+        return Ok(None);
+    }
+    let (lock_path, old_lock) = old_lock(manifest, opts)?;
+    let deb_dir = opts.cache.clone().unwrap_or_else(DebCache::default_dir);
+    let caches = Caches {
+        opts,
+        debs: DebCache::open(&deb_dir)?,
+        trees: TreeCache::open(
+            &opts
+                .tree_cache
+                .clone()
+                .unwrap_or_else(|| TreeCache::default_dir(&deb_dir)),
+        )?,
+        source_date_epoch: manifest.source_date_epoch,
+    };
     let mut out = manifest.clone();
     let mut lock = Lock::default();
-    let (mut changes, mut report) = (Vec::new(), Vec::new());
+    let (mut changes, mut report, mut trees) = (Vec::new(), Vec::new(), Vec::new());
+    // The keys of the Debian layers below the next one: a layer's tree depends on them.
+    let mut below: Vec<String> = Vec::new();
     for layer in &mut out.layers {
         let LayerSource::Debian(spec) = &layer.source else {
             continue;
         };
         let old = old_lock.as_ref().and_then(|l| l.layers.get(&layer.name));
-        let current = old.filter(|l| l.inputs == spec.fingerprint());
-        let resolve = choose(opts, current);
-        let started = Instant::now();
-        let job = tree::Job {
-            layer: &layer.name,
-            spec,
-            source_date_epoch: manifest.source_date_epoch,
-            cache: &cache,
-            lock: old,
-            resolve: resolve.clone(),
-            work: &work.path().join(&layer.name),
-        };
-        let made = tree::make(&job)?;
-        report.push(format!(
-            "layer {}: {} packages ({}; {} .deb from the cache, {} downloaded) by mmdebstrap in {:.1?}",
-            layer.name,
-            made.lock.packages.len(),
-            match resolve {
-                Resolve::Locked => "locked",
-                Resolve::Fresh => "resolved",
-                Resolve::Update(_) => "updated",
-            },
-            made.from_cache,
-            made.downloaded,
-            started.elapsed()
-        ));
-        if let Some(o) = old {
-            let moved = lock::diff(o, &made.lock);
-            if !moved.is_empty() {
-                changes.push((layer.name.clone(), moved));
-            }
+        let made = layer_tree(&caches, &layer.name, spec, old, &below)?;
+        report.push(made.report);
+        below.push(made.outcome.key.clone());
+        trees.push(made.outcome);
+        if !made.moved.is_empty() {
+            changes.push((layer.name.clone(), made.moved));
         }
         layer.source = LayerSource::Dir(made.tree);
         lock.layers.insert(layer.name.clone(), made.lock);
@@ -194,12 +433,47 @@ pub fn prepare(
         lock_path,
         changes,
         report,
-        _work: work,
+        trees,
     }))
 }
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_boot_integration_and_each_given_input_enter_the_tree_key_only() {
+        let mut spec: crate::debian_spec::DebianSpec = toml::from_str(
+            "archive = [{ mirror = \"http://deb.debian.org/debian\", suites = [\"bookworm\"], components = [\"main\"] }]",
+        )
+        .unwrap();
+        assert!(extra_inputs(&spec).is_empty());
+        let fingerprint = spec.fingerprint();
+        spec.boot_integration = true;
+        let with_boot = extra_inputs(&spec);
+        assert_eq!(with_boot.len(), 1);
+        assert_eq!(with_boot[0].1, integration::digest().to_vec());
+        spec.given_inputs.insert(
+            "kubernetes".into(),
+            crate::debian_spec::GivenInput {
+                path: "/k8s".into(),
+                digest: format!("sha256:{}", "a".repeat(64)),
+            },
+        );
+        let fingerprint_with_input = spec.fingerprint();
+        let one = extra_inputs(&spec);
+        spec.given_inputs.get_mut("kubernetes").unwrap().digest =
+            format!("sha256:{}", "b".repeat(64));
+        let other = extra_inputs(&spec);
+        assert_ne!(one, other, "another kubelet makes another tree");
+        assert_eq!(one[0], other[0]);
+        // The lock's fingerprint does not move with the operator's files.
+        assert_eq!(fingerprint_with_input, spec.fingerprint());
+        assert_ne!(
+            fingerprint, fingerprint_with_input,
+            "boot_integration is declared"
+        );
+    }
+
     use super::*;
     use lock::{LayerLock, LockedPackage};
 
@@ -219,9 +493,9 @@ mod tests {
             }],
         };
         let opts = |locked, update: Option<&[&str]>| Options {
-            cache: None,
             locked,
             update: update.map(|u| u.iter().map(|s| (*s).to_owned()).collect()),
+            ..Options::default()
         };
         let set = |names: &[&str]| names.iter().map(|s| (*s).to_owned()).collect();
         assert_eq!(choose(&opts(false, None), None), Resolve::Fresh);

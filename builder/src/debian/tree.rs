@@ -60,6 +60,18 @@ pub struct Job<'a> {
     pub resolve: Resolve,
     /// A scratch directory for this layer (created; the tree is made in it).
     pub work: &'a Path,
+    /// Told when each phase starts (for a progress display).
+    pub phase: Phase<'a>,
+}
+
+/// What [`make`] tells about its phases: a short description of each as it starts.
+#[derive(Clone, Copy)]
+pub struct Phase<'a>(pub &'a dyn Fn(&str));
+
+impl std::fmt::Debug for Phase<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Phase")
+    }
 }
 
 /// A made tree and the lock entry that makes it again.
@@ -237,6 +249,7 @@ fn stage_one(cache: &DebCache, p: &LockedPackage, repo: &Path) -> Result<Staged,
 /// The lock's files, from the cache or the archive, installed by mmdebstrap from a repository
 /// holding nothing else.
 fn locked(job: &Job<'_>, old: &LayerLock, repo: &Path) -> Result<Made, TreeError> {
+    (job.phase.0)(&format!("staging {} locked .debs", old.packages.len()));
     let mut staged = Vec::new();
     let mut missing = Vec::new();
     for p in &old.packages {
@@ -265,6 +278,7 @@ fn locked(job: &Job<'_>, old: &LayerLock, repo: &Path) -> Result<Made, TreeError
     write_repo(repo, job.spec.main_suite(), &staged)?;
     let tree = job.work.join("tree");
     let sources = vec![local_source(repo)];
+    (job.phase.0)("mmdebstrap: installing the locked packages");
     mmdebstrap(job, &tree, &sources, &MmdebstrapExtras::default())?;
     let installed = installed(job.layer, &tree)?;
     let want: BTreeSet<_> = old
@@ -298,6 +312,7 @@ fn locked(job: &Job<'_>, old: &LayerLock, repo: &Path) -> Result<Made, TreeError
             reason: format!("kernel {kernel:?}, stack.lock says {:?}", old.kernel),
         });
     }
+    (job.phase.0)("finishing the tree");
     finish_tree(&tree, job.spec)?;
     Ok(Made {
         tree,
@@ -614,7 +629,9 @@ fn unlocked(job: &Job<'_>, repo: &Path, fingerprint: &str) -> Result<Made, TreeE
         preferences: pins(job)?,
     };
     let tree = job.work.join("tree");
+    (job.phase.0)("mmdebstrap: resolving, downloading and installing");
     mmdebstrap(job, &tree, &sources, &extras)?;
+    (job.phase.0)("caching the downloaded .debs");
     let collected = job.work.join("collected");
 
     // Every installed package's file (downloaded now, or one of the cached ones) and the
@@ -674,6 +691,7 @@ fn unlocked(job: &Job<'_>, repo: &Path, fingerprint: &str) -> Result<Made, TreeE
     }
     let suites = suite_dates(job.spec, &collected.join("releases"))?;
     let kernel = kernel_of(job.layer, &tree)?;
+    (job.phase.0)("finishing the tree");
     finish_tree(&tree, job.spec)?;
     Ok(Made {
         tree,

@@ -52,7 +52,7 @@ pub struct DebianSpec {
     #[serde(default)]
     pub path_include: Vec<String>,
     /// Make the tree a bootable ingot base after mmdebstrap (the initrd with ingot's boot
-    /// contract, the boot loaders, the systemd units: [`crate::debian::integration`]). Base
+    /// contract, the boot loaders, the systemd units: `debian::integration`). Base
     /// layers only. Left out of the fingerprint when false, so locks made before it stay valid.
     #[serde(default, skip_serializing_if = "is_false")]
     pub boot_integration: bool,
@@ -63,12 +63,21 @@ pub struct DebianSpec {
     pub given_inputs: std::collections::BTreeMap<String, GivenInput>,
 }
 
+/// The operator input that carries kubeadm, kubelet and kubectl.
+pub const KUBERNETES_INPUT: &str = "kubernetes";
+
+/// The operator inputs ingot knows how to put in a layer, and what each gives.
+pub const KNOWN_INPUTS: &[(&str, &str)] = &[(
+    KUBERNETES_INPUT,
+    "kubeadm and kubelet (with its unit, enabled)",
+)];
+
 /// An operator input given on the command line for a layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GivenInput {
     /// Where it is.
     pub path: std::path::PathBuf,
-    /// `sha256:…` of its files ([`crate::debian::integration::input_digest`]).
+    /// `sha256:…` of its files (`debian::integration::input_digest`).
     pub digest: String,
 }
 

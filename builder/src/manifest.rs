@@ -124,11 +124,7 @@ pub struct LayerSpec {
     pub inputs: Vec<String>,
 }
 
-/// The operator inputs ingot knows how to put in a layer, and what each gives.
-pub const KNOWN_INPUTS: &[(&str, &str)] = &[(
-    crate::debian::integration::KUBERNETES_INPUT,
-    "kubeadm and kubelet (with its unit, enabled)",
-)];
+pub use crate::debian_spec::KNOWN_INPUTS;
 
 /// A parsed, checked manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -317,10 +313,12 @@ impl Manifest {
     /// Hands the operator inputs given on the command line (`--input NAME=PATH`) to the layers
     /// that declare them, each digested. An input no layer declares, or given twice, is an
     /// error; one declared but not given is left out, and the returned lines say what the stack
-    /// then lacks (with the digest of each one given).
-    pub fn give_inputs(
+    /// then lacks (with the digest of each one given). `take` checks one input and gives its
+    /// digest (`debian::integration::take_input`, which knows what each input must hold).
+    pub fn give_inputs<E: std::fmt::Display>(
         &mut self,
         given: &[(String, PathBuf)],
+        take: impl Fn(&str, &Path) -> Result<String, E>,
     ) -> Result<Vec<String>, ManifestError> {
         let refuse = |reason: String| ManifestError {
             file: self.path.clone(),
@@ -362,8 +360,8 @@ impl Manifest {
                     ));
                     continue;
                 };
-                let digest = crate::debian::integration::take_input(name, path)
-                    .map_err(|e| refuse(format!("--input {name}: {e}")))?;
+                let digest =
+                    take(name, path).map_err(|e| refuse(format!("--input {name}: {e}")))?;
                 said.push(format!(
                     "layer {}: input {name} = {} ({digest})",
                     layer.name,
@@ -1090,6 +1088,7 @@ components = ["main"]
 
     #[test]
     fn given_inputs_reach_their_layer_and_missing_ones_are_said() {
+        let take = crate::debian::integration::take_input;
         let text = DEBIAN
             .replace(
                 "variant = \"minbase\"",
@@ -1100,7 +1099,7 @@ components = ["main"]
                 "kind = \"base\"\ninputs = [\"kubernetes\"]\n",
             );
         let mut m = parse(&text).unwrap();
-        let said = m.clone().give_inputs(&[]).unwrap();
+        let said = m.clone().give_inputs(&[], take).unwrap();
         assert_eq!(
             said,
             ["layer base: no --input kubernetes: built WITHOUT kubeadm and kubelet (with its unit, enabled)"]
@@ -1108,7 +1107,7 @@ components = ["main"]
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("kubeadm"), "x").unwrap();
         let given = [("kubernetes".to_owned(), dir.path().to_owned())];
-        let said = m.give_inputs(&given).unwrap();
+        let said = m.give_inputs(&given, take).unwrap();
         assert!(
             said[0].starts_with("layer base: input kubernetes = "),
             "{said:?}"
@@ -1121,7 +1120,7 @@ components = ["main"]
 
         let err = m
             .clone()
-            .give_inputs(&[("images".to_owned(), dir.path().to_owned())])
+            .give_inputs(&[("images".to_owned(), dir.path().to_owned())], take)
             .unwrap_err()
             .to_string();
         assert!(
@@ -1129,10 +1128,10 @@ components = ["main"]
             "{err}"
         );
         let twice = [given[0].clone(), given[0].clone()];
-        let err = m.clone().give_inputs(&twice).unwrap_err().to_string();
+        let err = m.clone().give_inputs(&twice, take).unwrap_err().to_string();
         assert!(err.contains("--input kubernetes is given twice"), "{err}");
         let err = m
-            .give_inputs(&[("kubernetes".to_owned(), dir.path().join("nope"))])
+            .give_inputs(&[("kubernetes".to_owned(), dir.path().join("nope"))], take)
             .unwrap_err()
             .to_string();
         assert!(err.contains("not a directory"), "{err}");

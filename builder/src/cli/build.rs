@@ -212,7 +212,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
     let mut manifest = Manifest::load(&args.manifest).map_err(anyhow::Error::new)?;
     for line in manifest
-        .give_inputs(&args.inputs)
+        .give_inputs(&args.inputs, crate::debian::integration::take_input)
         .map_err(anyhow::Error::new)?
     {
         eprintln!("{line}");

@@ -221,7 +221,7 @@ const MOUNT_POINTS: &[&str] = &["etc/kubernetes/manifests", "etc/cni/net.d", "op
 pub const KUBERNETES_BASE: &[&str] = &["kubeadm", "kubelet"];
 
 /// The operator input the base takes its Kubernetes programs from.
-pub const KUBERNETES_INPUT: &str = "kubernetes";
+pub use crate::debian_spec::KUBERNETES_INPUT;
 
 /// Why the integration failed.
 #[derive(Debug, thiserror::Error)]
@@ -248,7 +248,7 @@ pub enum IntegrationError {
         reason: String,
     },
     /// A file operation failed.
-    #[error("boot integration: {what} {}: {source}", path.display())]
+    #[error("boot integration: {what} {}", path.display())]
     Io {
         /// What was being done.
         what: &'static str,

@@ -30,7 +30,17 @@ pub enum SwtpmError {
     },
     #[error("swtpm did not open its control socket {} within {START_TIMEOUT:?}", socket.display())]
     TimedOut { socket: PathBuf },
+    #[error("shutting down the TPM at {}: {what}", socket.display())]
+    Shutdown { socket: PathBuf, what: String },
 }
+
+/// TPM2_Shutdown(TPM_SU_CLEAR): tag TPM_ST_NO_SESSIONS, size 12, TPM_CC_Shutdown (TPM 2.0
+/// Part 3, 9.4), what a kernel sends at power-off.
+const TPM2_SHUTDOWN_CLEAR: [u8; 12] = [0x80, 0x01, 0, 0, 0, 12, 0, 0, 0x01, 0x45, 0, 0];
+/// swtpm's control command that stores its state and ends it (`CMD_SHUTDOWN`, swtpm_ioctls(3)).
+const CMD_SHUTDOWN: [u8; 4] = [0, 0, 0, 3];
+/// How long swtpm may take to answer and end.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A running swtpm.
 pub struct Swtpm {
@@ -124,6 +134,53 @@ impl Swtpm {
 
     /// Stops swtpm (dropping it does the same).
     pub fn stop(self) {}
+
+    /// Ends a TPM started with [`Swtpm::start_for_host`] as a machine's power-off does: an
+    /// orderly TPM2_Shutdown on the data socket, then swtpm's own shutdown on the control socket,
+    /// which stores its state and ends it. Killed instead, the TPM counts a disorderly shutdown
+    /// at its next start, and a few of those lock it out (dictionary-attack protection): the
+    /// node booting next on this state could open nothing.
+    pub fn shutdown(mut self) -> Result<(), SwtpmError> {
+        let fail = |socket: &Path, what: String| SwtpmError::Shutdown {
+            socket: socket.into(),
+            what,
+        };
+        if let Some(data) = &self.data {
+            let rc = exchange(data, &TPM2_SHUTDOWN_CLEAR, 10)
+                .map_err(|e| fail(data, format!("TPM2_Shutdown: {e}")))?;
+            let code = u32::from_be_bytes([rc[6], rc[7], rc[8], rc[9]]);
+            if code != 0 {
+                return Err(fail(data, format!("TPM2_Shutdown answered {code:#x}")));
+            }
+        }
+        let rc = exchange(&self.socket, &CMD_SHUTDOWN, 4)
+            .map_err(|e| fail(&self.socket, format!("CMD_SHUTDOWN: {e}")))?;
+        if rc != [0; 4] {
+            return Err(fail(
+                &self.socket,
+                format!("CMD_SHUTDOWN answered {rc:02x?}"),
+            ));
+        }
+        let started = Instant::now();
+        while self.child.try_wait().ok().flatten().is_none() {
+            if started.elapsed() > SHUTDOWN_TIMEOUT {
+                return Err(fail(&self.socket, "swtpm did not end".into()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+}
+
+/// Sends `request` on the Unix socket `path` and reads `len` bytes of answer.
+fn exchange(path: &Path, request: &[u8], len: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Write};
+    let mut stream = std::os::unix::net::UnixStream::connect(path)?;
+    stream.set_read_timeout(Some(SHUTDOWN_TIMEOUT))?;
+    stream.write_all(request)?;
+    let mut answer = vec![0; len];
+    stream.read_exact(&mut answer)?;
+    Ok(answer)
 }
 
 impl Drop for Swtpm {

@@ -59,6 +59,9 @@ pub fn plan<'a>(
     }
 }
 
+/// How the writer is told which TPM a fixture machine has (the writer's `INGOT_TPM2_DEVICE`).
+pub const TPM2_DEVICE_ENV: &str = "INGOT_TPM2_DEVICE";
+
 /// The writer: `INGOT_WRITER`, else `ingot-writer` beside the running binary, else on `PATH`.
 pub fn writer_binary() -> Result<PathBuf, ProvisionError> {
     if let Some(path) = std::env::var_os("INGOT_WRITER") {
@@ -92,6 +95,10 @@ pub struct Write<'a> {
     pub kernel_args: &'a [String],
     /// Further flags (the registry options, which the writer takes as `ingot` does).
     pub flags: Vec<OsString>,
+    /// The TSS2 TCTI of the VM's own TPM, reached from the host while the writer runs
+    /// ([`crate::swtpm::Swtpm::tcti`]): the writer seals the node's secrets with it, as it
+    /// would with the machine's TPM in the rescue system (`INGOT_TPM2_DEVICE`).
+    pub tpm2_device: Option<String>,
 }
 
 /// Prepares `state` for the machine `spec` (disks, fixture, bootstrap data) and runs `writer`
@@ -128,6 +135,9 @@ pub fn write(
         cmd.arg("--role").arg(role);
     }
     cmd.args(&w.flags);
+    if let Some(device) = &w.tpm2_device {
+        cmd.env(TPM2_DEVICE_ENV, device);
+    }
     tracing::info!(
         source = w.source,
         disks = node.disks.len(),

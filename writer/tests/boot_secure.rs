@@ -150,7 +150,26 @@ fn ingot_vm_secure(p: &Published, vars: &Path, dir: &Path) -> (String, PathBuf) 
         console.contains("booting 1 disk(s) with secure-boot"),
         "{console}"
     );
+    assert_sealed_by_ingot_vm(&state);
     (console, state.join("disk0.img"))
+}
+
+/// `ingot vm` ran the machine's own TPM for the writer, which sealed the node's secrets to it
+/// (the release has a PCR policy): output.json says so, and the join token of the bootstrap
+/// data is nowhere on the disk. The node then booted on that TPM state (its console is checked
+/// by the caller): sealing leaves the TPM orderly.
+fn assert_sealed_by_ingot_vm(state: &Path) {
+    let report: serde_json::Value =
+        serde_json::from_slice(&fs::read(state.join("output.json")).unwrap()).unwrap();
+    let secrets = &report["details"]["secrets"];
+    assert_eq!(secrets["sealed"], true, "{secrets}");
+    assert!(secrets["count"].as_u64().unwrap() >= 2, "{secrets}");
+    let disk = fs::read(state.join("disk0.img")).unwrap();
+    let token = b"6h4ylc.5x2jgkf0q8t7mw1d";
+    assert!(
+        !disk.windows(token.len()).any(|w| w == token),
+        "the join token is on the disk in the clear"
+    );
 }
 
 impl Written {
@@ -350,9 +369,13 @@ fn assert_secure_esp(p: &Published, w: &Written) -> String {
         var.starts_with("PARTUUID=") && !var.contains(' '),
         "{var:?}"
     );
+    // This machine (the writer's own fixture) has no TPM: the summary says the secrets are
+    // in the clear, and why (the `ingot vm` machine beside it has one and seals them).
     assert!(
-        w.stdout_summary
-            .ends_with("boots from signed UKI (Secure Boot)"),
+        w.stdout_summary.contains(
+            "boots from signed UKI (Secure Boot); this node's 3 secrets are in the clear on its \
+             disks: this machine has no TPM"
+        ),
         "{}",
         w.stdout_summary
     );
@@ -553,7 +576,7 @@ fn base_root(line: &str) -> &str {
 fn assert_bios(w: &Written, console: &str, signed: &str) {
     assert!(
         w.stdout_summary
-            .ends_with("boots from boot loader entry (UEFI) and GRUB (BIOS)"),
+            .contains("boots from boot loader entry (UEFI) and GRUB (BIOS); "),
         "{}",
         w.stdout_summary
     );

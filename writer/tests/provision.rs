@@ -1837,6 +1837,14 @@ fn copy_sealed(image: &Path, offset: u64, size: u64, root: &Path) -> PathBuf {
     fs::read_link(mount.dir.path().join("etc/ssh/ssh_host_ed25519_key")).unwrap()
 }
 
+/// What the node's initramfs does: the booted UKI's `.pcrsig` where systemd looks for it.
+fn hand_over_pcr_signature(uki: &[u8], root: &Path) {
+    let signature = root.join("run/systemd/tpm2-pcr-signature.json");
+    fs::create_dir_all(signature.parent().unwrap()).unwrap();
+    let pcrsig = ingot_artifact::uki::section(uki, ".pcrsig").unwrap();
+    fs::write(&signature, pcrsig).unwrap();
+}
+
 /// The node's `unseal-secrets` run on the tree at `root` with the swtpm `device`.
 fn unseal_on_swtpm(work: &Path, device: &str, root: &Path) -> Output {
     // swtpm has no resource manager (a node's /dev/tpmrm0 has the kernel's): the real
@@ -1973,14 +1981,7 @@ fn a_machine_with_a_tpm_gets_its_secrets_sealed_and_none_on_its_disk() {
         .unwrap();
     assert!(uki.status.success());
     measure_uki(&device, &uki.stdout);
-    // What the node's initramfs does: the booted UKI's .pcrsig where systemd looks for it.
-    let signature = root.join("run/systemd/tpm2-pcr-signature.json");
-    fs::create_dir_all(signature.parent().unwrap()).unwrap();
-    fs::write(
-        &signature,
-        ingot_artifact::uki::section(&uki.stdout, ".pcrsig").unwrap(),
-    )
-    .unwrap();
+    hand_over_pcr_signature(&uki.stdout, &root);
     let out = unseal_on_swtpm(work.path(), &device, &root);
     assert!(out.status.success(), "{out:?}");
     let opened = root.join(host_key_link.strip_prefix("/").unwrap());

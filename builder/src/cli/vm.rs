@@ -224,7 +224,7 @@ pub fn run(args: VmArgs) -> anyhow::Result<ExitCode> {
     state.keep_spec(&spec)?;
     match source {
         Some(source) => {
-            if !write(&args, source, &state, &spec)?.success() {
+            if !write(&args, source, &state, &spec, swtpm.as_deref())?.success() {
                 eprintln!("ingot vm: the writer failed: nothing is booted");
                 return Ok(ExitCode::from(1));
             }
@@ -340,12 +340,15 @@ fn ssh_identity(args: &VmArgs) -> Option<PathBuf> {
     Some(PathBuf::from(public.strip_suffix(".pub")?)).filter(|p| p.is_file())
 }
 
-/// Has the writer write SOURCE onto the VM as CAPH runs it; its status.
+/// Has the writer write SOURCE onto the VM as CAPH runs it; its status. With `swtpm` (a
+/// machine with a TPM), the VM's own TPM state runs on the host while the writer writes, so
+/// the node's secrets are sealed to the TPM the node boots with, as in a rescue system.
 fn write(
     args: &VmArgs,
     source: &str,
     state: &State,
     spec: &Spec,
+    swtpm: Option<&std::path::Path>,
 ) -> anyhow::Result<std::process::ExitStatus> {
     let data = bootstrap_data(args, state, &spec.name)?;
     let writer = provision::writer_binary()?;
@@ -362,8 +365,20 @@ fn write(
         role: args.role.as_deref(),
         kernel_args: &args.kernel_arg,
         flags: registry_args(&args.registry),
+        tpm2_device: None,
     };
-    Ok(provision::write(&writer, &request, state, spec)?)
+    let Some(program) = swtpm else {
+        return Ok(provision::write(&writer, &request, state, spec)?);
+    };
+    let tpm = Swtpm::start_for_host(program, &state.tpm())?;
+    let request = provision::Write {
+        tpm2_device: tpm.tcti(),
+        ..request
+    };
+    let status = provision::write(&writer, &request, state, spec);
+    // Orderly, as a rescue system's power-off: the node boots next on this state.
+    tpm.shutdown()?;
+    Ok(status?)
 }
 
 /// The bootstrap data to write: --bootstrap's, else (re-provisioning without new data or key)

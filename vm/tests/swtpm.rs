@@ -57,8 +57,11 @@ fn a_host_tpm_shut_down_starts_orderly_and_a_killed_one_does_not() {
     let program = Lookup::system().swtpm().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let state = dir.path().join("tpm");
-    // Killed (dropped): the next start is a disorderly one.
-    drop(Swtpm::start_for_host(&program, &state).unwrap());
+    // Killed (dropped): the next start is a disorderly one. A command answered first makes
+    // sure swtpm made the TPM and ran its startup (kept in the state) before it is killed.
+    let first = Swtpm::start_for_host(&program, &state).unwrap();
+    orderly(&first);
+    drop(first);
     let tpm = Swtpm::start_for_host(&program, &state).unwrap();
     assert!(!orderly(&tpm), "a killed TPM's next start is not orderly");
     // Shut down as a power-off does: the next start is orderly.

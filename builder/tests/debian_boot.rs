@@ -77,7 +77,18 @@ fn build(ingot: &Path, dir: &Path, args: &[&str]) -> Output {
             cmd.env_remove(k);
         }
     }
-    cmd.env_remove("RUST_LOG").output().expect("running ingot")
+    cmd.env_remove("RUST_LOG");
+    // The copy was just written: a process another test forks meanwhile holds its write handle
+    // until that process execs, and exec'ing the copy then fails with ETXTBSY. Wait it out.
+    for _ in 0..100 {
+        match cmd.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            out => return out.expect("running ingot"),
+        }
+    }
+    panic!("{}: still busy after 5 s", ingot.display())
 }
 
 fn write_input(dir: &Path) -> PathBuf {

@@ -274,6 +274,50 @@ fn a_base_with_boot_integration_boots_from_the_binary_alone() {
     );
     files_are_installed(&t);
     initrd_has_ingot(&t);
+    input_is_locked(&ingot, d, &k8s, &said);
+}
+
+/// stack.lock records the input's digest, and `--locked` takes no other: a changed kubelet is
+/// refused, naming the input, before anything is made or written.
+fn input_is_locked(ingot: &Path, d: &Path, k8s: &Path, said: &str) {
+    let digest = said
+        .lines()
+        .find_map(|l| l.strip_prefix("layer base: input kubernetes = "))
+        .and_then(|rest| rest.rsplit_once(" (sha256:"))
+        .map(|(_, d)| format!("sha256:{}", d.trim_end_matches(')')))
+        .unwrap_or_else(|| panic!("no input digest in {said}"));
+    let lock = fs::read_to_string(d.join("m/stack.lock")).unwrap();
+    assert!(
+        lock.contains(&format!(
+            "given = [\n  {{ name = \"kubernetes\", digest = \"{digest}\" }},\n]"
+        )),
+        "{lock}"
+    );
+    fs::write(k8s.join("kubelet"), "#!/bin/sh\necho another kubelet\n").unwrap();
+    let out = build(
+        ingot,
+        d,
+        &[
+            d.join("m/stack.toml").to_str().unwrap(),
+            "--quiet",
+            "--locked",
+            "--deb-cache",
+            d.join("cache").to_str().unwrap(),
+            "--out",
+            d.join("out2").to_str().unwrap(),
+            "--input",
+            &format!("kubernetes={}", k8s.display()),
+        ],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--locked: layer `base`: input `kubernetes` is sha256:")
+            && err.contains(&format!("stack.lock has {digest}")),
+        "{err}"
+    );
+    assert!(!d.join("out2").exists(), "--locked refused but wrote");
+    assert_eq!(fs::read_to_string(d.join("m/stack.lock")).unwrap(), lock);
 }
 
 /// The boot files, units, links and settings the integration puts in the base.

@@ -2,8 +2,9 @@
 //! essential set from Debian's archive, ingot writes stack.lock and fills the .deb cache. Then:
 //! the same build `--locked` without any network is served from the cache and gives the same
 //! manifest digest; a lock naming a version neither the cache nor the archive has fails naming
-//! the package and writes nothing; `--update PACKAGE` moves that package back to the archive's
-//! version and prints the change, and a cached file that rotted is fetched again, not used.
+//! the package and writes nothing; a lock one update behind (the older `.deb` only in the cache)
+//! builds `--locked`, and `--update PACKAGE` moves that package to the archive's version, prints
+//! the change and `ingot diff` shows it; a cached file that rotted is fetched again, not used.
 //! The layer's SBOM gives every package its `.deb`'s SHA-256 from the lock and the licences its
 //! real copyright files declare. The tree cache: a build with nothing changed reuses the tree
 //! (no mmdebstrap) and gives the same stack; `--rebuild --locked` three days later (faketime)
@@ -18,7 +19,7 @@ use std::process::{Command, Output};
 use std::time::Instant;
 
 use ingot::debian::cache::sha256_of;
-use ingot::debian::lock::Lock;
+use ingot::debian::lock::{Lock, LockedPackage};
 use ingot_testkit::skip;
 
 /// A one-layer stack from bookworm's essential set. That tree has no kernel: the boot paths name
@@ -292,8 +293,36 @@ fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
     );
     assert_eq!(fs::read_to_string(&lock_path).unwrap(), edited);
 
-    // 4. `--update base-files` moves that package only, back to the archive's version, and
-    //    says so; every other package stays as locked, so the stack is the first one again.
+    // 3b. A lock one update behind the archive: its base-files is an older version the archive
+    //     has dropped and the .deb cache still holds (as after a security update). `--locked`
+    //     builds it, offline, from the cache.
+    let older = older_in_cache(d, real);
+    let behind = lock_text.replacen(
+        &format!(
+            "version = \"{}\", sha256 = \"{}\"",
+            real.version, real.sha256
+        ),
+        &format!(
+            "version = \"{}\", sha256 = \"{}\"",
+            older.version, older.sha256
+        ),
+        1,
+    );
+    assert_ne!(behind, lock_text);
+    fs::write(&lock_path, &behind).unwrap();
+    let cached = base_entries(d);
+    let (old_stack, _) = build(d, "out3b", &["--locked"], OFFLINE);
+    assert!(old_stack.status.success());
+    let behind_tree = base_entries(d)
+        .into_iter()
+        .find(|e| !cached.contains(e))
+        .expect("the older lock's tree entered the tree cache")
+        .0;
+    assert_ne!(manifest_digest(&old_stack), manifest_digest(&first));
+
+    // 4. `--update base-files` moves that package only, to the archive's version, and says so;
+    //    every other package stays as locked, so the stack is the first one again, and
+    //    `ingot diff` between the two stacks names the move.
     //    One cached file has rotted meanwhile: it is not used, but fetched again and repaired.
     let rotten = base.packages.iter().find(|p| p.name == "dpkg").unwrap();
     let rotten_path = d.join("cache").join(format!("{}.deb", rotten.sha256));
@@ -302,10 +331,11 @@ fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
     assert!(fourth.status.success());
     let said = String::from_utf8_lossy(&fourth.stderr);
     let change = format!(
-        "Updating base-files:amd64 99.0-ingot-test -> {}",
-        real.version
+        "Updating base-files:amd64 {} -> {}",
+        older.version, real.version
     );
     assert!(said.contains(&change), "{said}");
+    diff_names_the_update(d, &older.version, &real.version);
     let rest = base.packages.len() - 2;
     assert!(
         said.contains(&format!("{rest} .deb from the cache, 2 downloaded")),
@@ -320,7 +350,65 @@ fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
     assert_eq!(updated.layers["base"].packages, base.packages);
     assert_eq!(manifest_digest(&fourth), manifest_digest(&first));
 
-    tree_cache(d, &manifest_digest(&first), cold);
+    tree_cache(d, &manifest_digest(&first), cold, &behind_tree);
+}
+
+/// base-files one version behind `real`: its `.deb` repacked by dpkg-deb as version
+/// `REAL~ingot1` (`~` sorts before anything, so it is older) and put in the .deb cache under its
+/// hash, as the cache keeps a version the archive has since replaced.
+fn older_in_cache(d: &Path, real: &LockedPackage) -> LockedPackage {
+    let root = d.join("older/root");
+    let deb = d.join("older/base-files.deb");
+    let cached = d.join("cache").join(format!("{}.deb", real.sha256));
+    let run = |args: &[&std::ffi::OsStr]| {
+        let out = Command::new("dpkg-deb").args(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "dpkg-deb {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(&["-R".as_ref(), cached.as_os_str(), root.as_os_str()]);
+    let version = format!("{}~ingot1", real.version);
+    let control = root.join("DEBIAN/control");
+    let text = fs::read_to_string(&control).unwrap();
+    let from = format!("\nVersion: {}\n", real.version);
+    assert!(text.contains(&from), "{text}");
+    fs::write(
+        &control,
+        text.replace(&from, &format!("\nVersion: {version}\n")),
+    )
+    .unwrap();
+    run(&["-b".as_ref(), root.as_os_str(), deb.as_os_str()]);
+    let sha256 = sha256_of(&deb).unwrap();
+    fs::copy(&deb, d.join("cache").join(format!("{sha256}.deb"))).unwrap();
+    LockedPackage {
+        version,
+        sha256,
+        ..real.clone()
+    }
+}
+
+/// `ingot diff` between the stack one update behind (out3b) and the updated one (out4): the
+/// base layer changed, and base-files moved from `old` to `new`.
+fn diff_names_the_update(d: &Path, old: &str, new: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_ingot"))
+        .current_dir(d)
+        .args(["diff", "out3b", "out4"])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!(
+        "ingot diff out3b out4:\n{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(out.status.code(), Some(1), "the stacks differ");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("base-files") && l.contains(old) && l.contains(new)),
+        "{text}"
+    );
 }
 
 /// The `base-<key>` entries of the tree cache beside `d/cache`, with their trees' inodes.
@@ -339,12 +427,14 @@ fn base_entries(d: &Path) -> Vec<(String, u64)> {
 }
 
 /// Steps 5-7: the tree cache after steps 1-4 (whose lock is the first build's again).
-fn tree_cache(d: &Path, digest: &str, cold: f64) {
+fn tree_cache(d: &Path, digest: &str, cold: f64, behind: &str) {
     // 5. Nothing changed (and no network): the tree is reused, mmdebstrap does not run (the
-    //    cached tree is the same directory), the stack is the same.
+    //    cached tree is the same directory), the stack is the same. The cache holds it and the
+    //    tree of the lock one update behind (`behind`).
     let before = base_entries(d);
-    assert_eq!(before.len(), 1, "{before:?}");
-    let short = &before[0].0["base-".len().."base-".len() + 12];
+    assert_eq!(before.len(), 2, "{before:?}");
+    let current = before.iter().find(|e| e.0 != behind).unwrap().clone();
+    let short = &current.0["base-".len().."base-".len() + 12];
     let (fifth, cached) = build(d, "out5", &["--json"], OFFLINE);
     assert!(fifth.status.success());
     let said = String::from_utf8_lossy(&fifth.stderr);
@@ -369,17 +459,20 @@ fn tree_cache(d: &Path, digest: &str, cold: f64) {
     assert!(sixth.status.success(), "{said}");
     assert!(said.contains("layer base: built: --rebuild;"), "{said}");
     let after = base_entries(d);
-    assert_eq!(after.len(), 1, "{after:?}");
-    assert_eq!(after[0].0, before[0].0, "the same key");
-    assert_ne!(after[0].1, before[0].1, "the tree was not made again");
+    assert_eq!(after.len(), 2, "{after:?}");
+    let remade = after
+        .iter()
+        .find(|e| e.0 == current.0)
+        .expect("the same key");
+    assert_ne!(remade.1, current.1, "the tree was not made again");
     assert_eq!(manifest_digest(&sixth), digest);
     eprintln!(
         "essential-set stack: cold {cold:.1} s, cached {cached:.1} s, --rebuild --locked under \
          faketime +3 days {rebuilt:.1} s"
     );
 
-    // 7. A package added to the declaration: resolved and built again; the cache keeps both
-    //    trees of the layer (two per layer).
+    // 7. A package added to the declaration: resolved and built again; the cache keeps two
+    //    trees of the layer, the newest by use (the tree one update behind goes).
     let manifest = fs::read_to_string(d.join("m/stack.toml")).unwrap();
     let more = manifest.replace(
         "variant = \"essential\"\n",
@@ -399,8 +492,6 @@ fn tree_cache(d: &Path, digest: &str, cold: f64) {
     assert_ne!(manifest_digest(&seventh), digest);
     let now = base_entries(d);
     assert_eq!(now.len(), 2, "{now:?}");
-    assert!(
-        now.contains(&after[0]),
-        "the older tree was dropped: {now:?}"
-    );
+    assert!(now.contains(remade), "the older tree was dropped: {now:?}");
+    assert!(now.iter().all(|e| e.0 != behind), "{now:?}");
 }

@@ -53,6 +53,27 @@ pub struct SuiteDate {
     pub date: String,
 }
 
+/// An operator input (`ingot build --input NAME=PATH`) a layer was built with.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockedInput {
+    /// The input's name, as the manifest's `inputs` names it.
+    pub name: String,
+    /// `sha256:…` of its files (`debian::integration::input_digest`).
+    pub digest: String,
+}
+
+/// The operator inputs given for `spec`'s layer, as its lock entry records them.
+pub fn given_of(spec: &crate::debian_spec::DebianSpec) -> Vec<LockedInput> {
+    spec.given_inputs
+        .iter()
+        .map(|(name, g)| LockedInput {
+            name: name.clone(),
+            digest: g.digest.clone(),
+        })
+        .collect()
+}
+
 /// One layer's pins.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -70,6 +91,9 @@ pub struct LayerLock {
     /// Every installed package.
     #[serde(default)]
     pub packages: Vec<LockedPackage>,
+    /// The operator inputs it was built with, by digest (`--locked` takes no other).
+    #[serde(default)]
+    pub given: Vec<LockedInput>,
 }
 
 /// A whole `stack.lock`.
@@ -133,6 +157,7 @@ impl Lock {
             check_layer(&l).map_err(|r| refuse(format!("layer `{}`: {r}", l.name)))?;
             l.packages.sort();
             l.suites.sort();
+            l.given.sort();
             if let Some(old) = layers.insert(l.name.clone(), l) {
                 return Err(refuse(format!("layer `{}` is locked twice", old.name)));
             }
@@ -157,6 +182,20 @@ impl Lock {
             );
             if let Some(k) = &l.kernel {
                 let _ = writeln!(out, "kernel = {}", q(k));
+            }
+            if !l.given.is_empty() {
+                let mut given = l.given.clone();
+                given.sort();
+                out.push_str("given = [\n");
+                for g in &given {
+                    let _ = writeln!(
+                        out,
+                        "  {{ name = {}, digest = {} }},",
+                        q(&g.name),
+                        q(&g.digest)
+                    );
+                }
+                out.push_str("]\n");
             }
             let mut suites = l.suites.clone();
             suites.sort();
@@ -216,6 +255,22 @@ fn check_layer(l: &LayerLock) -> Result<(), String> {
             l.inputs
         ));
     }
+    let mut names = std::collections::BTreeSet::new();
+    for g in &l.given {
+        let who = format!("input `{}`", g.name);
+        if !is_package_name(&g.name) {
+            return Err(format!("{who}: not an input name"));
+        }
+        if !g.digest.strip_prefix("sha256:").is_some_and(is_sha256_hex) {
+            return Err(format!(
+                "{who}: digest {:?} is not sha256:<64 lowercase hex>",
+                g.digest
+            ));
+        }
+        if !names.insert(&g.name) {
+            return Err(format!("{who} is listed twice"));
+        }
+    }
     let mut seen = std::collections::BTreeSet::new();
     for p in &l.packages {
         let who = format!("package `{}`", p.name);
@@ -261,38 +316,75 @@ fn check_layer(l: &LayerLock) -> Result<(), String> {
     Ok(())
 }
 
-/// One package's move between two locks of a layer.
+/// One package's or operator input's move between two locks of a layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
-    /// The package.
+    /// The package or input.
     pub name: String,
-    /// Its architecture.
-    pub architecture: String,
+    /// The package's architecture; `None` for an operator input, whose versions are digests.
+    pub architecture: Option<String>,
     /// Its version before (`None`: added).
     pub old: Option<String>,
     /// Its version after (`None`: removed).
     pub new: Option<String>,
 }
 
+impl Change {
+    /// Whether it is a package's (not an input's).
+    pub fn is_package(&self) -> bool {
+        self.architecture.is_some()
+    }
+}
+
 impl fmt::Display for Change {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (name, arch) = (&self.name, &self.architecture);
+        let what = match &self.architecture {
+            Some(arch) => format!("{}:{arch}", self.name),
+            None => format!("input {}", self.name),
+        };
         match (&self.old, &self.new) {
             (Some(o), Some(n)) if o == n => {
-                write!(f, "Rebuilt  {name}:{arch} {o} (new .deb bytes)")
+                write!(f, "Rebuilt  {what} {o} (new .deb bytes)")
             }
-            (Some(o), Some(n)) => write!(f, "Updating {name}:{arch} {o} -> {n}"),
-            (None, Some(n)) => write!(f, "Adding   {name}:{arch} {n}"),
-            (Some(o), None) => write!(f, "Removing {name}:{arch} {o}"),
+            (Some(o), Some(n)) => write!(f, "Updating {what} {o} -> {n}"),
+            (None, Some(n)) => write!(f, "Adding   {what} {n}"),
+            (Some(o), None) => write!(f, "Removing {what} {o}"),
             (None, None) => Ok(()),
         }
     }
 }
 
-/// What changed from `old` to `new` (packages by name and architecture, sorted), as
-/// `ingot build --update` prints it. A package whose version stays but whose `.deb` hash changed
-/// (a rebuilt file) is listed too.
+/// What changed from `old` to `new` (packages by name and architecture, sorted, then the
+/// operator inputs by name), as `ingot build --update` prints it. A package whose version stays
+/// but whose `.deb` hash changed (a rebuilt file) is listed too.
 pub fn diff(old: &LayerLock, new: &LayerLock) -> Vec<Change> {
+    let mut out = diff_packages(old, new);
+    out.extend(diff_given(&old.given, &new.given));
+    out
+}
+
+/// The operator inputs that differ between `old` and `new`, by name.
+pub fn diff_given(old: &[LockedInput], new: &[LockedInput]) -> Vec<Change> {
+    let index = |g: &[LockedInput]| -> BTreeMap<String, String> {
+        g.iter()
+            .map(|i| (i.name.clone(), i.digest.clone()))
+            .collect()
+    };
+    let (o, n) = (index(old), index(new));
+    let names: std::collections::BTreeSet<&String> = o.keys().chain(n.keys()).collect();
+    names
+        .into_iter()
+        .filter(|k| o.get(*k) != n.get(*k))
+        .map(|k| Change {
+            name: k.clone(),
+            architecture: None,
+            old: o.get(k).cloned(),
+            new: n.get(k).cloned(),
+        })
+        .collect()
+}
+
+fn diff_packages(old: &LayerLock, new: &LayerLock) -> Vec<Change> {
     let index = |l: &LayerLock| -> BTreeMap<(String, String), (String, String)> {
         l.packages
             .iter()
@@ -309,7 +401,7 @@ pub fn diff(old: &LayerLock, new: &LayerLock) -> Vec<Change> {
             old: o.get(&k).map(|v| v.0.clone()),
             new: n.get(&k).map(|v| v.0.clone()),
             name: k.0,
-            architecture: k.1,
+            architecture: Some(k.1),
         })
         .collect()
 }
@@ -344,6 +436,7 @@ mod tests {
                 },
             ],
             packages,
+            given: Vec::new(),
         }
     }
 
@@ -455,5 +548,74 @@ mod tests {
             ]
         );
         assert!(diff(&old, &old).is_empty());
+    }
+
+    fn input(name: &str, fill: char) -> LockedInput {
+        LockedInput {
+            name: name.into(),
+            digest: format!("sha256:{}", fill.to_string().repeat(64)),
+        }
+    }
+
+    #[test]
+    fn operator_inputs_are_locked_by_digest_and_their_moves_listed() {
+        let mut l = layer(vec![pkg("libc6", "2.36-9+deb12u8", 'c')]);
+        l.given = vec![input("kubernetes", 'a'), input("images", 'b')];
+        let mut lock = Lock::default();
+        lock.layers.insert(l.name.clone(), l.clone());
+        let text = lock.to_toml();
+        assert!(
+            text.contains(&format!(
+                "given = [\n  {{ name = \"images\", digest = \"sha256:{}\" }},\n",
+                "b".repeat(64)
+            )),
+            "{text}"
+        );
+        let back = Lock::parse(&text, Path::new("stack.lock")).unwrap();
+        assert_eq!(back.to_toml(), text);
+        assert_eq!(back.layers["base"].given.len(), 2);
+
+        // A layer with no inputs writes no `given` line: locks made before it read the same.
+        let mut none = lock.clone();
+        none.layers.get_mut("base").unwrap().given.clear();
+        assert!(!none.to_toml().contains("given"));
+
+        let bad = [
+            (
+                format!("sha256:{}", "b".repeat(64)),
+                "sha256:B".to_owned(),
+                "input `images`: digest",
+            ),
+            (
+                "name = \"images\"".to_owned(),
+                "name = \"kubernetes\"".to_owned(),
+                "input `kubernetes` is listed twice",
+            ),
+            (
+                "name = \"images\"".to_owned(),
+                "name = \"Images\"".to_owned(),
+                "not an input name",
+            ),
+        ];
+        for (from, to, want) in bad {
+            let err = Lock::parse(&text.replacen(&from, &to, 1), Path::new("stack.lock"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "want `{want}` in {err}");
+        }
+
+        let mut new = l.clone();
+        new.given = vec![input("kubernetes", 'd'), input("toolkit", 'e')];
+        let shown: Vec<String> = diff(&l, &new).iter().map(ToString::to_string).collect();
+        let [a, b, d, e] = ["a", "b", "d", "e"].map(|c| format!("sha256:{}", c.repeat(64)));
+        assert_eq!(
+            shown,
+            [
+                format!("Removing input images {b}"),
+                format!("Updating input kubernetes {a} -> {d}"),
+                format!("Adding   input toolkit {e}"),
+            ]
+        );
+        assert!(diff(&l, &new).iter().all(|c| !c.is_package()));
     }
 }

@@ -100,6 +100,41 @@ pub enum PrepareError {
     /// The tree cache failed.
     #[error(transparent)]
     TreeCache(#[from] TreeCacheError),
+    /// `--locked`, and an operator input is not the one the lock names.
+    #[error(
+        "--locked: layer `{layer}`: input `{input}` is {}, stack.lock has {} (build without \
+         --locked to take it into the lock)",
+        .given.as_deref().unwrap_or("not given"),
+        .locked.as_deref().unwrap_or("none")
+    )]
+    InputNotLocked {
+        /// The layer.
+        layer: String,
+        /// The input.
+        input: String,
+        /// Its digest as given (`None`: not given).
+        given: Option<String>,
+        /// Its digest in the lock (`None`: the lock has none).
+        locked: Option<String>,
+    },
+}
+
+/// Under `--locked`: the operator inputs given for `layer` must be the ones its lock entry
+/// names, by digest, as its packages must be.
+fn check_given_locked(
+    layer: &str,
+    locked: &LayerLock,
+    given: &[lock::LockedInput],
+) -> Result<(), PrepareError> {
+    match lock::diff_given(&locked.given, given).into_iter().next() {
+        None => Ok(()),
+        Some(c) => Err(PrepareError::InputNotLocked {
+            layer: layer.to_owned(),
+            input: c.name,
+            given: c.new,
+            locked: c.old,
+        }),
+    }
 }
 
 /// How a layer's versions are chosen, given the options and its lock entry when that was made
@@ -204,7 +239,10 @@ fn why_built(
     let changed = cached.changed(key);
     if changed.contains(&"the lock entry") {
         if let Some(prev) = cached.layer_lock(layer) {
-            let n = lock::diff(&prev, cur).len();
+            let n = lock::diff(&prev, cur)
+                .iter()
+                .filter(|c| c.is_package())
+                .count();
             if n > 0 {
                 return format!("the lock moved ({n} packages) since the cached tree {short}");
             }
@@ -237,7 +275,13 @@ struct LayerTree {
 }
 
 /// The cached tree of `current` under `key`, unless `--rebuild`.
-fn reuse(c: &Caches<'_>, name: &str, current: &LayerLock, key: &Key) -> Option<LayerTree> {
+fn reuse(
+    c: &Caches<'_>,
+    name: &str,
+    current: &LayerLock,
+    given: &[lock::LockedInput],
+    key: &Key,
+) -> Option<LayerTree> {
     if c.opts.rebuild {
         return None;
     }
@@ -246,6 +290,11 @@ fn reuse(c: &Caches<'_>, name: &str, current: &LayerLock, key: &Key) -> Option<L
         "tree cache {}: same lock entry, inputs and ingot version",
         key.short()
     );
+    // The key holds the inputs' digests: these are the ones the cached tree was made with.
+    let lock = LayerLock {
+        given: given.to_vec(),
+        ..current.clone()
+    };
     Some(LayerTree {
         report: format!("layer {name}: reused ({reason})"),
         outcome: TreeOutcome {
@@ -255,7 +304,7 @@ fn reuse(c: &Caches<'_>, name: &str, current: &LayerLock, key: &Key) -> Option<L
             key: key.hex().to_owned(),
         },
         tree: hit.tree,
-        lock: current.clone(),
+        lock,
         moved: Vec::new(),
     })
 }
@@ -289,6 +338,10 @@ fn layer_tree(
 ) -> Result<LayerTree, PrepareError> {
     let fingerprint = spec.fingerprint();
     let current = old.filter(|l| l.inputs == fingerprint);
+    let given = lock::given_of(spec);
+    if let (true, Some(cur)) = (c.opts.locked, current) {
+        check_given_locked(name, cur, &given)?;
+    }
     let resolve = choose(c.opts, current);
     let extras = extra_inputs(spec);
     let extra: Vec<(&str, &[u8])> = extras
@@ -307,7 +360,7 @@ fn layer_tree(
     };
     let locked_key = current.filter(|_| resolve == Resolve::Locked).map(key_of);
     if let (Some(cur), Some(key)) = (current, &locked_key) {
-        if let Some(hit) = reuse(c, name, cur, key) {
+        if let Some(hit) = reuse(c, name, cur, &given, key) {
             return Ok(hit);
         }
     }
@@ -333,7 +386,8 @@ fn layer_tree(
     drop(work);
     let moved = old.map(|o| lock::diff(o, &made.lock)).unwrap_or_default();
     if matches!(resolve, Resolve::Update(_)) && !c.opts.rebuild {
-        reason = format!("--update: the lock moved ({} packages)", moved.len());
+        let n = moved.iter().filter(|m| m.is_package()).count();
+        reason = format!("--update: the lock moved ({n} packages)");
     }
     let how = match resolve {
         Resolve::Locked => "locked",
@@ -478,6 +532,48 @@ mod tests {
     use lock::{LayerLock, LockedPackage};
 
     #[test]
+    fn locked_takes_only_the_inputs_the_lock_names() {
+        let given = |d: Option<char>| -> Vec<lock::LockedInput> {
+            d.map(|c| lock::LockedInput {
+                name: "kubernetes".into(),
+                digest: format!("sha256:{}", c.to_string().repeat(64)),
+            })
+            .into_iter()
+            .collect()
+        };
+        let locked = LayerLock {
+            name: "base".into(),
+            inputs: format!("sha256:{}", "0".repeat(64)),
+            kernel: None,
+            suites: Vec::new(),
+            packages: Vec::new(),
+            given: given(Some('a')),
+        };
+        assert!(check_given_locked("base", &locked, &given(Some('a'))).is_ok());
+        let moved = check_given_locked("base", &locked, &given(Some('b')))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            moved.starts_with(&format!(
+                "--locked: layer `base`: input `kubernetes` is sha256:{}, stack.lock has sha256:{}",
+                "b".repeat(64),
+                "a".repeat(64)
+            )),
+            "{moved}"
+        );
+        let left_out = check_given_locked("base", &locked, &given(None)).unwrap_err();
+        assert!(left_out
+            .to_string()
+            .contains("is not given, stack.lock has sha256:aaaa"));
+        let unlocked = LayerLock {
+            given: Vec::new(),
+            ..locked
+        };
+        let new = check_given_locked("base", &unlocked, &given(Some('a'))).unwrap_err();
+        assert!(new.to_string().contains("stack.lock has none"), "{new}");
+    }
+
+    #[test]
     fn versions_are_chosen_as_cargo_chooses_them() {
         let cur = LayerLock {
             name: "base".into(),
@@ -491,6 +587,7 @@ mod tests {
                 sha256: "1".repeat(64),
                 priority: None,
             }],
+            given: Vec::new(),
         };
         let opts = |locked, update: Option<&[&str]>| Options {
             locked,

@@ -701,6 +701,7 @@ fn unlocked(job: &Job<'_>, repo: &Path, fingerprint: &str) -> Result<Made, TreeE
             kernel,
             suites,
             packages,
+            given: super::lock::given_of(job.spec),
         },
         from_cache,
         downloaded,

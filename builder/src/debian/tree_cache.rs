@@ -88,7 +88,13 @@ impl Key {
 
     fn with_version(inputs: &KeyInputs<'_>, ingot: &str) -> Self {
         let mut layers = BTreeMap::new();
-        layers.insert(inputs.lock.name.clone(), inputs.lock.clone());
+        // The operator inputs enter as `extra` parts, by their digests: the lock entry's record
+        // of them may be an older build's.
+        let lock = LayerLock {
+            given: Vec::new(),
+            ..inputs.lock.clone()
+        };
+        layers.insert(lock.name.clone(), lock);
         let lock = Lock { layers }.to_toml();
         let mut parts = BTreeMap::new();
         parts.insert("lock".to_owned(), sha256_hex(lock.as_bytes()));
@@ -413,6 +419,7 @@ mod tests {
                 sha256: "1".repeat(64),
                 priority: None,
             }],
+            given: Vec::new(),
         }
     }
 
@@ -514,6 +521,19 @@ mod tests {
         assert_eq!(
             Key::new(&KeyInputs {
                 extra: swapped,
+                ..base.clone()
+            }),
+            k
+        );
+        // The lock entry's record of the operator inputs is not: they enter as extras.
+        let mut recorded = lock();
+        recorded.given.push(super::super::lock::LockedInput {
+            name: "kubernetes".into(),
+            digest: format!("sha256:{}", "3".repeat(64)),
+        });
+        assert_eq!(
+            Key::new(&KeyInputs {
+                lock: &recorded,
                 ..base.clone()
             }),
             k

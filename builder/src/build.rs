@@ -55,6 +55,8 @@ pub struct BuildOptions {
     pub force: bool,
     /// Draw progress bars (on a terminal).
     pub progress: bool,
+    /// Each layer's phases as `--json` events ([`crate::events`]; off: none).
+    pub events: crate::events::Events,
     /// Make the release's signed UKI with this Secure Boot db key ([`crate::uki`]).
     pub secure_boot: Option<SecureBootKey>,
     /// Give that UKI a signed PCR 11 policy with this RSA key (PEM, [`ingot_artifact::pcr_policy`]).
@@ -274,7 +276,7 @@ pub fn build_with(
     fs::create_dir_all(&work).map_err(io_err("creating", &work))?;
     let writer = LayoutWriter::create(&layout_dir).map_err(io_err("creating", &layout_dir))?;
 
-    let (_multi, bars) = progress_bars(manifest, opts.progress);
+    let (_multi, bars) = progress_bars(manifest, opts.progress, &opts.events);
     check_boot_contract(manifest)?;
     let built: Vec<BuiltLayer> = manifest
         .layers
@@ -377,14 +379,37 @@ fn staging_dir(out: &Path, force: bool, manifest: &Path) -> Result<tempfile::Tem
         .map_err(io_err("creating a temporary directory in", &parent))
 }
 
+/// A layer's progress bar and its phases as events.
+struct LayerBar {
+    bar: ProgressBar,
+    log: crate::events::PhaseLog,
+}
+
+impl LayerBar {
+    /// The layer's next phase: the bar's message, and an event.
+    fn phase(&self, what: &'static str) {
+        self.bar.set_message(what);
+        self.log.start(what);
+    }
+
+    fn finish(&self) {
+        self.bar.finish();
+        self.log.done();
+    }
+}
+
 /// One progress bar a layer, drawn on stderr when `progress` is set (hidden otherwise).
-fn progress_bars(manifest: &Manifest, progress: bool) -> (MultiProgress, Vec<ProgressBar>) {
+fn progress_bars(
+    manifest: &Manifest,
+    progress: bool,
+    events: &crate::events::Events,
+) -> (MultiProgress, Vec<LayerBar>) {
     let multi = MultiProgress::with_draw_target(if progress {
         ProgressDrawTarget::stderr()
     } else {
         ProgressDrawTarget::hidden()
     });
-    let bars: Vec<ProgressBar> = manifest
+    let bars: Vec<LayerBar> = manifest
         .layers
         .iter()
         .map(|l| {
@@ -392,7 +417,10 @@ fn progress_bars(manifest: &Manifest, progress: bool) -> (MultiProgress, Vec<Pro
             bar.set_style(bar_style());
             bar.set_prefix(l.name.clone());
             bar.set_message("queued");
-            bar
+            LayerBar {
+                bar,
+                log: crate::events::PhaseLog::new(events, &l.name),
+            }
         })
         .collect();
     (multi, bars)
@@ -498,7 +526,7 @@ fn build_layer(
     work: &Path,
     writer: &LayoutWriter,
     opts: &BuildOptions,
-    bar: &ProgressBar,
+    bar: &LayerBar,
 ) -> Result<BuiltLayer, BuildError> {
     let name = &spec.name;
     let dir = work.join(name);
@@ -514,13 +542,13 @@ fn build_layer(
         summary,
     } = seal_layer(manifest, spec, (&dir, &img, &hash), bar)?;
 
-    bar.set_message("zstd");
-    bar.set_length(image_size);
-    bar.set_position(0);
+    bar.phase("zstd");
+    bar.bar.set_length(image_size);
+    bar.bar.set_position(0);
     let zst = dir.join("image.ext4.zst");
     let compressed =
         compress::compress_file(&img, &zst, opts.frame_size, opts.zstd_level, &|done| {
-            bar.set_position(done)
+            bar.bar.set_position(done)
         })
         .map_err(io_err("compressing", &img))?;
     let boot_parts = match &opts.secure_boot {
@@ -540,7 +568,7 @@ fn build_layer(
     writer
         .adopt_blob(VERITY_MEDIA_TYPE, &hash, &hash_digest, hash_size)
         .map_err(io_err("storing", &hash))?;
-    bar.set_message("done");
+    bar.bar.set_message("done");
     bar.finish();
 
     let entry = LayerEntry {
@@ -588,15 +616,14 @@ fn seal_layer(
     manifest: &Manifest,
     spec: &LayerSpec,
     (dir, img, hash): (&Path, &Path, &Path),
-    bar: &ProgressBar,
+    bar: &LayerBar,
 ) -> Result<Sealed, BuildError> {
     let name = &spec.name;
     let lerr = |source| BuildError::Layer {
         layer: name.clone(),
         source,
     };
-    bar.set_message("ext4");
-    let progress_bar = bar.clone();
+    let progress_bar = bar.bar.clone();
     let ext4_opts = Ext4Options {
         seed: layer_seed(manifest, name),
         source_date_epoch: manifest.source_date_epoch,
@@ -610,6 +637,7 @@ fn seal_layer(
     let mut status = Ok(None);
     let mut summary = Ok(LayerSummary::default());
     let (image_size, verity, preload) = if spec.preload.is_empty() {
+        bar.phase("ext4");
         let b = ingot_layers::build_layer_checked(&source, img, Some(hash), &ext4_opts, |t| {
             check_tree(manifest, spec, t)?;
             status = sbom::status_of(t, name);
@@ -728,7 +756,7 @@ fn build_with_preload(
     source: &Source,
     (dir, img, hash): (&Path, &Path, &Path),
     ext4_opts: &Ext4Options,
-    bar: &ProgressBar,
+    bar: &LayerBar,
     (status, summary): (&mut TreeStatus, &mut TreeSummary),
 ) -> Result<(u64, VerityInfo, Vec<PreloadEntry>), BuildError> {
     let name = &spec.name;
@@ -736,7 +764,7 @@ fn build_with_preload(
         layer: name.clone(),
         source,
     };
-    bar.set_message("preload");
+    bar.phase("preload");
     let staged = dir.join("preload");
     let entries =
         preload::stage(&spec.preload, manifest.source_date_epoch, &staged).map_err(|source| {
@@ -745,7 +773,7 @@ fn build_with_preload(
                 source,
             }
         })?;
-    bar.set_message("ext4");
+    bar.phase("ext4");
     let mut tree = source.load(dir).map_err(lerr)?;
     check_tree(manifest, spec, &tree).map_err(lerr)?;
     *status = sbom::status_of(&tree, name);
@@ -765,7 +793,7 @@ fn build_with_preload(
         tree.insert(&components, node, e.path.as_bytes())
             .map_err(lerr)?;
     }
-    bar.set_message("ext4+verity");
+    bar.phase("ext4+verity");
     let built = ingot_layers::seal_tree(&tree, img, hash, ext4_opts).map_err(lerr)?;
     let verity = built.verity.expect("seal_tree always builds the hash tree");
     Ok((built.image_size, verity, entries))

@@ -10,6 +10,7 @@ pub mod debian;
 pub mod debian_spec;
 pub mod diff;
 pub mod display;
+pub mod events;
 pub mod inspect;
 pub mod manifest;
 pub mod preload;

@@ -88,6 +88,19 @@ fn build(dir: &Path, out: &str, extra: &[&str], wrap: &[&str]) -> (Output, f64) 
     (output, secs)
 }
 
+/// Every line of `text` as a JSON object with an `event` (a line that is not fails the test).
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+            assert!(v["event"].is_string() && v["t"].is_number(), "{l}");
+            v
+        })
+        .collect()
+}
+
 fn manifest_digest(out: &Output) -> String {
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines()
@@ -293,32 +306,8 @@ fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
     );
     assert_eq!(fs::read_to_string(&lock_path).unwrap(), edited);
 
-    // 3b. A lock one update behind the archive: its base-files is an older version the archive
-    //     has dropped and the .deb cache still holds (as after a security update). `--locked`
-    //     builds it, offline, from the cache.
-    let older = older_in_cache(d, real);
-    let behind = lock_text.replacen(
-        &format!(
-            "version = \"{}\", sha256 = \"{}\"",
-            real.version, real.sha256
-        ),
-        &format!(
-            "version = \"{}\", sha256 = \"{}\"",
-            older.version, older.sha256
-        ),
-        1,
-    );
-    assert_ne!(behind, lock_text);
-    fs::write(&lock_path, &behind).unwrap();
-    let cached = base_entries(d);
-    let (old_stack, _) = build(d, "out3b", &["--locked"], OFFLINE);
-    assert!(old_stack.status.success());
-    let behind_tree = base_entries(d)
-        .into_iter()
-        .find(|e| !cached.contains(e))
-        .expect("the older lock's tree entered the tree cache")
-        .0;
-    assert_ne!(manifest_digest(&old_stack), manifest_digest(&first));
+    // 3b. A lock one update behind the archive, built --locked offline from the cache.
+    let (older, behind_tree) = lock_behind(d, &lock_text, real, &manifest_digest(&first));
 
     // 4. `--update base-files` moves that package only, to the archive's version, and says so;
     //    every other package stays as locked, so the stack is the first one again, and
@@ -353,10 +342,47 @@ fn a_locked_rebuild_comes_from_the_cache_and_a_missing_version_is_named() {
     tree_cache(d, &manifest_digest(&first), cold, &behind_tree);
 }
 
+/// Writes a lock one update behind the archive (`lock_text` with `real`, base-files, replaced by
+/// an older version the archive has dropped and only the .deb cache holds, as after a security
+/// update) and builds it `--locked`, offline, from the cache into `out3b`: another stack than
+/// `first`. Returns the older package and its tree cache entry.
+fn lock_behind(
+    d: &Path,
+    lock_text: &str,
+    real: &LockedPackage,
+    first: &str,
+) -> (LockedPackage, String) {
+    let older = older_in_cache(d, real);
+    let behind = lock_text.replacen(
+        &format!(
+            "version = \"{}\", sha256 = \"{}\"",
+            real.version, real.sha256
+        ),
+        &format!(
+            "version = \"{}\", sha256 = \"{}\"",
+            older.version, older.sha256
+        ),
+        1,
+    );
+    assert_ne!(behind, lock_text);
+    fs::write(d.join("m/stack.lock"), &behind).unwrap();
+    let cached = base_entries(d);
+    let (old_stack, _) = build(d, "out3b", &["--locked"], OFFLINE);
+    assert!(old_stack.status.success());
+    let behind_tree = base_entries(d)
+        .into_iter()
+        .find(|e| !cached.contains(e))
+        .expect("the older lock's tree entered the tree cache")
+        .0;
+    assert_ne!(manifest_digest(&old_stack), first);
+    (older, behind_tree)
+}
+
 /// base-files one version behind `real`: its `.deb` repacked by dpkg-deb as version
 /// `REAL~ingot1` (`~` sorts before anything, so it is older) and put in the .deb cache under its
 /// hash, as the cache keeps a version the archive has since replaced.
 fn older_in_cache(d: &Path, real: &LockedPackage) -> LockedPackage {
+    fs::create_dir_all(d.join("older")).unwrap();
     let root = d.join("older/root");
     let deb = d.join("older/base-files.deb");
     let cached = d.join("cache").join(format!("{}.deb", real.sha256));
@@ -439,10 +465,27 @@ fn tree_cache(d: &Path, digest: &str, cold: f64, behind: &str) {
     assert!(fifth.status.success());
     let said = String::from_utf8_lossy(&fifth.stderr);
     let reason = format!("tree cache {short}: same lock entry, inputs and ingot version");
-    assert!(
-        said.contains(&format!("layer base: reused ({reason})")),
-        "{said}"
+    // With --json, stderr is JSON Lines: the tree's event, then the stack's own phases.
+    let events = json_lines(&said);
+    let tree = events
+        .iter()
+        .find(|e| e["event"] == "tree")
+        .unwrap_or_else(|| panic!("no tree event in {said}"));
+    assert_eq!(tree["reused"], true);
+    assert_eq!(tree["reason"], reason.as_str());
+    assert_eq!(
+        tree["text"],
+        format!("layer base: reused ({reason})").as_str()
     );
+    for phase in ["ext4", "zstd"] {
+        assert!(
+            events.iter().any(|e| e["event"] == "phaseDone"
+                && e["layer"] == "base"
+                && e["phase"] == phase
+                && e["seconds"].is_number()),
+            "no {phase} phase in {said}"
+        );
+    }
     assert!(!said.contains("mmdebstrap"), "{said}");
     assert_eq!(base_entries(d), before, "the cached tree was replaced");
     let result: serde_json::Value = serde_json::from_slice(&fifth.stdout).unwrap();

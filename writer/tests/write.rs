@@ -736,6 +736,7 @@ fn an_unsigned_stack_is_refused_without_naming_a_flag_the_writer_lacks() {
             revision: None,
             force: false,
             progress: false,
+            events: ingot::events::Events::off(),
             secure_boot: None,
             pcr_key: None,
         },

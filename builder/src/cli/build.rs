@@ -1,5 +1,6 @@
 //! `ingot build`: CLI glue for [`crate::build`].
 
+use crate::events::Events;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
@@ -111,7 +112,9 @@ pub struct BuildArgs {
     /// No progress bars or spinners.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Print the result as one JSON object (camelCase keys) instead of text.
+    /// Print the result as one JSON object (camelCase keys) on stdout instead of text, and the
+    /// progress on stderr as JSON Lines for CI: one object a line with `event` (note, phase,
+    /// phaseDone, tree, lockChange, error) and `t`, the seconds since the build started.
     #[arg(long)]
     pub json: bool,
 }
@@ -133,6 +136,7 @@ fn git_revision(manifest: &std::path::Path) -> Option<String> {
 fn debian_trees(
     args: &BuildArgs,
     manifest: &Manifest,
+    events: &Events,
 ) -> anyhow::Result<Option<crate::debian::Prepared>> {
     let debian_opts = crate::debian::Options {
         cache: args.deb_cache.clone(),
@@ -141,6 +145,7 @@ fn debian_trees(
         tree_cache: args.tree_cache.clone(),
         rebuild: args.rebuild,
         progress: !args.quiet && !args.json,
+        events: events.clone(),
     };
     let prepared = crate::debian::prepare(manifest, &debian_opts)
         .with_context(|| format!("making the Debian trees of {}", args.manifest.display()))?;
@@ -152,25 +157,52 @@ fn debian_trees(
         );
     }
     if let Some(p) = &prepared {
-        for line in &p.report {
-            eprintln!("{line}");
+        for (line, tree) in p.report.iter().zip(&p.trees) {
+            if events.on() {
+                events.emit(
+                    "tree",
+                    serde_json::json!({
+                        "layer": tree.layer,
+                        "reused": tree.reused,
+                        "reason": tree.reason,
+                        "key": tree.key,
+                        "text": line,
+                    }),
+                );
+            } else {
+                eprintln!("{line}");
+            }
         }
     }
     Ok(prepared)
 }
 
 /// Writes stack.lock when it changed, and prints what moved (as `cargo update` does).
-fn write_lock(p: &crate::debian::Prepared) -> anyhow::Result<()> {
+fn write_lock(p: &crate::debian::Prepared, events: &Events) -> anyhow::Result<()> {
     for (layer, changes) in &p.changes {
         for c in changes {
-            eprintln!("    {c}  (layer {layer})");
+            if events.on() {
+                events.emit(
+                    "lockChange",
+                    serde_json::json!({
+                        "layer": layer,
+                        "name": c.name,
+                        "architecture": c.architecture,
+                        "old": c.old,
+                        "new": c.new,
+                        "text": c.to_string(),
+                    }),
+                );
+            } else {
+                eprintln!("    {c}  (layer {layer})");
+            }
         }
     }
     if p.lock_changed() {
         p.lock
             .write(&p.lock_path)
             .with_context(|| format!("writing {}", p.lock_path.display()))?;
-        eprintln!("wrote {}", p.lock_path.display());
+        events.note(&format!("wrote {}", p.lock_path.display()));
     }
     Ok(())
 }
@@ -210,14 +242,19 @@ fn print_json(
 
 pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let started = Instant::now();
+    let events = if args.json {
+        Events::json()
+    } else {
+        Events::off()
+    };
     let mut manifest = Manifest::load(&args.manifest).map_err(anyhow::Error::new)?;
     for line in manifest
         .give_inputs(&args.inputs, crate::debian::integration::take_input)
         .map_err(anyhow::Error::new)?
     {
-        eprintln!("{line}");
+        events.note(&line);
     }
-    let prepared = debian_trees(&args, &manifest)?;
+    let prepared = debian_trees(&args, &manifest, &events)?;
     let manifest = prepared.as_ref().map_or(manifest, |p| p.manifest.clone());
     if args.frame_size == 0 || args.frame_size % 4096 != 0 {
         anyhow::bail!("--frame-size must be a positive multiple of 4096");
@@ -244,7 +281,8 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
         zstd_level: args.zstd_level,
         revision,
         force: args.force,
-        progress: !args.quiet,
+        progress: !args.quiet && !args.json,
+        events: events.clone(),
         secure_boot: match (&args.secure_boot_key, &args.secure_boot_cert) {
             (Some(key), Some(cert)) => Some(crate::uki::SecureBootKey {
                 key: key.clone(),
@@ -261,7 +299,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     let out = build_with(&manifest, &opts, &digests)
         .with_context(|| format!("building {}", args.manifest.display()))?;
     if let Some(p) = prepared.as_ref().filter(|_| !args.locked) {
-        write_lock(p)?;
+        write_lock(p, &events)?;
     }
     let total: u64 = out.descriptor.layers.iter().map(|l| l.size).sum();
     let compressed: u64 = out.descriptor.layers.iter().map(|l| l.data.size).sum();

@@ -79,7 +79,9 @@ pub enum Command {
 
 /// Runs a parsed command line; the exit status says how it went.
 pub fn run(cli: Cli) -> ExitCode {
-    init_logging(cli.verbose);
+    // `build --json` writes its progress on stderr as JSON Lines: its logs and its error too.
+    let events = matches!(&cli.command, Command::Build(a) if a.json);
+    init_logging(cli.verbose, events);
     let result = match cli.command {
         Command::Verity(cmd) => verity::run(cmd),
         Command::Layer(cmd) => layer::run(cmd),
@@ -95,6 +97,13 @@ pub fn run(cli: Cli) -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        Err(err) if events => {
+            crate::events::Events::json().emit(
+                "error",
+                serde_json::json!({ "message": format!("{err:#}") }),
+            );
+            ExitCode::from(1)
+        }
         Err(err) => {
             // Error text may quote a layout's or a registry's strings.
             eprintln!(
@@ -106,7 +115,7 @@ pub fn run(cli: Cli) -> ExitCode {
     }
 }
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, json: bool) {
     use tracing_subscriber::EnvFilter;
     let default = match verbose {
         0 => "warn",
@@ -115,8 +124,12 @@ fn init_logging(verbose: u8) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    if json {
+        fmt.json().init();
+    } else {
+        fmt.init();
+    }
 }

@@ -38,6 +38,8 @@ pub struct Options {
     pub rebuild: bool,
     /// A spinner line per phase on stderr (indicatif hides it when stderr is no terminal).
     pub progress: bool,
+    /// Each layer's phases as `--json` events.
+    pub events: crate::events::Events,
 }
 
 /// How one layer's tree was had.
@@ -167,19 +169,22 @@ struct Phases {
     layer: String,
     draw: bool,
     current: std::cell::RefCell<Option<ProgressBar>>,
+    log: crate::events::PhaseLog,
 }
 
 impl Phases {
-    fn new(layer: &str, draw: bool) -> Self {
+    fn new(layer: &str, draw: bool, events: &crate::events::Events) -> Self {
         Self {
             layer: layer.to_owned(),
             draw,
             current: std::cell::RefCell::new(None),
+            log: crate::events::PhaseLog::new(events, layer),
         }
     }
 
     fn start(&self, what: &str) {
         self.done();
+        self.log.start(what);
         let style = ProgressStyle::with_template("{spinner} layer {prefix}: {msg} [{elapsed}]")
             .expect("a valid template")
             .tick_strings(&["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏", "✓"]);
@@ -201,6 +206,7 @@ impl Phases {
         if let Some(bar) = self.current.borrow_mut().take() {
             bar.finish();
         }
+        self.log.done();
     }
 }
 
@@ -367,7 +373,7 @@ fn layer_tree(
     let mut reason = why_built(c.opts, name, old, current, &c.trees, locked_key.as_ref());
     let started = Instant::now();
     let work = c.trees.scratch(name)?;
-    let phases = Phases::new(name, c.opts.progress);
+    let phases = Phases::new(name, c.opts.progress, &c.opts.events);
     let tell = |p: &str| phases.start(p);
     let made = tree::make(&tree::Job {
         layer: name,

@@ -99,6 +99,7 @@ pub fn build_stack_keyed(
             revision: None,
             force: false,
             progress: false,
+            events: ingot::events::Events::off(),
             secure_boot,
             pcr_key,
         },

@@ -217,6 +217,8 @@ struct BuiltLayer {
     entry: LayerEntry,
     /// Its tree's dpkg status (`None`: the tree has none).
     status: Option<Vec<DebPackage>>,
+    /// Its tree's distribution, from its os-release (`None`: it has none).
+    distro: Option<String>,
     /// What the stack rules need of its tree.
     summary: LayerSummary,
     /// The base layer's boot files for the UKI (a Secure Boot build only).
@@ -539,6 +541,7 @@ fn build_layer(
         verity,
         preload,
         status,
+        distro,
         summary,
     } = seal_layer(manifest, spec, (&dir, &img, &hash), bar)?;
 
@@ -596,6 +599,7 @@ fn build_layer(
     Ok(BuiltLayer {
         entry,
         status,
+        distro,
         summary,
         boot_parts,
     })
@@ -607,6 +611,7 @@ struct Sealed {
     verity: VerityInfo,
     preload: Vec<PreloadEntry>,
     status: Option<Vec<DebPackage>>,
+    distro: Option<String>,
     summary: LayerSummary,
 }
 
@@ -635,12 +640,14 @@ fn seal_layer(
     };
     let source = to_layers_source(spec)?;
     let mut status = Ok(None);
+    let mut distro = None;
     let mut summary = Ok(LayerSummary::default());
     let (image_size, verity, preload) = if spec.preload.is_empty() {
         bar.phase("ext4");
         let b = ingot_layers::build_layer_checked(&source, img, Some(hash), &ext4_opts, |t| {
             check_tree(manifest, spec, t)?;
             status = sbom::status_of(t, name);
+            distro = sbom::distro_of(t);
             summary = stack_rules::summarize(t, name);
             Ok(())
         })
@@ -655,7 +662,7 @@ fn seal_layer(
             (dir, img, hash),
             &ext4_opts,
             bar,
-            (&mut status, &mut summary),
+            (&mut status, &mut distro, &mut summary),
         )?
     };
     let status = status?;
@@ -664,6 +671,7 @@ fn seal_layer(
         verity,
         preload,
         status,
+        distro,
         summary: summary?,
     })
 }
@@ -720,6 +728,9 @@ fn write_sboms(
 ) -> Result<(), BuildError> {
     let statuses: Vec<_> = built.iter_mut().map(|b| b.status.take()).collect();
     let created = rfc3339(manifest.source_date_epoch);
+    // The stack's distribution is its base's (the lowest layer with an os-release): a layer
+    // above it installs the base's distribution's packages.
+    let distro = built.iter().find_map(|b| b.distro.clone());
     for (b, mut packages) in built.iter_mut().zip(sbom::layer_packages(&statuses)) {
         if let Some(known) = digests.get(&b.entry.name) {
             for p in &mut packages {
@@ -734,6 +745,7 @@ fn write_sboms(
             version: &manifest.version,
             layer: &b.entry.name,
             created: &created,
+            distro: distro.as_deref(),
         };
         // Refused, naming the layer, when larger than what readers accept.
         let doc = sbom::spdx_document(&info, &packages)?;
@@ -757,7 +769,7 @@ fn build_with_preload(
     (dir, img, hash): (&Path, &Path, &Path),
     ext4_opts: &Ext4Options,
     bar: &LayerBar,
-    (status, summary): (&mut TreeStatus, &mut TreeSummary),
+    (status, distro, summary): (&mut TreeStatus, &mut Option<String>, &mut TreeSummary),
 ) -> Result<(u64, VerityInfo, Vec<PreloadEntry>), BuildError> {
     let name = &spec.name;
     let lerr = |source| BuildError::Layer {
@@ -777,6 +789,7 @@ fn build_with_preload(
     let mut tree = source.load(dir).map_err(lerr)?;
     check_tree(manifest, spec, &tree).map_err(lerr)?;
     *status = sbom::status_of(&tree, name);
+    *distro = sbom::distro_of(&tree);
     *summary = stack_rules::summarize(&tree, name);
     for e in &entries {
         let file = staged.join(e.path.trim_start_matches('/'));

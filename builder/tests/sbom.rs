@@ -212,6 +212,12 @@ fn every_layer_lists_its_packages_and_spdx_tools_accepts_each_document() {
         zlib.contains("Person: Mark Brown (broonie@debian.org)"),
         "{zlib}"
     );
+    // The tools layer has no os-release: its packages get the base's distribution.
+    let tools = String::from_utf8(docs[1].1.clone()).unwrap();
+    assert!(
+        tools.contains("?arch=amd64&distro=ingot-demo-1.0.0\""),
+        "{tools}"
+    );
 
     // Deterministic: a second build gives the same SBOM blobs.
     let again = tmp.path().join("again");
@@ -312,9 +318,10 @@ fn real_copyright_files_give_declared_licences_and_the_sbom_is_ntia_conformant()
         package("libc6")["supplier"],
         "Organization: GNU Libc Maintainers (debian-glibc@lists.debian.org)"
     );
+    // The distro qualifier is the base's os-release's ID and VERSION_ID (the demo base's).
     assert_eq!(
         package("gzip")["externalRefs"][0]["referenceLocator"],
-        "pkg:deb/debian/gzip@1.12-1?arch=amd64"
+        "pkg:deb/debian/gzip@1.12-1?arch=amd64&distro=ingot-demo-1.0.0"
     );
     // Not DEP-5 (base-files), or no copyright file in the tree (libc6): nothing said.
     assert_eq!(package("base-files")["licenseDeclared"], "NOASSERTION");

@@ -24,7 +24,10 @@ pub use spdx::{
     packages_of, purl, spdx_document, spdx_document_within, write_spdx, DocumentInfo,
     MAX_LICENCE_BYTES,
 };
-pub use status::{added_or_changed, declare_licences, layer_packages, parse_status, status_of};
+pub use status::{
+    added_or_changed, declare_licences, distro_from_os_release, distro_of, layer_packages,
+    parse_status, status_of,
+};
 
 use serde::{Deserialize, Serialize};
 
@@ -157,18 +160,41 @@ Package: libstdc++6\nStatus: install ok installed\nArchitecture: amd64\nVersion:
 Package: removed\nStatus: deinstall ok config-files\nArchitecture: amd64\nVersion: 1.0\n";
 
     #[test]
+    fn the_distro_comes_from_os_release() {
+        let bookworm = "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nNAME=\"Debian GNU/Linux\"\n\
+                        VERSION_ID=\"12\"\nVERSION=\"12 (bookworm)\"\nVERSION_CODENAME=bookworm\nID=debian\n";
+        assert_eq!(
+            distro_from_os_release(bookworm).as_deref(),
+            Some("debian-12")
+        );
+        let trixie = "ID=debian\nVERSION_CODENAME=trixie\n";
+        assert_eq!(
+            distro_from_os_release(trixie).as_deref(),
+            Some("debian-trixie")
+        );
+        for bad in [
+            "ID=debian\n",
+            "VERSION_ID=12\n",
+            "ID=\"Debian Linux\"\nVERSION_ID=12\n",
+            &format!("ID={}\nVERSION_ID=12\n", "d".repeat(33)),
+        ] {
+            assert_eq!(distro_from_os_release(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn status_parses_installed_only() {
         let p = parse_status(STATUS.as_bytes(), "base", "var/lib/dpkg/status").unwrap();
         let names: Vec<_> = p.iter().map(|p| p.name.as_str()).collect();
         assert_eq!(names, ["libstdc++6", "zlib1g"]);
         assert_eq!(p[1].version, "1:1.2.13.dfsg-1");
         assert_eq!(
-            purl(&p[1]),
+            purl(&p[1], None),
             "pkg:deb/debian/zlib1g@1%3A1.2.13.dfsg-1?arch=amd64"
         );
         assert_eq!(
-            purl(&p[0]),
-            "pkg:deb/debian/libstdc%2B%2B6@12.2.0-14?arch=amd64"
+            purl(&p[0], Some("debian-12")),
+            "pkg:deb/debian/libstdc%2B%2B6@12.2.0-14?arch=amd64&distro=debian-12"
         );
         assert_eq!(
             supplier(p[1].maintainer.as_deref()),
@@ -246,6 +272,7 @@ Package: a\nStatus: install ok installed\nVersion: 2\nArchitecture: all\n",
             version: "1.0.0",
             layer: "gpu",
             created: "2024-01-01T00:00:00Z",
+            distro: Some("debian-12"),
         };
         let doc = spdx_document(&info, &delta).unwrap();
         assert_eq!(doc, spdx_document(&info, &delta).unwrap(), "deterministic");
@@ -265,6 +292,7 @@ Package: a\nStatus: install ok installed\nVersion: 2\nArchitecture: all\n",
             version,
             layer,
             created: "2024-01-01T00:00:00Z",
+            distro: None,
         }
     }
 
@@ -342,11 +370,18 @@ Files: *\nLicense: Zlib and other\n\nLicense: other\n Do \"what\" you like.\n",
             .collect();
         let (stack, layer) = ("s".repeat(64), "l".repeat(64));
         let version = "\"".repeat(128);
+        // The longest distro qualifier os-release can give.
+        let distro = format!(
+            "{}-{}",
+            "i".repeat(status::MAX_DISTRO_FIELD),
+            "v".repeat(status::MAX_DISTRO_FIELD)
+        );
         let info = DocumentInfo {
             stack: &stack,
             version: &version,
             layer: &layer,
             created: "2024-01-01T00:00:00Z",
+            distro: Some(&distro),
         };
         let mut size = Count::default();
         write_spdx(&info, &packages, &mut size).unwrap();

@@ -18,10 +18,14 @@ pub struct DocumentInfo<'a> {
     pub layer: &'a str,
     /// RFC 3339 time from the stack's `source_date_epoch`.
     pub created: &'a str,
+    /// The stack's distribution (`debian-12`, [`super::distro_of`] of its base), for the
+    /// purls' `distro` qualifier; `None` leaves it out.
+    pub distro: Option<&'a str>,
 }
 
-/// `pkg:deb/debian/NAME@VERSION?arch=ARCH`, percent-encoded as the purl spec asks.
-pub fn purl(p: &DebPackage) -> String {
+/// `pkg:deb/debian/NAME@VERSION?arch=ARCH[&distro=DISTRO]`, percent-encoded as the purl spec
+/// asks (qualifiers sorted by key).
+pub fn purl(p: &DebPackage, distro: Option<&str>) -> String {
     let enc = |s: &str| {
         s.bytes()
             .map(|b| {
@@ -33,8 +37,9 @@ pub fn purl(p: &DebPackage) -> String {
             })
             .collect::<String>()
     };
+    let distro = distro.map_or(String::new(), |d| format!("&distro={}", enc(d)));
     format!(
-        "pkg:deb/debian/{}@{}?arch={}",
+        "pkg:deb/debian/{}@{}?arch={}{distro}",
         enc(&p.name),
         enc(&p.version),
         enc(&p.arch)
@@ -201,6 +206,7 @@ pub fn write_spdx(
             },
             packages: &sorted,
             licences: &licences,
+            distro: info.distro,
         },
         relationships: shape::Relationships(&sorted),
         spdx_version: "SPDX-2.3",
@@ -351,6 +357,8 @@ mod shape {
         pub packages: &'a [&'a DebPackage],
         /// Each package's declared licence (`None`: `NOASSERTION`).
         pub licences: &'a [Option<&'a str>],
+        /// The purls' `distro` qualifier.
+        pub distro: Option<&'a str>,
     }
 
     impl Serialize for Packages<'_> {
@@ -360,7 +368,7 @@ mod shape {
             for (i, (p, licence)) in self.packages.iter().zip(self.licences).enumerate() {
                 let (id, purl, supplier) = (
                     spdx_id("Package", i, &p.name),
-                    purl(p),
+                    purl(p, self.distro),
                     supplier(p.maintainer.as_deref()),
                 );
                 seq.serialize_element(&Package {
@@ -458,7 +466,7 @@ pub fn packages_of(bytes: &[u8], layer: &str) -> Result<Vec<DebPackage>, SbomErr
         let Some(purl) = p.external_refs.iter().find(|r| r.reference_type == "purl") else {
             continue; // the layer's own entry
         };
-        let Some((_, arch)) = purl.reference_locator.split_once("?arch=") else {
+        let Some(arch) = qualifier(&purl.reference_locator, "arch") else {
             continue;
         };
         let arch = percent_decode(arch);
@@ -479,6 +487,15 @@ pub fn packages_of(bytes: &[u8], layer: &str) -> Result<Vec<DebPackage>, SbomErr
     }
     out.sort();
     Ok(out)
+}
+
+/// The value of a purl's qualifier `key` (still percent-encoded), if it has one.
+fn qualifier<'a>(purl: &'a str, key: &str) -> Option<&'a str> {
+    let (_, qualifiers) = purl.split_once('?')?;
+    let qualifiers = qualifiers.split('#').next().unwrap_or_default();
+    qualifiers
+        .split('&')
+        .find_map(|q| q.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// A purl component with its `%XX` escapes decoded (one that does not decode stays as it is,
@@ -504,4 +521,31 @@ fn percent_decode(s: &str) -> String {
         }
     }
     String::from_utf8(out).unwrap_or_else(|_| s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::qualifier;
+
+    #[test]
+    fn a_qualifier_is_found_in_any_order_and_nowhere_else() {
+        let q = |p, k| qualifier(p, k);
+        let both = "pkg:deb/debian/zlib1g@1%3A1.2.13?arch=amd64&distro=debian-12";
+        assert_eq!(q(both, "arch"), Some("amd64"));
+        assert_eq!(q(both, "distro"), Some("debian-12"));
+        let swapped = "pkg:deb/debian/zlib1g@1?distro=debian-12&arch=all#usr/lib";
+        assert_eq!(q(swapped, "arch"), Some("all"));
+        assert_eq!(q(swapped, "distro"), Some("debian-12"));
+        // Before this ingot wrote `distro`: arch alone.
+        assert_eq!(q("pkg:deb/debian/a@1?arch=amd64", "arch"), Some("amd64"));
+        for none in [
+            "pkg:deb/debian/a@1",
+            "pkg:deb/debian/a@1?",
+            "pkg:deb/debian/a@1?architecture=amd64",
+            "pkg:deb/debian/a@1?xarch=amd64",
+            "pkg:deb/debian/a@1#arch=amd64",
+        ] {
+            assert_eq!(q(none, "arch"), None, "{none}");
+        }
+    }
 }

@@ -174,6 +174,42 @@ pub fn status_of(
     Ok(None)
 }
 
+/// Where a tree says which distribution it is (Debian's `/etc/os-release` is a symlink to the
+/// first, which a tree lookup does not follow).
+const OS_RELEASE_PATHS: [&str; 2] = ["usr/lib/os-release", "etc/os-release"];
+/// The longest os-release `ID` or version taken (so a purl's `distro` is at most 65 bytes).
+pub const MAX_DISTRO_FIELD: usize = 32;
+
+/// The distribution of `tree` as a purl's `distro` qualifier: os-release's `ID` and
+/// `VERSION_ID` (`debian-12`), or `ID` and `VERSION_CODENAME` (`debian-bookworm`: testing has no
+/// `VERSION_ID`). `None` when the tree has no os-release (a layer above the base) or it names
+/// none in `[a-z0-9._-]`.
+pub fn distro_of(tree: &ingot_layers::tree::Tree) -> Option<String> {
+    let text = OS_RELEASE_PATHS
+        .iter()
+        .find_map(|p| tree.read_file_bounded(p, 64 << 10).ok().flatten())?;
+    distro_from_os_release(&String::from_utf8_lossy(&text))
+}
+
+/// [`distro_of`] from os-release's text.
+pub fn distro_from_os_release(text: &str) -> Option<String> {
+    let field = |key: &str| {
+        text.lines()
+            .filter_map(|l| l.trim().strip_prefix(key)?.strip_prefix('='))
+            .map(|v| v.trim().trim_matches(|c| c == '"' || c == '\'').to_owned())
+            .next_back()
+            .filter(|v| {
+                (1..=MAX_DISTRO_FIELD).contains(&v.len())
+                    && v.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b"._-".contains(&b)
+                    })
+            })
+    };
+    let id = field("ID")?;
+    let version = field("VERSION_ID").or_else(|| field("VERSION_CODENAME"))?;
+    Some(format!("{id}-{version}"))
+}
+
 /// Each package's declared licence from its copyright file in `tree` ([`copyright::declared`]);
 /// a file that is missing, too large, not a regular file or not DEP-5 says nothing.
 pub fn declare_licences(tree: &ingot_layers::tree::Tree, packages: &mut [DebPackage]) {

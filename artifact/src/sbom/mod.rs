@@ -26,7 +26,7 @@ pub use spdx::{
 };
 pub use status::{
     added_or_changed, declare_licences, distro_from_os_release, distro_of, layer_packages,
-    parse_status, status_of,
+    parse_status, status_of, MAX_DISTRO_FIELD,
 };
 
 use serde::{Deserialize, Serialize};

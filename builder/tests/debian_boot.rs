@@ -62,7 +62,7 @@ fn installed_ingot(dir: &Path) -> PathBuf {
     let bin = dir.join("bin");
     fs::create_dir_all(&bin).unwrap();
     let ingot = bin.join("ingot");
-    fs::copy(env!("CARGO_BIN_EXE_ingot"), &ingot).unwrap();
+    ingot_testkit::command::copy_executable(env!("CARGO_BIN_EXE_ingot").as_ref(), &ingot);
     ingot
 }
 
@@ -77,18 +77,7 @@ fn build(ingot: &Path, dir: &Path, args: &[&str]) -> Output {
             cmd.env_remove(k);
         }
     }
-    cmd.env_remove("RUST_LOG");
-    // The copy was just written: a process another test forks meanwhile holds its write handle
-    // until that process execs, and exec'ing the copy then fails with ETXTBSY. Wait it out.
-    for _ in 0..100 {
-        match cmd.output() {
-            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy => {
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-            out => return out.expect("running ingot"),
-        }
-    }
-    panic!("{}: still busy after 5 s", ingot.display())
+    cmd.env_remove("RUST_LOG").output().expect("running ingot")
 }
 
 fn write_input(dir: &Path) -> PathBuf {

@@ -37,3 +37,11 @@ pub fn describe(out: &Output) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Copies the executable `from` to `to` with `cp`, for a test that runs the copy (as an
+/// installed binary). Not with `std::fs::copy`: a child another test thread forks while this
+/// process holds the copy's write handle keeps that handle until it execs, and exec'ing the
+/// copy meanwhile fails with ETXTBSY ("Text file busy"); `cp`'s handle is never in this process.
+pub fn copy_executable(from: &std::path::Path, to: &std::path::Path) {
+    output_ok(Command::new("cp").arg(from).arg(to));
+}

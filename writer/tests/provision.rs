@@ -1098,7 +1098,7 @@ fn the_image_url_command_takes_its_settings_from_beside_it() {
     let root = m.dir.path().join("root");
     fs::create_dir_all(&root).unwrap();
     let exe = root.join("image-url-command");
-    fs::copy(env!("CARGO_BIN_EXE_ingot-writer"), &exe).unwrap();
+    ingot_testkit::command::copy_executable(env!("CARGO_BIN_EXE_ingot-writer").as_ref(), &exe);
     let key = fs::read_to_string(&p.stack.public).unwrap();
     fs::write(
         root.join("image-url-command.toml"),

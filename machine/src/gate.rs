@@ -223,20 +223,25 @@ pub fn gate_tpm(facts: &Facts, setting: &str) -> Result<GateReport, GateFailure>
             detail: GateDetail::Tpm { version: 2 },
             warnings: vec![],
         }),
-        found => Err(GateFailure::new(
-            Reason::TpmMissing,
-            None,
-            format!(
-                "{setting}, and this machine has no usable TPM 2.0 ({}): its secrets cannot be \
-                 sealed; enable the TPM in the firmware setup, or run with --tpm prefer to write \
-                 them in the clear",
-                match found {
-                    None => "/sys/class/tpm/tpm0 is absent".to_string(),
-                    Some(v) => format!("/sys/class/tpm/tpm0 is a TPM {v}.x"),
-                }
-            ),
-        )),
+        found => Err(tpm_missing(found, setting)),
     }
+}
+
+/// The machine shows no TPM 2.0 (`found`: the major version it shows, if any): `tpm-missing`.
+pub fn tpm_missing(found: Option<u8>, setting: &str) -> GateFailure {
+    GateFailure::new(
+        Reason::TpmMissing,
+        None,
+        format!(
+            "{setting}, and this machine has no usable TPM 2.0 ({}): its secrets cannot be \
+             sealed; enable the TPM in the firmware setup, or run with --tpm prefer to write \
+             them in the clear",
+            match found {
+                None => "/sys/class/tpm/tpm0 is absent".to_string(),
+                Some(v) => format!("/sys/class/tpm/tpm0 is a TPM {v}.x"),
+            }
+        ),
+    )
 }
 
 /// The machine shows a TPM 2.0 the writer cannot reach (a fixture machine's, with no device

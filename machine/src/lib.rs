@@ -36,8 +36,8 @@ pub use detect::{detect, Facts, PciDevice};
 pub use disks::{normalize_wwn, read_disk, resolve_targets, Disk};
 pub use error::MachineError;
 pub use gate::{
-    gate_size, gate_tools, gate_tpm, gate_uefi, pcr_policy_missing, tpm_unreachable, GateDetail,
-    GateFailure, GateReport, Reason, Warning,
+    gate_size, gate_tools, gate_tpm, gate_uefi, pcr_policy_missing, tpm_missing, tpm_unreachable,
+    GateDetail, GateFailure, GateReport, Reason, Warning,
 };
 pub use guard::{guard, GuardOptions, GuardReport, Teardown};
 pub use smart::gate_smart;

@@ -167,11 +167,8 @@ pub fn decide(
     let clear = |why: Clear| -> Result<Decision, GateFailure> {
         match setting {
             TpmSetting::Require => Err(match why {
-                Clear::NoTpm(_) => {
-                    // Normally stopped earlier by [`gate_machine`]; the same failure here.
-                    ingot_machine::gate_tpm(&no_tpm_facts(tpm), &setting.named())
-                        .expect_err("no TPM 2.0")
-                }
+                // Normally stopped earlier by [`gate_machine`]; the same failure here.
+                Clear::NoTpm(found) => ingot_machine::tpm_missing(found, &setting.named()),
                 Clear::TpmUnreachable => {
                     ingot_machine::tpm_unreachable(&setting.named(), &why.why())
                 }
@@ -196,24 +193,24 @@ pub fn decide(
     }
 }
 
-/// Facts that say only "this TPM": for the failure message of [`decide`].
-fn no_tpm_facts(tpm: Option<u8>) -> Facts {
-    Facts {
-        uefi: true,
-        pci: vec![],
-        nvidia_gpu: false,
-        cpu_virt_flags: false,
-        kvm_device: false,
-        virtualization: false,
-        tpm,
-        disks: vec![],
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use ingot_machine::Reason;
+
+    /// A machine's facts that matter here: its TPM.
+    fn no_tpm_facts(tpm: Option<u8>) -> Facts {
+        Facts {
+            uefi: true,
+            pci: vec![],
+            nvidia_gpu: false,
+            cpu_virt_flags: false,
+            kvm_device: false,
+            virtualization: false,
+            tpm,
+            disks: vec![],
+        }
+    }
 
     #[test]
     fn the_flag_wins_over_the_file_over_prefer() {

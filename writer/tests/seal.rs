@@ -111,6 +111,31 @@ fn policy(dir: &Path, name: &str, key: &PcrKey, value: [u8; 32]) -> PathBuf {
     path
 }
 
+/// A release's PCR key (its public PEM at `pem`) and a TPM booted through it: PCR 11 as the
+/// boot chain left it, one measurement, whose value is `value`.
+struct Release {
+    tpm: Tpm,
+    key: PcrKey,
+    pem: PathBuf,
+    value: [u8; 32],
+}
+
+impl Release {
+    fn booted(dir: &Path, uki: &[u8]) -> Self {
+        let tpm = Tpm::start(dir);
+        let (key, _private) = PcrKey::generate().unwrap();
+        let pem = dir.join("pcr.pub");
+        std::fs::write(&pem, key.public_pem()).unwrap();
+        tpm.extend_pcr11(uki);
+        Self {
+            tpm,
+            key,
+            pem,
+            value: extend([0; 32], uki),
+        }
+    }
+}
+
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
@@ -121,13 +146,12 @@ fn a_sealed_secret_opens_only_under_the_releases_signed_pcr_11() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let tpm = Tpm::start(dir.path());
-    let (key, _private) = PcrKey::generate().unwrap();
-    let pem = dir.path().join("pcr.pub");
-    std::fs::write(&pem, key.public_pem()).unwrap();
-    // PCR 11 as a boot chain left it: one measurement.
-    tpm.extend_pcr11(b"ingot seal test: the release's UKI");
-    let value = extend([0; 32], b"ingot seal test: the release's UKI");
+    let Release {
+        tpm,
+        key,
+        pem,
+        value,
+    } = Release::booted(dir.path(), b"ingot seal test: the release's UKI");
 
     let sealer = Sealer {
         device: tpm.device.clone(),
@@ -294,12 +318,12 @@ fn staged_secrets_are_sealed_and_the_node_script_opens_them_only_under_the_polic
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let tpm = Tpm::start(dir.path());
-    let (key, _private) = PcrKey::generate().unwrap();
-    let pem = dir.path().join("pcr.pub");
-    std::fs::write(&pem, key.public_pem()).unwrap();
-    tpm.extend_pcr11(b"ingot unseal test: the release's UKI");
-    let value = extend([0; 32], b"ingot unseal test: the release's UKI");
+    let Release {
+        tpm,
+        key,
+        pem,
+        value,
+    } = Release::booted(dir.path(), b"ingot unseal test: the release's UKI");
     let signed = policy(dir.path(), "signed.json", &key, value);
 
     let staged = staged_fixture();

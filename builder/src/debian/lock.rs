@@ -74,6 +74,25 @@ pub fn given_of(spec: &crate::debian_spec::DebianSpec) -> Vec<LockedInput> {
         .collect()
 }
 
+/// A lock entry for unit tests: layer `base`, libc6 alone.
+#[cfg(test)]
+pub(crate) fn sample() -> LayerLock {
+    LayerLock {
+        name: "base".into(),
+        inputs: format!("sha256:{}", "0".repeat(64)),
+        kernel: None,
+        suites: Vec::new(),
+        packages: vec![LockedPackage {
+            name: "libc6".into(),
+            architecture: "amd64".into(),
+            version: "2.36-9+deb12u8".into(),
+            sha256: "1".repeat(64),
+            priority: None,
+        }],
+        given: Vec::new(),
+    }
+}
+
 /// One layer's pins.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -535,7 +535,7 @@ mod tests {
     }
 
     use super::*;
-    use lock::{LayerLock, LockedPackage};
+    use lock::LayerLock;
 
     #[test]
     fn locked_takes_only_the_inputs_the_lock_names() {
@@ -581,20 +581,7 @@ mod tests {
 
     #[test]
     fn versions_are_chosen_as_cargo_chooses_them() {
-        let cur = LayerLock {
-            name: "base".into(),
-            inputs: format!("sha256:{}", "0".repeat(64)),
-            kernel: None,
-            suites: Vec::new(),
-            packages: vec![LockedPackage {
-                name: "libc6".into(),
-                architecture: "amd64".into(),
-                version: "2.36-9+deb12u8".into(),
-                sha256: "1".repeat(64),
-                priority: None,
-            }],
-            given: Vec::new(),
-        };
+        let cur = lock::sample();
         let opts = |locked, update: Option<&[&str]>| Options {
             locked,
             update: update.map(|u| u.iter().map(|s| (*s).to_owned()).collect()),

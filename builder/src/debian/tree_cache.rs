@@ -407,20 +407,7 @@ mod tests {
     use super::*;
 
     fn lock() -> LayerLock {
-        LayerLock {
-            name: "base".into(),
-            inputs: format!("sha256:{}", "0".repeat(64)),
-            kernel: None,
-            suites: Vec::new(),
-            packages: vec![LockedPackage {
-                name: "libc6".into(),
-                architecture: "amd64".into(),
-                version: "2.36-9+deb12u8".into(),
-                sha256: "1".repeat(64),
-                priority: None,
-            }],
-            given: Vec::new(),
-        }
+        super::super::lock::sample()
     }
 
     #[test]

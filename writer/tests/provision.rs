@@ -653,30 +653,36 @@ fn every_gate_and_guard_stops_before_touching_a_disk() {
         let reboot = reason == "tools-missing";
         let run = caph_env(&p, &m, &worker, "node-1", devices, &args, env, reboot);
         let what = format!("{fixture} {devices} {args:?}");
-        assert_eq!(run.out.status.code(), Some(1), "{what}: {}", run.show());
-        assert!(
-            run.last_line().contains(&format!("FAILED ({reason})")),
-            "{what}: last line {:?}\n{}",
-            run.last_line(),
-            run.show()
-        );
-        assert!(!run.stdout.contains("IMAGE_URL_DONE"), "{what}");
-        assert!(
-            run.last_line().contains("no disk was changed"),
-            "{what}: {}",
-            run.show()
-        );
-        assert_eq!(run.output_json["state"], "failed", "{what}");
-        assert!(
-            run.output_json["message"]
-                .as_str()
-                .unwrap_or_default()
-                .contains(reason),
-            "{what}: {}",
-            run.output_json
-        );
+        assert_stopped_untouched(&run, reason, &what);
         assert_eq!(m.m.digests().unwrap(), before, "{what}: a disk changed");
     }
+}
+
+/// The run failed with `reason` and said so (the last stdout line, with "no disk was changed";
+/// output.json's state and message), never IMAGE_URL_DONE; `what` names the case.
+fn assert_stopped_untouched(run: &Run, reason: &str, what: &str) {
+    assert_eq!(run.out.status.code(), Some(1), "{what}: {}", run.show());
+    assert!(
+        run.last_line().contains(&format!("FAILED ({reason})")),
+        "{what}: last line {:?}\n{}",
+        run.last_line(),
+        run.show()
+    );
+    assert!(!run.stdout.contains("IMAGE_URL_DONE"), "{what}");
+    assert!(
+        run.last_line().contains("no disk was changed"),
+        "{what}: {}",
+        run.show()
+    );
+    assert_eq!(run.output_json["state"], "failed", "{what}");
+    assert!(
+        run.output_json["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(reason),
+        "{what}: {}",
+        run.output_json
+    );
 }
 
 /// `tpm = require` stops in `gate`, every disk unchanged, naming the TPM and the setting: on a
@@ -714,19 +720,8 @@ fn tpm_require_stops_in_gate_before_any_disk() {
             &env[..usize::from(tpm.is_some())],
             false,
         );
-        assert_eq!(run.out.status.code(), Some(1), "{}", run.show());
-        assert!(
-            run.last_line().contains(&format!("FAILED ({reason})")),
-            "{}",
-            run.show()
-        );
-        assert!(
-            run.last_line().contains("no disk was changed"),
-            "{}",
-            run.show()
-        );
+        assert_stopped_untouched(&run, reason, reason);
         let status = &run.output_json;
-        assert_eq!(status["state"], "failed", "{status}");
         assert_eq!(status["stage"], "gate", "{status}");
         let message = status["message"].as_str().unwrap_or_default();
         for want in [reason, "tpm = require", named] {

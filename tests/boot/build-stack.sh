@@ -13,12 +13,14 @@
 # The kernel comes from Debian's linux-image-amd64 (tests/boot/fetch-kernel.sh: `apt-get download`
 # into INGOT_BOOT_CACHE, unpacked with `dpkg -x` into a temporary directory); only the kernel image and the few modules
 # the initramfs loads are kept. The initramfs holds busybox-static, veritysetup, util-linux blkid,
-# mke2fs and mdadm (var's RAID1 mirror on a node written to several disks) with their shared
-# libraries, those modules, tests/boot/initramfs-init as /init and
+# mke2fs, mdadm (var's RAID1 mirror on a node written to several disks), cryptsetup and
+# systemd-creds with the TSS2 libraries it loads (var as LUKS2 under a TPM-sealed key) with their
+# shared libraries, those modules, tests/boot/initramfs-init as /init and
 # boot/initramfs-tools/scripts/ingot (the boot contract itself) as /scripts/ingot.
 #
-# Needs: apt-get, dpkg, depmod/modprobe (kmod), busybox-static, cryptsetup-bin, util-linux,
-# e2fsprogs, mdadm, systemd-boot-efi, grub-pc-bin, gzip. Runs as any user.
+# Needs: apt-get, dpkg, depmod/modprobe (kmod), busybox-static, cryptsetup-bin, systemd (252's
+# systemd-creds) with libtss2, util-linux, e2fsprogs, mdadm, systemd-boot-efi, grub-pc-bin, gzip.
+# Runs as any user.
 set -euo pipefail
 
 OUT=${1:?usage: build-stack.sh OUTDIR}
@@ -33,10 +35,15 @@ GRUB_PC=/usr/lib/grub/i386-pc
 GRUB_MODULES=(biosdisk part_gpt fat normal linux echo test)
 # The modules /init loads, with their dependencies (modprobe resolves them, softdeps included):
 # virtio-blk disks (the boot tests), SCSI disks on virtio-scsi (`ingot vm`, WWNs as on a server).
-MODULES=(virtio_pci virtio_blk virtio_scsi sd_mod dm-verity ext4 crc32c_generic overlay raid1)
+# dm-crypt and xts: var as LUKS2 when the writer sealed its key to the TPM (`ingot vm`'s Secure Boot
+# machine).
+MODULES=(virtio_pci virtio_blk virtio_scsi sd_mod dm-verity dm-crypt xts ext4 crc32c_generic overlay raid1)
+# What systemd-creds loads with dlopen (ldd cannot see it): the TPM libraries of systemd 252.
+TSS2_LIBS=(libtss2-esys.so.0 libtss2-rc.so.0 libtss2-mu.so.0 libtss2-tcti-device.so.0)
+LDCONFIG=$(command -v ldconfig || echo /sbin/ldconfig)
 
 die() { echo "build-stack.sh: $*" >&2; exit 1; }
-for tool in modprobe gzip veritysetup blkid mke2fs mdadm ldd grub-mkimage; do
+for tool in modprobe gzip veritysetup cryptsetup systemd-creds blkid mke2fs mdadm ldd grub-mkimage; do
   command -v "$tool" >/dev/null || die "missing $tool"
 done
 [ -x "$BUSYBOX" ] && "$BUSYBOX" --list | grep -x cpio >/dev/null || die "missing busybox-static ($BUSYBOX)"
@@ -60,14 +67,25 @@ for a in $("$I/bin/busybox" --list); do
   [ -e "$I/bin/$a" ] || ln -s busybox "$I/bin/$a"
 done
 # Dynamic tools, each with its shared libraries (and the loader) at the same paths.
-for bin in "$(command -v veritysetup)" "$(command -v blkid)" "$(command -v mke2fs)" "$(command -v mdadm)"; do
-  name=$(basename "$bin")
-  rm -f "$I/bin/$name"                  # busybox's applet of the same name, if any
-  cp -L "$bin" "$I/sbin/$name"
-  for lib in $(ldd "$bin" | grep -o '/[^ ]*'); do
+libs_of() { # FILE: copies FILE's shared libraries (and the loader) to the same paths
+  for lib in $(ldd "$1" | grep -o '/[^ ]*'); do
     mkdir -p "$I$(dirname "$lib")"
     [ -e "$I$lib" ] || cp -L "$lib" "$I$lib"
   done
+}
+for bin in "$(command -v veritysetup)" "$(command -v cryptsetup)" "$(command -v systemd-creds)" \
+  "$(command -v blkid)" "$(command -v mke2fs)" "$(command -v mdadm)"; do
+  name=$(basename "$bin")
+  rm -f "$I/bin/$name"                  # busybox's applet of the same name, if any
+  cp -L "$bin" "$I/sbin/$name"
+  libs_of "$bin"
+done
+for lib in "${TSS2_LIBS[@]}"; do
+  path=$("$LDCONFIG" -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+  [ -n "$path" ] || die "missing $lib (libtss2-esys-3.0.2-0, libtss2-rc0, libtss2-mu0, libtss2-tcti-device0)"
+  mkdir -p "$I$(dirname "$path")"
+  cp -L "$path" "$I$path"
+  libs_of "$path"
 done
 ln -s mke2fs "$I/sbin/mkfs.ext4"
 [ -f /etc/mke2fs.conf ] && cp /etc/mke2fs.conf "$I/etc/"

@@ -23,6 +23,12 @@ pub const TABLE: &str = "/etc/ingot/sealed-secrets";
 pub const CREDSTORE: &str = "/etc/credstore.encrypted";
 /// Where the node opens them (tmpfs); each secret's path is a symlink to `RUN/NAME`.
 pub const RUN: &str = "/run/ingot/secrets";
+/// var's LUKS2 key, sealed like the secrets into [`CREDSTORE`] but not listed in [`TABLE`]: the
+/// node's initramfs opens it (`boot/initramfs-tools/scripts/ingot`, `ingot_var_luks`), formats
+/// var with it on the first boot and opens var with it at every boot.
+pub const VAR_KEY: &str = "ingot-var.key";
+/// Random bytes in var's key (written as hex: cryptsetup reads the key file whole).
+const VAR_KEY_BYTES: usize = 32;
 /// The longest credential name systemd takes.
 const MAX_NAME: usize = 255;
 
@@ -126,6 +132,8 @@ pub struct SecretsReport {
     pub reason: Option<&'static str>,
     /// One sentence for a human.
     pub message: String,
+    /// var is LUKS2, its key sealed with the secrets ([`VAR_KEY`]); false: var is plain ext4.
+    pub var_encrypted: bool,
     /// How many secrets the node layer carries.
     pub count: usize,
     pub secrets: Vec<SecretEntry>,
@@ -159,13 +167,15 @@ pub fn apply(
             let names = credential_names(&paths)?;
             seal_all(&mut staged, &paths, &names, sealer)?;
             let message = format!(
-                "{count} secrets sealed to this machine's TPM under the release's PCR policy"
+                "{count} secrets and var's LUKS2 key sealed to this machine's TPM under the \
+                 release's PCR policy (var has no recovery key: only this TPM opens it)"
             );
             (true, None, message, names.into_iter().map(Some).collect())
         }
         Treatment::Clear(why) => {
             let message = format!(
-                "this node's {count} secrets are in the clear on its disks: {}",
+                "this node's {count} secrets are in the clear on its disks, and var is not \
+                 encrypted: {}",
                 why.why()
             );
             (false, Some(why.name()), message, vec![None; count])
@@ -187,6 +197,7 @@ pub fn apply(
         policy: setting,
         reason,
         message,
+        var_encrypted: sealed,
         count,
         secrets,
     };
@@ -238,8 +249,19 @@ fn seal_all(
             gid: 0,
         });
     }
+    let var_key = sealer
+        .seal(VAR_KEY, &var_key())
+        .map_err(|source| SecretsError::Seal {
+            path: Path::new(CREDSTORE).join(VAR_KEY),
+            source,
+        })?;
     for (path, kind, mode) in [
         (CREDSTORE, EntryKind::Dir, 0o700),
+        (
+            &*format!("{CREDSTORE}/{VAR_KEY}"),
+            EntryKind::File(var_key),
+            0o400,
+        ),
         (TABLE, EntryKind::File(table.into_bytes()), 0o644),
     ] {
         added.push(Entry {
@@ -258,6 +280,16 @@ fn seal_all(
     }
     staged.entries.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(())
+}
+
+/// A fresh key for var: [`VAR_KEY_BYTES`] from the operating system's generator, as hex.
+fn var_key() -> Vec<u8> {
+    use rand::RngCore;
+    let mut bytes = [0u8; VAR_KEY_BYTES];
+    rand::rngs::OsRng.fill_bytes(&mut bytes);
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    bytes.fill(0);
+    hex.into_bytes()
 }
 
 /// The fingerprint of the public half of an SSH host private key staged at `path`

@@ -148,9 +148,14 @@ fn read_console(log: &Path) -> String {
 }
 
 /// Console lines that say the node's boot failed, whatever QEMU's status: the boot contract's
-/// own failure line (the initramfs's `ingot_fail`, docs/boot-contract.md) and a kernel panic
-/// (which `-no-reboot` turns into QEMU exiting with 0, as a reboot).
-pub const BOOT_FAILED: [&str; 2] = ["INGOT-BOOT-FAILED", "Kernel panic - not syncing"];
+/// own failure line (the initramfs's `ingot_fail`, docs/boot-contract.md), the TPM refusing the
+/// node's sealed secrets (`ingot-unseal.service`: nothing joins), and a kernel panic (which
+/// `-no-reboot` turns into QEMU exiting with 0, as a reboot).
+pub const BOOT_FAILED: [&str; 3] = [
+    "INGOT-BOOT-FAILED",
+    "INGOT-SECRETS-SEALED",
+    "Kernel panic - not syncing",
+];
 
 /// How an interactive run ended.
 #[derive(Clone, Debug)]
@@ -247,6 +252,15 @@ mod tests {
             interactive(clean, &log, &mut Vec::new()).unwrap().failed,
             None
         );
+        let mut sealed = Command::new("sh");
+        sealed.args([
+            "-c",
+            "echo 'INGOT-SECRETS-SEALED: ingot.x: the TPM refused'",
+        ]);
+        assert!(interactive(sealed, &log, &mut Vec::new())
+            .unwrap()
+            .failed
+            .is_some());
         let mut panic = Command::new("sh");
         panic.args(["-c", "printf 'Kernel panic - not syncing: VFS'"]);
         assert!(interactive(panic, &log, &mut Vec::new())

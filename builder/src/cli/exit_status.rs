@@ -23,5 +23,5 @@ block does not match (the first bad block is named), as veritysetup.";
 
 pub const VM: &str = "Exit status: 0 the node powered off; 1 an error before the boot, or the \
 writer failed (named on stderr; nothing is booted); 2 usage error; 3 the node's boot failed (its \
-console showed the boot contract's INGOT-BOOT-FAILED line or a kernel panic, repeated on \
-stderr); 4 QEMU ended with an error. `ingot vm ssh`: ssh's.";
+console showed the boot contract's INGOT-BOOT-FAILED line, the TPM refusing the node's sealed \
+secrets (INGOT-SECRETS-SEALED) or a kernel panic, repeated on stderr); 4 QEMU ended with an error. `ingot vm ssh`: ssh's.";

@@ -17,7 +17,9 @@
 //! the release's signed PCR policy has its first signature) and differ in PCR 12 (their node
 //! credentials). The second of them is written and booted by `ingot vm --firmware secure-boot`
 //! (a developer's VM: its own fixture machine, SCSI disks, its own swtpm), the enrolled variable
-//! store placed in its state directory; the command's every other boot is in vm_boot.
+//! store placed in its state directory; the command's every other boot is in vm_boot. Its writer
+//! seals the node's secrets and var's key to that swtpm, and its initramfs makes var LUKS2 with
+//! the key systemd-creds opens.
 //!
 //! Needs root, qemu-system-x86_64, OVMF's Secure Boot build, docker-registry, sbsigntool,
 //! efitools, faketime, mtools and what `tests/boot/build-stack.sh` needs; skipped with a
@@ -124,14 +126,10 @@ fn ingot_vm_secure(p: &Published, vars: &Path, dir: &Path) -> (String, PathBuf) 
     fs::create_dir_all(&state).unwrap();
     fs::copy(vars, state.join("vars.fd")).unwrap();
     let data = repo_root().join("bootstrap/tests/fixtures/cloud-config-worker-join.yaml");
-    let args: Vec<&std::ffi::OsStr> = vec![
-        p.registry.url.as_ref(),
-        "--trust-key".as_ref(),
-        p.stack.public.as_os_str(),
-        "--firmware".as_ref(),
+    let mut args = vm::stack_args(&p.registry.url, &p.stack.public, &state);
+    args.extend([
+        std::ffi::OsStr::new("--firmware"),
         "secure-boot".as_ref(),
-        "--state".as_ref(),
-        state.as_os_str(),
         "--name".as_ref(),
         "worker-8".as_ref(),
         "--bootstrap".as_ref(),
@@ -142,7 +140,7 @@ fn ingot_vm_secure(p: &Published, vars: &Path, dir: &Path) -> (String, PathBuf) 
         "1".as_ref(),
         "--memory".as_ref(),
         "1024".as_ref(),
-    ];
+    ]);
     let out = vm::run(&args, &[("OCI_REGISTRY_AUTH_TOKEN", TOKEN)], vm::TIMEOUT);
     let console = vm::text(&out);
     assert_eq!(out.status.code(), Some(0), "{console}");
@@ -151,6 +149,14 @@ fn ingot_vm_secure(p: &Published, vars: &Path, dir: &Path) -> (String, PathBuf) 
         "{console}"
     );
     assert_sealed_by_ingot_vm(&state);
+    // The writer sealed var's key with the secrets: the initramfs made var LUKS2 with it.
+    for want in [
+        "is empty: making it LUKS2 with the key sealed to this machine's TPM (first boot)",
+        "is LUKS2, opened with its TPM-sealed key as /dev/mapper/ingot-var",
+        "ingot: var /dev/mapper/ingot-var mounted read-write",
+    ] {
+        assert!(console.contains(want), "no {want:?}:\n{console}");
+    }
     (console, state.join("disk0.img"))
 }
 
@@ -163,6 +169,7 @@ fn assert_sealed_by_ingot_vm(state: &Path) {
         serde_json::from_slice(&fs::read(state.join("output.json")).unwrap()).unwrap();
     let secrets = &report["details"]["secrets"];
     assert_eq!(secrets["sealed"], true, "{secrets}");
+    assert_eq!(secrets["var_encrypted"], true, "{secrets}");
     assert!(secrets["count"].as_u64().unwrap() >= 2, "{secrets}");
     let disk = fs::read(state.join("disk0.img")).unwrap();
     let token = b"6h4ylc.5x2jgkf0q8t7mw1d";
@@ -374,7 +381,7 @@ fn assert_secure_esp(p: &Published, w: &Written) -> String {
     assert!(
         w.stdout_summary.contains(
             "boots from signed UKI (Secure Boot); this node's 3 secrets are in the clear on its \
-             disks: this machine has no TPM"
+             disks, and var is not encrypted: this machine has no TPM"
         ),
         "{}",
         w.stdout_summary

@@ -22,6 +22,18 @@ pub fn ingot() -> PathBuf {
     ingot
 }
 
+/// The arguments every test's `ingot vm` of a published stack starts with: the stack's URL (or
+/// layout), the key it is signed with, the VM's state directory.
+pub fn stack_args<'a>(source: &'a str, public: &'a Path, state: &'a Path) -> Vec<&'a OsStr> {
+    vec![
+        source.as_ref(),
+        "--trust-key".as_ref(),
+        public.as_os_str(),
+        "--state".as_ref(),
+        state.as_os_str(),
+    ]
+}
+
 /// `ingot vm ARGS`, with `envs` added to its environment (the writer it runs inherits them);
 /// killed after `timeout`.
 pub fn run<S: AsRef<OsStr>>(args: &[S], envs: &[(&str, &str)], timeout: Duration) -> Output {

@@ -81,7 +81,8 @@ for bin in "$(command -v veritysetup)" "$(command -v cryptsetup)" "$(command -v 
   libs_of "$bin"
 done
 for lib in "${TSS2_LIBS[@]}"; do
-  path=$("$LDCONFIG" -p | awk -v l="$lib" '$1 == l {print $NF; exit}')
+  # awk reads to the end: an early exit would kill ldconfig with SIGPIPE, which pipefail reports.
+  path=$("$LDCONFIG" -p | awk -v l="$lib" '$1 == l && !found {print $NF; found = 1}')
   [ -n "$path" ] || die "missing $lib (libtss2-esys-3.0.2-0, libtss2-rc0, libtss2-mu0, libtss2-tcti-device0)"
   mkdir -p "$I$(dirname "$path")"
   cp -L "$path" "$I$path"

@@ -40,7 +40,7 @@ pub struct DebianSpec {
     #[serde(default = "default_variant")]
     pub variant: String,
     /// The archives, in order; the first suite of the first archive is mmdebstrap's SUITE.
-    #[serde(rename = "archive")]
+    #[serde(rename = "archive", default)]
     pub archives: Vec<Archive>,
     /// Packages installed beside the variant's (names only: the versions are in stack.lock).
     #[serde(default)]
@@ -56,6 +56,24 @@ pub struct DebianSpec {
     /// layers only. Left out of the fingerprint when false, so locks made before it stay valid.
     #[serde(default, skip_serializing_if = "is_false")]
     pub boot_integration: bool,
+    /// The Debian base layer this layer is installed over by apt (`debian::over`): the layer is
+    /// what the install added. Every layer but the base names one; `variant` is not used then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub over: Option<String>,
+    /// Keep the `/etc/ld.so.cache` made over the base and this layer (a merged index). Only one
+    /// layer a machine gets may carry it: it hides every other one's.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub ld_so_cache: bool,
+    /// The DKMS source package whose modules are built for the base's kernel and put in the
+    /// layer (`/usr/lib/modules/KVER/updates/dkms`), e.g. `nvidia-kernel-dkms`; its version is
+    /// locked like a package's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dkms: Option<String>,
+    /// Files the layer gets beyond its packages, written after the install. Not part of the
+    /// fingerprint (a changed file does not make the locked packages stale); the tree cache's
+    /// key has them.
+    #[serde(default, rename = "file", skip_serializing)]
+    pub files: Vec<InlineFile>,
     /// The operator inputs given for this layer (`ingot build --input NAME=PATH`), by name:
     /// filled by the build, never read from the manifest, and not part of the fingerprint (a
     /// new kubelet does not make the locked packages stale).
@@ -63,14 +81,67 @@ pub struct DebianSpec {
     pub given_inputs: std::collections::BTreeMap<String, GivenInput>,
 }
 
+/// A file declared in the manifest, written into the layer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InlineFile {
+    /// Absolute path in the layer, under `/usr` or `/etc`.
+    pub path: String,
+    /// Its contents.
+    pub text: String,
+    /// Octal mode (default `0644`).
+    #[serde(default = "default_mode")]
+    pub mode: String,
+}
+
+fn default_mode() -> String {
+    "0644".to_owned()
+}
+
+impl InlineFile {
+    /// The mode as a number (checked by [`DebianSpec::check`]).
+    pub fn mode_bits(&self) -> u32 {
+        u32::from_str_radix(&self.mode, 8).unwrap_or(0o644)
+    }
+}
+
 /// The operator input that carries kubeadm, kubelet and kubectl.
 pub const KUBERNETES_INPUT: &str = "kubernetes";
 
-/// The operator inputs ingot knows how to put in a layer, and what each gives.
-pub const KNOWN_INPUTS: &[(&str, &str)] = &[(
-    KUBERNETES_INPUT,
-    "kubeadm and kubelet (with its unit, enabled)",
-)];
+/// The operator inputs ingot knows how to put in a layer, and what each gives
+/// (`debian::integration` for a base, `debian::inputs` for a layer installed over it).
+pub const KNOWN_INPUTS: &[(&str, &str)] = &[
+    (
+        KUBERNETES_INPUT,
+        "kubeadm and kubelet in a base, kubectl in a layer over it",
+    ),
+    (
+        "nvidia-toolkit",
+        "NVIDIA's container toolkit (the `nvidia` runtime containerd names)",
+    ),
+    (
+        "kata",
+        "Kata Containers (the shim, guest kernel and image the `kata` runtime needs)",
+    ),
+    ("images", "the preloaded container images"),
+    (
+        "module-signing",
+        "signed kernel modules (unsigned ones do not load under Secure Boot's lockdown)",
+    ),
+];
+
+/// What the input `name` gives a layer (`over`: one installed over the base), for "built
+/// WITHOUT …".
+pub fn input_gives(name: &str, over: bool) -> &'static str {
+    match (name, over) {
+        (KUBERNETES_INPUT, false) => "kubeadm and kubelet (with its unit, enabled)",
+        (KUBERNETES_INPUT, true) => "kubectl",
+        _ => KNOWN_INPUTS
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map_or("it", |(_, w)| *w),
+    }
+}
 
 /// An operator input given on the command line for a layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +211,9 @@ impl DebianSpec {
                 ),
             ));
         }
-        if self.archives.is_empty() {
+        // A layer over the base that installs no package reads no archive.
+        let reads_archives = self.over.is_none() || !self.packages.is_empty();
+        if self.archives.is_empty() && reads_archives {
             return Err(bad(
                 "archive",
                 "at least one [[...debian.archive]] (mirror, suites, components) is needed",
@@ -190,12 +263,68 @@ impl DebianSpec {
                 }
             }
         }
+        self.check_over()?;
+        for (i, f) in self.files.iter().enumerate() {
+            check_file(i, f)?;
+            if self.files[..i].iter().any(|g| g.path == f.path) {
+                return Err(bad(
+                    format!("file[{i}].path"),
+                    format!("`{}` is declared twice", f.path),
+                ));
+            }
+        }
         Ok(())
     }
 
-    /// The suite mmdebstrap is given: the first archive's first suite.
+    /// A layer installed over another takes no mmdebstrap variant nor boot integration.
+    fn check_over(&self) -> Result<(), SpecError> {
+        if let Some(d) = &self.dkms {
+            if !is_package_name(d) {
+                return Err(bad("dkms", format!("`{d}` is not a Debian package name")));
+            }
+            if self.over.is_none() {
+                return Err(bad(
+                    "dkms",
+                    "modules are built for the kernel of the base a layer is installed `over`",
+                ));
+            }
+        }
+        let Some(over) = &self.over else {
+            if self.ld_so_cache {
+                return Err(bad(
+                    "ld_so_cache",
+                    "only a layer installed `over` the base keeps a merged ld.so.cache",
+                ));
+            }
+            return Ok(());
+        };
+        if over.is_empty() {
+            return Err(bad("over", "names no layer"));
+        }
+        if self.boot_integration {
+            return Err(bad(
+                "boot_integration",
+                "a layer installed `over` another is not a base",
+            ));
+        }
+        if self.variant != DEFAULT_VARIANT {
+            return Err(bad(
+                "variant",
+                format!(
+                    "`{}`: a layer installed `over` another is installed by apt, not mmdebstrap",
+                    self.variant
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The suite mmdebstrap is given: the first archive's first suite (`stable` for a layer that
+    /// reads no archive).
     pub fn main_suite(&self) -> &str {
-        &self.archives[0].suites[0]
+        self.archives
+            .first()
+            .map_or("stable", |a| a.suites[0].as_str())
     }
 
     /// `sha256:…` of everything here: stack.lock records it, and a lock made for other inputs is
@@ -251,6 +380,39 @@ fn check_archive(i: usize, a: &Archive) -> Result<(), SpecError> {
                 ));
             }
         }
+    }
+    Ok(())
+}
+
+/// A declared file: an absolute, plain path under /usr or /etc, and an octal mode.
+fn check_file(i: usize, f: &InlineFile) -> Result<(), SpecError> {
+    let field = |k: &str| format!("file[{i}].{k}");
+    let p = &f.path;
+    let plain = p
+        .split('/')
+        .skip(1)
+        .all(|c| !c.is_empty() && c != "." && c != "..");
+    if !(p.starts_with("/usr/") || p.starts_with("/etc/"))
+        || !plain
+        || p.chars().any(|c| c.is_control())
+    {
+        return Err(bad(
+            field("path"),
+            format!("`{p}` must be an absolute path under /usr or /etc, without `.` or `..`"),
+        ));
+    }
+    let mode_ok = !f.mode.is_empty()
+        && f.mode.len() <= 4
+        && f.mode.bytes().all(|b| (b'0'..=b'7').contains(&b))
+        && f.mode_bits() & 0o7000 == 0;
+    if !mode_ok {
+        return Err(bad(
+            field("mode"),
+            format!(
+                "`{}` must be an octal mode like \"0644\" or \"0755\"",
+                f.mode
+            ),
+        ));
     }
     Ok(())
 }
@@ -387,6 +549,87 @@ components = ["main", "non-free-firmware"]
         let mut s = good();
         s.path_include.push("usr/share".into());
         assert_eq!(s.check().unwrap_err().field, "path_include[0]");
+    }
+
+    #[test]
+    fn a_layer_over_the_base_and_its_files_are_checked() {
+        let mut s = good();
+        s.over = Some("base".into());
+        s.check().unwrap();
+        s.archives.clear();
+        assert_eq!(
+            s.check().unwrap_err().field,
+            "archive",
+            "packages need an archive"
+        );
+        s.packages.clear();
+        s.check().unwrap();
+        assert_eq!(s.main_suite(), "stable");
+        s.files.push(InlineFile {
+            path: "/usr/lib/ingot/x".into(),
+            text: "x".into(),
+            mode: "0755".into(),
+        });
+        s.check().unwrap();
+        assert_eq!(s.files[0].mode_bits(), 0o755);
+        type Edit = fn(&mut DebianSpec);
+        let cases: [(Edit, &str, &str); 8] = [
+            (
+                |s| s.files[0].path = "/var/lib/x".into(),
+                "file[0].path",
+                "under /usr or /etc",
+            ),
+            (
+                |s| s.files[0].path = "/usr/../etc/x".into(),
+                "file[0].path",
+                "without `.` or `..`",
+            ),
+            (
+                |s| s.files[0].mode = "4755".into(),
+                "file[0].mode",
+                "octal mode",
+            ),
+            (
+                |s| s.files[0].mode = "rwx".into(),
+                "file[0].mode",
+                "octal mode",
+            ),
+            (
+                |s| s.files.push(s.files[0].clone()),
+                "file[1].path",
+                "declared twice",
+            ),
+            (
+                |s| s.boot_integration = true,
+                "boot_integration",
+                "not a base",
+            ),
+            (|s| s.variant = "apt".into(), "variant", "installed by apt"),
+            (
+                |s| s.dkms = Some("Bad".into()),
+                "dkms",
+                "not a Debian package name",
+            ),
+        ];
+        for (edit, field, want) in cases {
+            let mut t = s.clone();
+            edit(&mut t);
+            let e = t.check().unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.to_string().contains(want), "want `{want}` in {e}");
+        }
+        let mut base = good();
+        base.dkms = Some("nvidia-kernel-dkms".into());
+        assert_eq!(base.check().unwrap_err().field, "dkms");
+        let mut base = good();
+        base.ld_so_cache = true;
+        assert_eq!(base.check().unwrap_err().field, "ld_so_cache");
+        // The declared files are not in the fingerprint: a new file does not stale the lock.
+        let mut f = good();
+        f.over = Some("base".into());
+        let before = f.fingerprint();
+        f.files = s.files.clone();
+        assert_eq!(before, f.fingerprint());
     }
 
     #[test]

@@ -282,6 +282,7 @@ impl Manifest {
         for (i, spanned) in raw.layers.iter().enumerate() {
             let (layer, source_spans, preload_spans) =
                 parse_layer(&ctx, i, spanned, &mut names, &resolve)?;
+            check_over(&ctx, &layer, &layers, &source_spans)?;
             spans.sources.push(source_spans);
             spans.preloads.push(preload_spans);
             layers.push(layer);
@@ -349,10 +350,8 @@ impl Manifest {
         let mut said = Vec::new();
         for layer in &mut self.layers {
             for name in &layer.inputs {
-                let what = KNOWN_INPUTS
-                    .iter()
-                    .find(|(k, _)| k == name)
-                    .map_or("it", |(_, w)| *w);
+                let over = matches!(&layer.source, LayerSource::Debian(d) if d.over.is_some());
+                let what = crate::debian_spec::input_gives(name, over);
                 let Some((_, path)) = given.iter().find(|(n, _)| n == name) else {
                     said.push(format!(
                         "layer {}: no --input {name}: built WITHOUT {what}",
@@ -581,14 +580,24 @@ fn parse_layer(
             ),
         ));
     }
-    if matches!(source, LayerSource::Debian(_)) && !is_base {
-        return Err(ctx.err(
-            Some(source_spans.path.clone()),
-            format!(
-                "layer `{name}`: only the base layer can be made from Debian packages so far \
-                 (layers installed by apt over the base are still made as `dir` trees)"
+    if let LayerSource::Debian(d) = &source {
+        let why = match (is_base, &d.over) {
+            (false, None) => Some(
+                "a layer above the base is installed by apt over a Debian base: name it with \
+                 source.debian.over"
+                    .to_owned(),
             ),
-        ));
+            (true, Some(o)) => Some(format!(
+                "source.debian.over = \"{o}\": the base layer is made by mmdebstrap, over nothing"
+            )),
+            _ => None,
+        };
+        if let Some(why) = why {
+            return Err(ctx.err(
+                Some(source_spans.path.clone()),
+                format!("layer `{name}`: {why}"),
+            ));
+        }
     }
     let (preload, preload_spans) = parse_preloads(ctx, l, name, kind, resolve)?;
     let inputs = parse_inputs(ctx, l, name, &source)?;
@@ -601,6 +610,33 @@ fn parse_layer(
         inputs,
     };
     Ok((layer, source_spans, preload_spans))
+}
+
+/// A layer installed `over` another names an earlier layer made from Debian packages by
+/// mmdebstrap (a base).
+fn check_over(
+    ctx: &Ctx<'_>,
+    layer: &LayerSpec,
+    below: &[LayerSpec],
+    spans: &SourceSpans,
+) -> Result<(), ManifestError> {
+    let LayerSource::Debian(DebianSpec { over: Some(o), .. }) = &layer.source else {
+        return Ok(());
+    };
+    let ok = below
+        .iter()
+        .any(|l| &l.name == o && matches!(&l.source, LayerSource::Debian(d) if d.over.is_none()));
+    if ok {
+        return Ok(());
+    }
+    Err(ctx.err(
+        Some(spans.path.clone()),
+        format!(
+            "layer `{}`: source.debian.over = \"{o}\" names no layer below it made from Debian \
+             packages by mmdebstrap",
+            layer.name
+        ),
+    ))
 }
 
 /// A layer's source: exactly one of `dir`, `tar` (pinned by `sha256`), `oci_layout` (pinned by
@@ -756,14 +792,41 @@ fn parse_inputs(
         if out.contains(n) {
             return Err(err(format!("inputs: `{n}` is listed twice")));
         }
-        if !matches!(source, LayerSource::Debian(d) if d.boot_integration) {
-            return Err(err(format!(
-                "inputs: `{n}` goes into a base made with source.debian.boot_integration = true"
-            )));
+        if let Some(why) = input_refused(n, l.kind.get_ref(), source) {
+            return Err(err(format!("inputs: `{n}` {why}")));
         }
         out.push(n.clone());
     }
     Ok(out)
+}
+
+/// Why the input `n` cannot go into a layer of this kind and source (`None`: it can). The
+/// `kubernetes` input goes into a base made with the boot integration (kubeadm, kubelet and its
+/// unit) or a layer installed over it (kubectl); `images` into a control-plane layer made from
+/// Debian packages; the others into a layer installed over the base.
+fn input_refused(n: &str, kind: &str, source: &LayerSource) -> Option<&'static str> {
+    use crate::debian::inputs::{
+        IMAGES_INPUT, KATA_INPUT, MODULE_SIGNING_INPUT, NVIDIA_TOOLKIT_INPUT,
+    };
+    let LayerSource::Debian(d) = source else {
+        return Some("goes into a layer made from Debian packages (source.debian)");
+    };
+    let over = d.over.is_some();
+    match n {
+        crate::debian_spec::KUBERNETES_INPUT if !over && !d.boot_integration => Some(
+            "goes into a base made with source.debian.boot_integration = true, or a layer over it",
+        ),
+        IMAGES_INPUT if kind != CONTROL_PLANE_KIND => {
+            Some("goes into a control-plane layer (only it preloads images)")
+        }
+        NVIDIA_TOOLKIT_INPUT | KATA_INPUT if !over => {
+            Some("goes into a layer installed over the base (source.debian.over)")
+        }
+        MODULE_SIGNING_INPUT if d.dkms.is_none() => {
+            Some("signs DKMS modules: it goes into a layer with source.debian.dkms")
+        }
+        _ => None,
+    }
 }
 
 /// Parses `NAME=PATH`, the value of `ingot build --input`.
@@ -1022,14 +1085,37 @@ components = ["main"]
             assert!(shown.contains(want), "want `{want}` in: {shown}");
             assert_eq!(err.position.map(|p| p.0), Some(line), "{shown}");
         }
-        // Only the base is made from packages so far.
+        // A layer above the base is installed `over` a Debian base.
+        let gpu = "[[layer]]\nname = \"gpu\"\nkind = \"nvidia\"\nwhen = \"gpu == nvidia\"\n[layer.source.debian]";
         let mut two = DEBIAN.replace(
             "name = \"base\"\nkind = \"base\"",
             "name = \"base\"\nkind = \"base\"\nsource = { dir = \"b\" }",
         );
-        two = two.replace("[layer.source.debian]", "[[layer]]\nname = \"gpu\"\nkind = \"nvidia\"\nwhen = \"gpu == nvidia\"\n[layer.source.debian]");
+        two = two.replace("[layer.source.debian]", gpu);
         let err = parse(&two).unwrap_err().to_string();
-        assert!(err.contains("layer `gpu`: only the base layer"), "{err}");
+        assert!(err.contains("layer `gpu`: a layer above the base"), "{err}");
+        let over = two.replace(gpu, &format!("{gpu}\nover = \"base\""));
+        let err = parse(&over).unwrap_err().to_string();
+        assert!(
+            err.contains("over = \"base\" names no layer below it made from Debian"),
+            "{err}"
+        );
+        let archive = &DEBIAN[DEBIAN.find("[[layer.source.debian.archive]]").unwrap()..];
+        let good = format!(
+            "{DEBIAN}\n{gpu}\nover = \"base\"\npackages = [\"nvidia-smi\"]\n{}",
+            archive
+        );
+        let m = parse(&good).unwrap();
+        let LayerSource::Debian(d) = &m.layers[1].source else {
+            panic!()
+        };
+        assert_eq!(d.over.as_deref(), Some("base"));
+        let base_over = DEBIAN.replace("variant = \"minbase\"", "over = \"base\"");
+        let err = parse(&base_over).unwrap_err().to_string();
+        assert!(
+            err.contains("the base layer is made by mmdebstrap"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -1061,8 +1147,13 @@ components = ["main"]
         );
         for (inputs, want) in [
             (
-                "[\"images\"]",
-                "unknown input `images` (ingot knows: kubernetes)",
+                "[\"image\"]",
+                "unknown input `image` (ingot knows: kubernetes, nvidia-toolkit, kata, images, module-signing)",
+            ),
+            ("[\"images\"]", "`images` goes into a control-plane layer"),
+            (
+                "[\"kata\"]",
+                "`kata` goes into a layer installed over the base",
             ),
             (
                 "[\"kubernetes\", \"kubernetes\"]",
@@ -1142,16 +1233,19 @@ components = ["main"]
         );
     }
 
-    /// The node stack's manifest with its base declared (manifests/debian/stack-manifest.toml)
-    /// parses: a base with boot_integration that takes the kubernetes input.
+    /// The node stack's manifest (manifests/debian/stack.toml) declares every layer: a base
+    /// with boot_integration that takes the kubernetes input, and the nvidia (with its DKMS
+    /// modules and the linker cache), kata and control-plane layers installed over it.
     #[test]
-    fn the_node_manifest_declares_a_bootable_base() {
-        let text = include_str!("../../manifests/debian/stack-manifest.toml");
-        let m = Manifest::parse(text, Path::new("/m/stack-manifest.toml")).unwrap();
-        let LayerSource::Debian(d) = &m.layers[0].source else {
-            panic!("{:?}", m.layers[0].source)
+    fn the_node_manifest_declares_every_layer() {
+        let text = include_str!("../../manifests/debian/stack.toml");
+        let m = Manifest::parse(text, Path::new("/m/stack.toml")).unwrap();
+        let debian = |i: usize| match &m.layers[i].source {
+            LayerSource::Debian(d) => d.clone(),
+            other => panic!("{other:?}"),
         };
-        assert!(d.boot_integration);
+        let base = debian(0);
+        assert!(base.boot_integration);
         assert_eq!(m.layers[0].inputs, ["kubernetes"]);
         for p in [
             "linux-image-amd64",
@@ -1159,9 +1253,20 @@ components = ["main"]
             "systemd-boot-efi",
             "grub-pc-bin",
         ] {
-            assert!(d.packages.iter().any(|x| x == p), "{p}");
+            assert!(base.packages.iter().any(|x| x == p), "{p}");
         }
-        assert_eq!(m.layers.len(), 4);
+        let names: Vec<&str> = m.layers.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["base", "nvidia", "kata", "control-plane"]);
+        for i in 1..4 {
+            assert_eq!(debian(i).over.as_deref(), Some("base"));
+        }
+        let nvidia = debian(1);
+        assert_eq!(nvidia.dkms.as_deref(), Some("nvidia-kernel-dkms"));
+        assert!(nvidia.ld_so_cache && !debian(2).ld_so_cache);
+        assert_eq!(m.layers[3].inputs, ["kubernetes", "images"]);
+        let files = debian(3).files;
+        assert_eq!(files[0].path, "/usr/lib/ingot/control-plane-health");
+        assert_eq!(files[0].mode_bits(), 0o755);
     }
 
     #[test]

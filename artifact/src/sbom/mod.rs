@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 /// Media type of an SBOM blob (IANA's for SPDX JSON).
 pub const SBOM_MEDIA_TYPE: &str = "application/spdx+json";
 /// Where a layer's dpkg status is read: dpkg's own place, and where a base whose `/var` is
-/// emptied before the build keeps a copy (`manifests/debian/build`).
+/// emptied before the build keeps a copy (`ingot build`'s Debian trees).
 pub const STATUS_PATHS: [&str; 2] = ["var/lib/dpkg/status", "usr/lib/ingot/dpkg/status"];
 /// The largest dpkg status read (a full Debian desktop's is about 3 MiB).
 pub const MAX_STATUS_SIZE: u64 = 32 << 20;

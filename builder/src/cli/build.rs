@@ -20,8 +20,10 @@ use ingot_artifact::sign::SecretKey;
 /// build leaves nothing. Two builds of one manifest give the same bytes.
 ///
 /// A layer whose source is `debian` (docs/debian-build.md) is made first, as root, by mmdebstrap
-/// and apt: they resolve, download, check the archive's signatures and install; ingot pins what
-/// they installed in stack.lock beside the manifest (every package's version, architecture and
+/// and apt: they resolve, download, check the archive's signatures and install. A base is made by
+/// mmdebstrap; a layer `over` it is what apt installs in an overlay on the base's tree (its
+/// maintainer scripts see the base), with kernel modules built by dkms in a throw-away chroot for
+/// the base's kernel. ingot pins what they installed in stack.lock beside the manifest (every package's version, architecture and
 /// .deb SHA-256, the suites' Release dates, the kernel) and keeps the .deb files in a cache named
 /// by their hashes. A later build installs what the lock says; --update moves it forward. Each
 /// finished tree is kept in the tree cache under a hash of everything that made it (its lock
@@ -83,17 +85,21 @@ pub struct BuildArgs {
     #[arg(long, conflicts_with = "update")]
     pub locked: bool,
     /// Resolve the Debian layers against the archives again and move stack.lock forward: every
-    /// package, or only each PACKAGE named (the others stay at their locked versions). Prints
-    /// each change (package, old -> new). Give it last: it takes every word after it.
+    /// package, or only each PACKAGE named (the others stay at their locked versions). A layer
+    /// whose locked packages all are still the archives' candidates stays as locked (its cached
+    /// tree is reused). Prints each change (package, old -> new). Give it last: it takes every
+    /// word after it.
     #[arg(long, num_args = 0.., value_name = "PACKAGE")]
     pub update: Option<Vec<String>>,
     /// The .deb cache (files named by their SHA-256). Default: $XDG_CACHE_HOME/ingot/debs, or
     /// /var/cache/ingot/debs for root.
     #[arg(long, value_name = "DIR")]
     pub deb_cache: Option<PathBuf>,
-    /// An operator input a layer declares (`inputs = ["NAME"]` in the manifest), e.g.
-    /// `kubernetes=DIR`: the operator's kubeadm and kubelet, binaries or .deb files, for a base
-    /// made with `boot_integration` (docs/debian-build.md). Repeatable. An input no layer declares
+    /// An operator input a layer declares (`inputs = ["NAME"]` in the manifest): `kubernetes=DIR`
+    /// (kubeadm and kubelet for a base made with `boot_integration`, kubectl for a layer over
+    /// it; binaries or .deb files), `nvidia-toolkit=DIR` (NVIDIA's container toolkit .debs),
+    /// `kata=DIR` (Kata Containers' static release), `images=DIR` (OCI image layouts to preload
+    /// in a control-plane layer); docs/debian-build.md. Repeatable. An input no layer declares
     /// is an error; a declared one left out is left out of the stack, and the build says what the
     /// stack then lacks.
     #[arg(long = "input", value_name = "NAME=PATH", value_parser = crate::manifest::parse_input_arg)]

@@ -401,7 +401,7 @@ pub fn kernel(tree: &Path) -> Result<String, IntegrationError> {
     Ok(kver)
 }
 
-/// Everything after mmdebstrap, as `manifests/debian/build` did it. `kubernetes`: the operator's
+/// Everything after mmdebstrap that makes the tree an ingot base. `kubernetes`: the operator's
 /// `kubernetes` input (a directory), when given.
 pub fn apply(tree: &Path, kubernetes: Option<&Path>) -> Result<(), IntegrationError> {
     let kver = kernel(tree)?;
@@ -537,7 +537,7 @@ fn package_list(tree: &Path) -> Result<(), IntegrationError> {
 
 /// Where `name` is in the `kubernetes` input `dir`: the binary `dir/NAME`, or `usr/bin/NAME`
 /// unpacked from `dir/NAME_*.deb` under `scratch`. `None`: neither is there.
-fn kube_program(
+pub(super) fn kube_program(
     dir: &Path,
     name: &str,
     scratch: &Path,
@@ -638,6 +638,7 @@ fn kubernetes_base(tree: &Path, dir: &Path) -> Result<(), IntegrationError> {
 /// ([`input_digest`]): the `kubernetes` input must hold a kubeadm (binary or one `.deb`).
 pub fn take_input(name: &str, dir: &Path) -> Result<String, IntegrationError> {
     let digest = input_digest(name, dir)?;
+    super::inputs::check(name, dir)?;
     if name == KUBERNETES_INPUT {
         let debs = fs::read_dir(dir)
             .map_err(io_err("reading", dir))?

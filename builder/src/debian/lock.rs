@@ -90,6 +90,7 @@ pub(crate) fn sample() -> LayerLock {
             priority: None,
         }],
         given: Vec::new(),
+        dkms: Vec::new(),
     }
 }
 
@@ -113,6 +114,10 @@ pub struct LayerLock {
     /// The operator inputs it was built with, by digest (`--locked` takes no other).
     #[serde(default)]
     pub given: Vec<LockedInput>,
+    /// The DKMS source packages its kernel modules were built from (not installed in the
+    /// layer: built in a throw-away chroot for the kernel above).
+    #[serde(default)]
+    pub dkms: Vec<LockedPackage>,
 }
 
 /// A whole `stack.lock`.
@@ -177,6 +182,7 @@ impl Lock {
             l.packages.sort();
             l.suites.sort();
             l.given.sort();
+            l.dkms.sort();
             if let Some(old) = layers.insert(l.name.clone(), l) {
                 return Err(refuse(format!("layer `{}` is locked twice", old.name)));
             }
@@ -216,6 +222,11 @@ impl Lock {
                 }
                 out.push_str("]\n");
             }
+            if !l.dkms.is_empty() {
+                out.push_str("dkms = [\n");
+                write_packages(&mut out, &l.dkms);
+                out.push_str("]\n");
+            }
             let mut suites = l.suites.clone();
             suites.sort();
             out.push_str("suites = [\n");
@@ -228,23 +239,8 @@ impl Lock {
                 );
             }
             out.push_str("]\n");
-            let mut packages = l.packages.clone();
-            packages.sort();
             out.push_str("packages = [\n");
-            for p in &packages {
-                let priority = p
-                    .priority
-                    .as_ref()
-                    .map_or(String::new(), |v| format!(", priority = {}", q(v)));
-                let _ = writeln!(
-                    out,
-                    "  {{ name = {}, architecture = {}, version = {}, sha256 = {}{priority} }},",
-                    q(&p.name),
-                    q(&p.architecture),
-                    q(&p.version),
-                    q(&p.sha256)
-                );
-            }
+            write_packages(&mut out, &l.packages);
             out.push_str("]\n");
         }
         out
@@ -263,6 +259,27 @@ impl Lock {
         tmp.as_file().sync_all()?;
         tmp.persist(path).map_err(|e| e.error)?;
         Ok(())
+    }
+}
+
+/// One line per package, sorted.
+fn write_packages(out: &mut String, packages: &[LockedPackage]) {
+    let q = |s: &str| toml::Value::String(s.to_owned()).to_string();
+    let mut packages = packages.to_vec();
+    packages.sort();
+    for p in &packages {
+        let priority = p
+            .priority
+            .as_ref()
+            .map_or(String::new(), |v| format!(", priority = {}", q(v)));
+        let _ = writeln!(
+            out,
+            "  {{ name = {}, architecture = {}, version = {}, sha256 = {}{priority} }},",
+            q(&p.name),
+            q(&p.architecture),
+            q(&p.version),
+            q(&p.sha256)
+        );
     }
 }
 
@@ -290,8 +307,13 @@ fn check_layer(l: &LayerLock) -> Result<(), String> {
             return Err(format!("{who} is listed twice"));
         }
     }
+    check_packages(&l.packages)?;
+    check_packages(&l.dkms)
+}
+
+fn check_packages(packages: &[LockedPackage]) -> Result<(), String> {
     let mut seen = std::collections::BTreeSet::new();
-    for p in &l.packages {
+    for p in packages {
         let who = format!("package `{}`", p.name);
         if !is_package_name(&p.name) {
             return Err(format!("{who}: not a Debian package name"));
@@ -456,6 +478,7 @@ mod tests {
             ],
             packages,
             given: Vec::new(),
+            dkms: Vec::new(),
         }
     }
 

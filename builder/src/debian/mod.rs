@@ -6,12 +6,17 @@
 
 pub mod cache;
 pub mod deb;
+pub mod dkms;
+pub mod inputs;
 pub mod integration;
 pub mod lock;
+pub mod over;
+pub mod overlay;
 pub mod tree;
 pub mod tree_cache;
+pub mod upper;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -102,6 +107,9 @@ pub enum PrepareError {
     /// The tree cache failed.
     #[error(transparent)]
     TreeCache(#[from] TreeCacheError),
+    /// `source.debian.over` names no Debian layer made before this one.
+    #[error("layer `{0}`: source.debian.over = \"{1}\" is not a Debian layer below it")]
+    Over(String, String),
     /// `--locked`, and an operator input is not the one the lock names.
     #[error(
         "--locked: layer `{layer}`: input `{input}` is {}, stack.lock has {} (build without \
@@ -243,7 +251,7 @@ fn why_built(
     };
     let short = &cached.key[..12.min(cached.key.len())];
     let changed = cached.changed(key);
-    if changed.contains(&"the lock entry") {
+    if changed.iter().any(|c| c == "the lock entry") {
         if let Some(prev) = cached.layer_lock(layer) {
             let n = lock::diff(&prev, cur)
                 .iter()
@@ -276,6 +284,7 @@ struct LayerTree {
     outcome: TreeOutcome,
     report: String,
     tree: PathBuf,
+    dpkg: PathBuf,
     lock: LayerLock,
     moved: Vec<Change>,
 }
@@ -310,6 +319,7 @@ fn reuse(
             key: key.hex().to_owned(),
         },
         tree: hit.tree,
+        dpkg: hit.dpkg,
         lock,
         moved: Vec::new(),
     })
@@ -330,17 +340,65 @@ fn extra_inputs(spec: &crate::debian_spec::DebianSpec) -> Vec<(String, Vec<u8>)>
     for (name, given) in &spec.given_inputs {
         extra.push((format!("input:{name}"), given.digest.clone().into_bytes()));
     }
+    if !spec.files.is_empty() {
+        let json = serde_json::to_vec(&spec.files).expect("plain data serializes");
+        extra.push(("files".to_owned(), json));
+    }
     extra
 }
 
+/// `--update` on a layer whose locked packages all are still the archive's candidates changes
+/// nothing: it stays locked (its cached tree is reused), as `cargo update` leaves a lock alone
+/// when nothing is newer. Returns how to resolve and a note for the report.
+fn nothing_newer(
+    c: &Caches<'_>,
+    name: &str,
+    spec: &crate::debian_spec::DebianSpec,
+    current: Option<&LayerLock>,
+    lower_kernel: Option<&str>,
+    mut resolve: Resolve,
+) -> Result<(Resolve, String), PrepareError> {
+    let kernel_moved =
+        spec.dkms.is_some() && current.is_some_and(|cur| cur.kernel.as_deref() != lower_kernel);
+    if let (true, true, Resolve::Locked, Some(d)) =
+        (kernel_moved, c.opts.update.is_some(), &resolve, &spec.dkms)
+    {
+        // `--update` moved the base's kernel: the modules are built again for it.
+        resolve = Resolve::Update(BTreeSet::from([d.clone()]));
+    }
+    let (Resolve::Update(names), Some(cur)) = (&resolve, current) else {
+        return Ok((resolve, String::new()));
+    };
+    let scratch = c.trees.scratch(name)?;
+    let operators = match spec.given_inputs.get(inputs::NVIDIA_TOOLKIT_INPUT) {
+        Some(g) => inputs::deb_packages(&g.path).map_err(TreeError::from)?,
+        None => BTreeSet::new(),
+    };
+    let mut moved = tree::moved_in_archive(spec, cur, names, &operators, scratch.path())?;
+    // Modules built for the base's old kernel are built again for its new one.
+    if kernel_moved {
+        moved.push(format!("kernel {:?} → {lower_kernel:?}", cur.kernel));
+    }
+    if moved.is_empty() {
+        let n = cur.packages.len() + cur.dkms.len();
+        return Ok((
+            Resolve::Locked,
+            format!("; --update: the archive has nothing newer for its {n} locked packages"),
+        ));
+    }
+    tracing::info!("layer {name}: --update: {}", moved.join(", "));
+    Ok((resolve, String::new()))
+}
+
 /// Takes the layer's tree from the tree cache, or makes it and puts it there. `below`: the
-/// keys of the Debian layers below it.
+/// keys of the Debian layers its tree depends on; `over`: the layer apt installs it over.
 fn layer_tree(
     c: &Caches<'_>,
     name: &str,
     spec: &crate::debian_spec::DebianSpec,
     old: Option<&LayerLock>,
     below: &[String],
+    over: Option<tree::Lower<'_>>,
 ) -> Result<LayerTree, PrepareError> {
     let fingerprint = spec.fingerprint();
     let current = old.filter(|l| l.inputs == fingerprint);
@@ -348,7 +406,9 @@ fn layer_tree(
     if let (true, Some(cur)) = (c.opts.locked, current) {
         check_given_locked(name, cur, &given)?;
     }
-    let resolve = choose(c.opts, current);
+    let lower_kernel = over.as_ref().and_then(|l| l.kernel);
+    let chosen = choose(c.opts, current);
+    let (resolve, note) = nothing_newer(c, name, spec, current, lower_kernel, chosen)?;
     let extras = extra_inputs(spec);
     let extra: Vec<(&str, &[u8])> = extras
         .iter()
@@ -366,11 +426,13 @@ fn layer_tree(
     };
     let locked_key = current.filter(|_| resolve == Resolve::Locked).map(key_of);
     if let (Some(cur), Some(key)) = (current, &locked_key) {
-        if let Some(hit) = reuse(c, name, cur, &given, key) {
+        if let Some(mut hit) = reuse(c, name, cur, &given, key) {
+            hit.report.push_str(&note);
             return Ok(hit);
         }
     }
     let mut reason = why_built(c.opts, name, old, current, &c.trees, locked_key.as_ref());
+    reason.push_str(&note);
     let started = Instant::now();
     let work = c.trees.scratch(name)?;
     let phases = Phases::new(name, c.opts.progress, &c.opts.events);
@@ -384,10 +446,13 @@ fn layer_tree(
         resolve: resolve.clone(),
         work: work.path(),
         phase: tree::Phase(&tell),
+        over,
     })?;
     let key = key_of(&made.lock);
     phases.start(&format!("tree cache: storing {}", key.short()));
-    let tree = c.trees.insert(name, &key, &made.lock, &made.tree)?;
+    let hit = c
+        .trees
+        .insert(name, &key, &made.lock, &made.tree, &made.dpkg)?;
     phases.done();
     drop(work);
     let moved = old.map(|o| lock::diff(o, &made.lock)).unwrap_or_default();
@@ -400,10 +465,14 @@ fn layer_tree(
         Resolve::Fresh => "resolved",
         Resolve::Update(_) => "updated",
     };
+    let by = match over {
+        Some(l) => format!("apt over layer {}", l.name),
+        None => "mmdebstrap".to_owned(),
+    };
     Ok(LayerTree {
         report: format!(
             "layer {name}: built: {reason}; {} packages ({how}; {} .deb from the cache, {} \
-             downloaded) by mmdebstrap in {:.1?}, tree cache {}",
+             downloaded) by {by} in {:.1?}, tree cache {}",
             made.lock.packages.len(),
             made.from_cache,
             made.downloaded,
@@ -416,7 +485,8 @@ fn layer_tree(
             reason,
             key: key.hex().to_owned(),
         },
-        tree,
+        tree: hit.tree,
+        dpkg: hit.dpkg,
         lock: made.lock,
         moved,
     })
@@ -471,20 +541,43 @@ pub fn prepare(manifest: &Manifest, opts: &Options) -> Result<Option<Prepared>, 
     let (mut changes, mut report, mut trees) = (Vec::new(), Vec::new(), Vec::new());
     // The keys of the Debian layers below the next one: a layer's tree depends on them.
     let mut below: Vec<String> = Vec::new();
+    // Each made layer, for the layers installed over it.
+    let mut made_layers: BTreeMap<String, LayerTree> = BTreeMap::new();
     for layer in &mut out.layers {
         let LayerSource::Debian(spec) = &layer.source else {
             continue;
         };
         let old = old_lock.as_ref().and_then(|l| l.layers.get(&layer.name));
-        let made = layer_tree(&caches, &layer.name, spec, old, &below)?;
-        report.push(made.report);
+        let made = match &spec.over {
+            None => layer_tree(&caches, &layer.name, spec, old, &below, None)?,
+            Some(over) => {
+                // The manifest checked that `over` is an earlier Debian base layer.
+                let lower = made_layers
+                    .get(over)
+                    .ok_or_else(|| PrepareError::Over(layer.name.clone(), over.clone()))?;
+                let lower_ref = tree::Lower {
+                    name: over,
+                    tree: &lower.tree,
+                    dpkg: &lower.dpkg,
+                    kernel: lower.lock.kernel.as_deref(),
+                };
+                let below = [lower.outcome.key.clone()];
+                layer_tree(&caches, &layer.name, spec, old, &below, Some(lower_ref))?
+            }
+        };
+        report.push(made.report.clone());
         below.push(made.outcome.key.clone());
-        trees.push(made.outcome);
+        trees.push(made.outcome.clone());
         if !made.moved.is_empty() {
-            changes.push((layer.name.clone(), made.moved));
+            changes.push((layer.name.clone(), made.moved.clone()));
         }
-        layer.source = LayerSource::Dir(made.tree);
-        lock.layers.insert(layer.name.clone(), made.lock);
+        if let Some(images) = spec.given_inputs.get(inputs::IMAGES_INPUT) {
+            let preloads = inputs::preloads(&images.path).map_err(TreeError::from)?;
+            layer.preload.extend(preloads);
+        }
+        layer.source = LayerSource::Dir(made.tree.clone());
+        lock.layers.insert(layer.name.clone(), made.lock.clone());
+        made_layers.insert(layer.name.clone(), made);
     }
     Ok(Some(Prepared {
         manifest: out,
@@ -554,6 +647,7 @@ mod tests {
             suites: Vec::new(),
             packages: Vec::new(),
             given: given(Some('a')),
+            dkms: Vec::new(),
         };
         assert!(check_given_locked("base", &locked, &given(Some('a'))).is_ok());
         let moved = check_given_locked("base", &locked, &given(Some('b')))

@@ -62,6 +62,22 @@ pub struct Job<'a> {
     pub work: &'a Path,
     /// Told when each phase starts (for a progress display).
     pub phase: Phase<'a>,
+    /// The layer it is installed over by apt (`source.debian.over`), or `None` for a base made by
+    /// mmdebstrap.
+    pub over: Option<Lower<'a>>,
+}
+
+/// The made layer a layer is installed over.
+#[derive(Debug, Clone, Copy)]
+pub struct Lower<'a> {
+    /// Its name.
+    pub name: &'a str,
+    /// Its finished tree.
+    pub tree: &'a Path,
+    /// Its dpkg state (`/var/lib/dpkg` as the install left it; the tree's `/var` is empty).
+    pub dpkg: &'a Path,
+    /// Its kernel release, if it has one.
+    pub kernel: Option<&'a str>,
 }
 
 /// What [`make`] tells about its phases: a short description of each as it starts.
@@ -79,6 +95,8 @@ impl std::fmt::Debug for Phase<'_> {
 pub struct Made {
     /// The tree (ready for `ingot build` as a `dir` source).
     pub tree: PathBuf,
+    /// Its whole dpkg state, for the layers installed over it.
+    pub dpkg: PathBuf,
     /// Its lock entry.
     pub lock: LayerLock,
     /// `.deb` files taken from the cache.
@@ -169,9 +187,17 @@ pub enum TreeError {
     },
 }
 
-fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> TreeError {
+pub(super) fn io_err(what: &'static str, path: &Path) -> impl FnOnce(io::Error) -> TreeError {
     let path = path.to_owned();
     move |source| TreeError::Io { what, path, source }
+}
+
+/// A layer's tree refused, and why.
+pub(super) fn refused(layer: &str, reason: impl std::fmt::Display) -> TreeError {
+    TreeError::Tree {
+        layer: layer.to_owned(),
+        reason: reason.to_string(),
+    }
 }
 
 /// Makes the layer's tree under `job.work` as `job.resolve` says.
@@ -190,7 +216,7 @@ pub fn make(job: &Job<'_>) -> Result<Made, TreeError> {
         (Resolve::Update(names), Some(old), _) => {
             if let Some(p) = names
                 .iter()
-                .find(|n| !old.packages.iter().any(|p| &p.name == *n))
+                .find(|n| !old.packages.iter().chain(&old.dkms).any(|p| &p.name == *n))
             {
                 return Err(TreeError::UnknownPackage {
                     layer,
@@ -203,7 +229,9 @@ pub fn make(job: &Job<'_>) -> Result<Made, TreeError> {
     fs::create_dir_all(job.work).map_err(io_err("creating", job.work))?;
     let repo = job.work.join("repo");
     fs::create_dir_all(&repo).map_err(io_err("creating", &repo))?;
-    if job.resolve == Resolve::Locked {
+    if let Some(lower) = &job.over {
+        super::over::make(job, lower, lock, &repo, &fingerprint)
+    } else if job.resolve == Resolve::Locked {
         let old = lock.expect("checked above");
         locked(job, old, &repo)
     } else {
@@ -212,15 +240,19 @@ pub fn make(job: &Job<'_>) -> Result<Made, TreeError> {
 }
 
 /// A locked file staged in the local repository.
-struct Staged {
-    package: LockedPackage,
-    control: Control,
-    file: String,
+pub(super) struct Staged {
+    pub(super) package: LockedPackage,
+    pub(super) control: Control,
+    pub(super) file: String,
 }
 
 /// Puts the cached file of `p` in `repo`, checked: its hash (by the cache) and its control's
 /// name, version and architecture. `Err(why)`: not usable from the cache.
-fn stage_one(cache: &DebCache, p: &LockedPackage, repo: &Path) -> Result<Staged, String> {
+pub(super) fn stage_one(
+    cache: &DebCache,
+    p: &LockedPackage,
+    repo: &Path,
+) -> Result<Staged, String> {
     let file = deb::file_name(&p.name, &p.version, &p.architecture);
     let dest = repo.join(&file);
     let _ = fs::remove_file(&dest);
@@ -246,9 +278,14 @@ fn stage_one(cache: &DebCache, p: &LockedPackage, repo: &Path) -> Result<Staged,
     })
 }
 
-/// The lock's files, from the cache or the archive, installed by mmdebstrap from a repository
-/// holding nothing else.
-fn locked(job: &Job<'_>, old: &LayerLock, repo: &Path) -> Result<Made, TreeError> {
+/// Every file of the lock entry `old` staged in `repo`, from the cache or else the archive;
+/// fails naming each one neither can give. Returns them with how many came from the cache and
+/// how many were downloaded.
+pub(super) fn stage_locked(
+    job: &Job<'_>,
+    old: &LayerLock,
+    repo: &Path,
+) -> Result<(Vec<Staged>, usize, usize), TreeError> {
     (job.phase.0)(&format!("staging {} locked .debs", old.packages.len()));
     let mut staged = Vec::new();
     let mut missing = Vec::new();
@@ -275,6 +312,13 @@ fn locked(job: &Job<'_>, old: &LayerLock, repo: &Path) -> Result<Made, TreeError
             });
         }
     }
+    Ok((staged, from_cache, downloaded))
+}
+
+/// The lock's files, from the cache or the archive, installed by mmdebstrap from a repository
+/// holding nothing else.
+fn locked(job: &Job<'_>, old: &LayerLock, repo: &Path) -> Result<Made, TreeError> {
+    let (staged, from_cache, downloaded) = stage_locked(job, old, repo)?;
     write_repo(repo, job.spec.main_suite(), &staged)?;
     let tree = job.work.join("tree");
     let sources = vec![local_source(repo)];
@@ -313,9 +357,11 @@ fn locked(job: &Job<'_>, old: &LayerLock, repo: &Path) -> Result<Made, TreeError
         });
     }
     (job.phase.0)("finishing the tree");
-    finish_tree(&tree, job.spec)?;
+    let dpkg = job.work.join("dpkg");
+    finish_tree(&tree, job.spec, &dpkg)?;
     Ok(Made {
         tree,
+        dpkg,
         lock: old.clone(),
         from_cache,
         downloaded,
@@ -324,13 +370,13 @@ fn locked(job: &Job<'_>, old: &LayerLock, repo: &Path) -> Result<Made, TreeError
 
 /// apt's options for a private state under `dir`: the manifest's archives, no host package list,
 /// no host status.
-fn private_apt(job: &Job<'_>, dir: &Path) -> Result<Vec<String>, TreeError> {
+fn private_apt(spec: &DebianSpec, dir: &Path) -> Result<Vec<String>, TreeError> {
     for d in ["lists/partial", "cache/archives/partial", "parts", "prefs"] {
         let p = dir.join(d);
         fs::create_dir_all(&p).map_err(io_err("creating", &p))?;
     }
     let list = dir.join("sources.list");
-    fs::write(&list, job.spec.sources().join("\n") + "\n").map_err(io_err("writing", &list))?;
+    fs::write(&list, spec.sources().join("\n") + "\n").map_err(io_err("writing", &list))?;
     let status = dir.join("status");
     fs::write(&status, "").map_err(io_err("writing", &status))?;
     let d = |p: &str| dir.join(p).display().to_string();
@@ -375,14 +421,14 @@ fn apt(opts: &[String], args: &[&str], cwd: &Path) -> Result<(), String> {
 /// Fetches the `missing` locked files from the archive (`apt-get download name=version`), checks
 /// each against its locked hash, caches and stages it. Returns one line per file that could not
 /// be had.
-fn fetch_missing(
+pub(super) fn fetch_missing(
     job: &Job<'_>,
     missing: &[(LockedPackage, String)],
     repo: &Path,
     staged: &mut Vec<Staged>,
 ) -> Result<Vec<String>, TreeError> {
     let dir = job.work.join("apt");
-    let opts = private_apt(job, &dir)?;
+    let opts = private_apt(job.spec, &dir)?;
     let fetched = job.work.join("fetched");
     fs::create_dir_all(&fetched).map_err(io_err("creating", &fetched))?;
     let line = |p: &LockedPackage, why: &str, archive: &str| {
@@ -426,6 +472,70 @@ fn fetch_missing(
     Ok(unavailable)
 }
 
+/// For `--update`: the locked packages (all, or those `names`; never the `operators`' own .debs)
+/// whose candidate in the archives now is not their locked version, as "name old → new" lines. Empty: resolving again would
+/// change nothing, so the locked tree stands. apt reads the archives' lists into `dir`.
+pub fn moved_in_archive(
+    spec: &DebianSpec,
+    old: &LayerLock,
+    names: &BTreeSet<String>,
+    operators: &BTreeSet<String>,
+    dir: &Path,
+) -> Result<Vec<String>, TreeError> {
+    let opts = private_apt(spec, dir)?;
+    apt(&opts, &["update"], dir).map_err(|e| TreeError::Tree {
+        layer: old.name.clone(),
+        reason: format!("--update: apt-get update failed: {e}"),
+    })?;
+    let native = dpkg_architecture();
+    let wanted: Vec<&LockedPackage> = old
+        .packages
+        .iter()
+        .chain(&old.dkms)
+        .filter(|p| names.is_empty() || names.contains(&p.name))
+        // The operator's own .debs are not the archive's to move.
+        .filter(|p| !operators.contains(&p.name))
+        .collect();
+    let query = |p: &LockedPackage| {
+        if p.architecture == "all" || Some(&p.architecture) == native.as_ref() {
+            p.name.clone()
+        } else {
+            format!("{}:{}", p.name, p.architecture)
+        }
+    };
+    let mut out = Command::new("apt-cache");
+    out.args(&opts).arg("policy");
+    for p in &wanted {
+        out.arg(query(p));
+    }
+    let out = out
+        .stdin(Stdio::null())
+        .output()
+        .map_err(io_err("running apt-cache", dir))?;
+    let candidates = policy_candidates(&String::from_utf8_lossy(&out.stdout));
+    Ok(wanted
+        .iter()
+        .filter_map(|p| {
+            let now = candidates.get(&query(p)).map_or("(none)", String::as_str);
+            (now != p.version).then(|| format!("{} {} → {now}", p.name, p.version))
+        })
+        .collect())
+}
+
+/// Each package's `Candidate:` in `apt-cache policy` output, by the name it was asked as.
+fn policy_candidates(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut current: Option<String> = None;
+    for line in text.lines() {
+        if !line.starts_with(' ') {
+            current = line.strip_suffix(':').map(str::to_owned);
+        } else if let (Some(c), Some(v)) = (&current, line.trim().strip_prefix("Candidate:")) {
+            out.insert(c.clone(), v.trim().to_owned());
+        }
+    }
+    out
+}
+
 fn dpkg_architecture() -> Option<String> {
     let out = Command::new("dpkg")
         .arg("--print-architecture")
@@ -435,14 +545,14 @@ fn dpkg_architecture() -> Option<String> {
 }
 
 /// The `deb` line of the local repository.
-fn local_source(repo: &Path) -> String {
+pub(super) fn local_source(repo: &Path) -> String {
     format!("deb [trusted=yes] file://{} ./", repo.display())
 }
 
 /// A flat apt repository in `repo`: `Packages` (each staged file's control, name, size and
 /// hash) and an unsigned `Release` naming `suite` (mmdebstrap takes the essential set from the
 /// suite it is given). apt trusts it through `[trusted=yes]`; ingot checked every hash.
-fn write_repo(repo: &Path, suite: &str, staged: &[Staged]) -> Result<(), TreeError> {
+pub(super) fn write_repo(repo: &Path, suite: &str, staged: &[Staged]) -> Result<(), TreeError> {
     let mut packages = String::new();
     for s in staged {
         let size = fs::metadata(repo.join(&s.file))
@@ -692,9 +802,11 @@ fn unlocked(job: &Job<'_>, repo: &Path, fingerprint: &str) -> Result<Made, TreeE
     let suites = suite_dates(job.spec, &collected.join("releases"))?;
     let kernel = kernel_of(job.layer, &tree)?;
     (job.phase.0)("finishing the tree");
-    finish_tree(&tree, job.spec)?;
+    let dpkg = job.work.join("dpkg");
+    finish_tree(&tree, job.spec, &dpkg)?;
     Ok(Made {
         tree,
+        dpkg,
         lock: LayerLock {
             name: job.layer.to_owned(),
             inputs: fingerprint.to_owned(),
@@ -702,6 +814,7 @@ fn unlocked(job: &Job<'_>, repo: &Path, fingerprint: &str) -> Result<Made, TreeE
             suites,
             packages,
             given: super::lock::given_of(job.spec),
+            dkms: Vec::new(),
         },
         from_cache,
         downloaded,
@@ -711,13 +824,22 @@ fn unlocked(job: &Job<'_>, repo: &Path, fingerprint: &str) -> Result<Made, TreeE
 /// For `--update PKG...`: an apt preferences file pinning every other locked package to its
 /// locked version.
 fn pins(job: &Job<'_>) -> Result<Option<PathBuf>, TreeError> {
-    let (Resolve::Update(names), Some(old)) = (&job.resolve, job.lock) else {
+    let Some(text) = pin_text(job) else {
         return Ok(None);
     };
-    if names.is_empty() {
-        return Ok(None);
-    }
     let prefs = job.work.join("ingot-lock.pref");
+    fs::write(&prefs, text).map_err(io_err("writing", &prefs))?;
+    Ok(Some(prefs))
+}
+
+/// The apt preferences that pin every locked package `--update PKG...` does not name.
+pub(super) fn pin_text(job: &Job<'_>) -> Option<String> {
+    let (Resolve::Update(names), Some(old)) = (&job.resolve, job.lock) else {
+        return None;
+    };
+    if names.is_empty() {
+        return None;
+    }
     let text: String = old
         .packages
         .iter()
@@ -729,14 +851,20 @@ fn pins(job: &Job<'_>) -> Result<Option<PathBuf>, TreeError> {
             )
         })
         .collect();
-    fs::write(&prefs, text).map_err(io_err("writing", &prefs))?;
-    Ok(Some(prefs))
+    Some(text)
 }
 
 /// (name, architecture, version) of every installed package of the tree.
 fn installed(layer: &str, tree: &Path) -> Result<BTreeSet<(String, String, String)>, TreeError> {
-    let path = tree.join("var/lib/dpkg/status");
-    let bytes = fs::read(&path).map_err(io_err("reading", &path))?;
+    status_packages(layer, &tree.join("var/lib/dpkg/status"))
+}
+
+/// (name, architecture, version) of every installed package in dpkg's status file `path`.
+pub(super) fn status_packages(
+    layer: &str,
+    path: &Path,
+) -> Result<BTreeSet<(String, String, String)>, TreeError> {
+    let bytes = fs::read(path).map_err(io_err("reading", path))?;
     Ok(sbom::parse_status(&bytes, layer, "var/lib/dpkg/status")?
         .into_iter()
         .map(|p| (p.name, p.arch, p.version))
@@ -770,7 +898,7 @@ fn kernel_of(layer: &str, tree: &Path) -> Result<Option<String>, TreeError> {
 }
 
 /// Each manifest suite's Release `Date`, from the Release files apt fetched.
-fn suite_dates(spec: &DebianSpec, releases: &Path) -> Result<Vec<SuiteDate>, TreeError> {
+pub(super) fn suite_dates(spec: &DebianSpec, releases: &Path) -> Result<Vec<SuiteDate>, TreeError> {
     let mut found: BTreeMap<String, String> = BTreeMap::new();
     for entry in fs::read_dir(releases).map_err(io_err("reading", releases))? {
         let path = entry.map_err(io_err("reading", releases))?.path();
@@ -808,9 +936,10 @@ fn suite_dates(spec: &DebianSpec, releases: &Path) -> Result<Vec<SuiteDate>, Tre
 /// repository), `/etc/hostname` `localhost` and an empty `/etc/resolv.conf` (not the build
 /// host's), dpkg's status kept where the SBOM reads it (`/usr/lib/ingot/dpkg/status`), and
 /// `/dev`, `/run`, `/tmp` and `/var` emptied (mount points; the var partition is mounted over
-/// `/var`). A base with `boot_integration` first gets the integration's steps after mmdebstrap
+/// `/var`), dpkg's whole state moved to `keep_dpkg` first (layers installed over this one need
+/// it). A base with `boot_integration` first gets the integration's steps after mmdebstrap
 /// ([`super::integration::apply`]).
-fn finish_tree(tree: &Path, spec: &DebianSpec) -> Result<(), TreeError> {
+fn finish_tree(tree: &Path, spec: &DebianSpec, keep_dpkg: &Path) -> Result<(), TreeError> {
     if spec.boot_integration {
         let k8s = spec.given_inputs.get(super::integration::KUBERNETES_INPUT);
         super::integration::apply(tree, k8s.map(|i| i.path.as_path()))?;
@@ -836,6 +965,8 @@ fn finish_tree(tree: &Path, spec: &DebianSpec) -> Result<(), TreeError> {
     let kept = tree.join("usr/lib/ingot/dpkg");
     fs::create_dir_all(&kept).map_err(io_err("creating", &kept))?;
     fs::copy(&status, kept.join("status")).map_err(io_err("copying", &status))?;
+    let dpkg = tree.join("var/lib/dpkg");
+    fs::rename(&dpkg, keep_dpkg).map_err(io_err("moving dpkg's state out of", &dpkg))?;
     for d in ["dev", "run", "tmp", "var"] {
         let dir = tree.join(d);
         let Ok(rd) = fs::read_dir(&dir) else { continue };
@@ -855,6 +986,17 @@ fn finish_tree(tree: &Path, spec: &DebianSpec) -> Result<(), TreeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn policy_candidates_are_read_per_package() {
+        let text = "libc6:\n  Installed: (none)\n  Candidate: 2.36-9+deb12u9\n  Version table:\n     \
+                    2.36-9+deb12u9 500\n        500 http://deb.debian.org/debian bookworm/main amd64 \
+                    Packages\nlibfoo:i386:\n  Installed: (none)\n  Candidate: (none)\n";
+        let c = policy_candidates(text);
+        assert_eq!(c["libc6"], "2.36-9+deb12u9");
+        assert_eq!(c["libfoo:i386"], "(none)");
+        assert_eq!(c.len(), 2);
+    }
 
     #[test]
     fn the_archive_priority_replaces_the_control_files() {
@@ -892,7 +1034,7 @@ mod tests {
             "[[archive]]\nmirror = \"http://deb.debian.org/debian\"\nsuites = [\"bookworm\"]\ncomponents = [\"main\"]\n",
         )
         .unwrap();
-        finish_tree(t, &spec).unwrap();
+        finish_tree(t, &spec, &dir.path().join("dpkg")).unwrap();
         let read = |p: &str| fs::read_to_string(t.join(p)).unwrap();
         assert_eq!(read("etc/hostname"), "localhost\n");
         assert_eq!(read("etc/resolv.conf"), "");
@@ -908,6 +1050,10 @@ mod tests {
             "deb http://deb.debian.org/debian bookworm main\n"
         );
         assert_eq!(read("usr/lib/ingot/dpkg/status"), "Package: dpkg\n");
+        assert_eq!(
+            fs::read_to_string(dir.path().join("dpkg/status")).unwrap(),
+            "Package: dpkg\n"
+        );
         for d in ["var", "run", "tmp", "dev"] {
             assert_eq!(
                 fs::read_dir(t.join(d)).unwrap().count(),

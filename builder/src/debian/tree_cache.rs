@@ -4,7 +4,8 @@
 //!
 //! An entry is a directory `<layer>-<key>/` holding the tree (`tree/`, as mmdebstrap and
 //! [`super::tree`] left it: owners, modes, symlinks, hard links and xattrs untouched, because it
-//! is renamed in, never copied) and `entry.json` (what the key was made of, and the layer's lock
+//! is renamed in, never copied), its dpkg state (`dpkg/`: the layers installed over it by apt
+//! read it) and `entry.json` (what the key was made of, and the layer's lock
 //! entry, to say why a later build could not reuse it). The tree is made in a scratch directory
 //! inside the cache directory ([`TreeCache::scratch`]), so entering the cache is a rename on one
 //! file system: the entry is assembled under a `.new-` name, the file system synced, the marker
@@ -25,13 +26,15 @@ use super::lock::{LayerLock, Lock};
 
 /// The layout of a cached tree as [`super::tree`] finishes it. Raise it when `finish_tree` or the
 /// way a tree is made changes what a tree holds, so older entries are not taken.
-pub const TREE_FORMAT: u32 = 1;
+pub const TREE_FORMAT: u32 = 2;
 /// Entries kept per layer name (the newest by the marker's mtime).
 pub const KEEP_PER_LAYER: usize = 2;
 /// The marker, written last: an entry without it is half-made.
 const MARKER: &str = "entry.json";
 /// The tree inside an entry.
 const TREE: &str = "tree";
+/// The tree's dpkg state beside it (layers installed over it need it; the tree's /var is empty).
+const DPKG: &str = "dpkg";
 /// Scratch and half-made entries older than this are removed by [`TreeCache::prune`] (a killed
 /// build leaves them; a running one is never this old).
 const STALE: Duration = Duration::from_secs(24 * 3600);
@@ -160,7 +163,7 @@ impl Marker {
     }
 
     /// Which inputs of `key` differ from this entry's, named as a reader knows them.
-    pub fn changed(&self, key: &Key) -> Vec<&'static str> {
+    pub fn changed(&self, key: &Key) -> Vec<String> {
         let words = [
             ("lock", "the lock entry"),
             ("spec", "the declaration"),
@@ -169,19 +172,27 @@ impl Marker {
             ("treeFormat", "the tree format"),
             ("ingot", "the ingot version"),
         ];
-        let mut out: Vec<&'static str> = words
+        let mut out: Vec<String> = words
             .iter()
             .filter(|(k, _)| self.parts.get(*k) != key.parts.get(*k))
-            .map(|(_, w)| *w)
+            .map(|(_, w)| (*w).to_owned())
             .collect();
-        let extra = |m: &BTreeMap<String, String>| -> BTreeMap<String, String> {
-            m.iter()
-                .filter(|(k, _)| k.starts_with("extra:"))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        };
-        if extra(&self.parts) != extra(&key.parts) {
-            out.push("the files it gets beyond its packages");
+        // The extras by name: each that was added, removed or changed.
+        let names: std::collections::BTreeSet<&String> = self
+            .parts
+            .keys()
+            .chain(key.parts.keys())
+            .filter(|k| k.starts_with("extra:"))
+            .collect();
+        for k in names {
+            if self.parts.get(k) != key.parts.get(k) {
+                let name = &k["extra:".len()..];
+                out.push(match name.strip_prefix("input:") {
+                    Some(input) => format!("the input {input}"),
+                    None if name == "files" => "the declared files".to_owned(),
+                    None => format!("the {}", name.replace('-', " ")),
+                });
+            }
         }
         out
     }
@@ -198,6 +209,8 @@ pub struct TreeCache {
 pub struct Hit {
     /// The tree (read it; never write into it).
     pub tree: PathBuf,
+    /// Its dpkg state.
+    pub dpkg: PathBuf,
 }
 
 impl TreeCache {
@@ -231,7 +244,7 @@ impl TreeCache {
     pub fn get(&self, layer: &str, key: &Key) -> Option<Hit> {
         let entry = self.entry(layer, key);
         let marker = read_marker(&entry)?;
-        if marker.key != key.hex() || !entry.join(TREE).is_dir() {
+        if marker.key != key.hex() || !entry.join(TREE).is_dir() || !entry.join(DPKG).is_dir() {
             return None;
         }
         if let Ok(f) = fs::OpenOptions::new().write(true).open(entry.join(MARKER)) {
@@ -239,6 +252,7 @@ impl TreeCache {
         }
         Some(Hit {
             tree: entry.join(TREE),
+            dpkg: entry.join(DPKG),
         })
     }
 
@@ -258,22 +272,25 @@ impl TreeCache {
             .map_err(io_err("creating a scratch directory in", &self.dir))
     }
 
-    /// Moves the finished `tree` (in this cache's file system: made in a [`Self::scratch`])
-    /// into the cache under `key`, replacing an entry of that key, and prunes the layer's older
-    /// entries. Returns where the tree now is.
+    /// Moves the finished `tree` and its `dpkg` state (in this cache's file system: made in a
+    /// [`Self::scratch`]) into the cache under `key`, replacing an entry of that key, and prunes
+    /// the layer's older entries. Returns where they now are.
     pub fn insert(
         &self,
         layer: &str,
         key: &Key,
         lock: &LayerLock,
         tree: &Path,
-    ) -> Result<PathBuf, TreeCacheError> {
+        dpkg: &Path,
+    ) -> Result<Hit, TreeCacheError> {
         let tmp = tempfile::Builder::new()
             .prefix(&format!(".new-{layer}-"))
             .tempdir_in(&self.dir)
             .map_err(io_err("creating a directory in", &self.dir))?;
         let moved = tmp.path().join(TREE);
         fs::rename(tree, &moved).map_err(io_err("moving the tree into", tmp.path()))?;
+        let dpkg_to = tmp.path().join(DPKG);
+        fs::rename(dpkg, &dpkg_to).map_err(io_err("moving dpkg's state into", tmp.path()))?;
         // What dpkg wrote without fsync reaches the disk before the marker says it is there.
         syncfs(&moved)?;
         let mut layers = BTreeMap::new();
@@ -306,7 +323,7 @@ impl TreeCache {
         if let Err(e) = fs::rename(tmp.path(), &entry) {
             // Another build put the same key in between: its tree is as good as ours.
             if let Some(hit) = self.get(layer, key) {
-                return Ok(hit.tree);
+                return Ok(hit);
             }
             return Err(io_err("renaming into place", &entry)(e));
         }
@@ -314,7 +331,10 @@ impl TreeCache {
         sync_dir(&self.dir)?;
         drop(old);
         self.prune(layer, &entry);
-        Ok(entry.join(TREE))
+        Ok(Hit {
+            tree: entry.join(TREE),
+            dpkg: entry.join(DPKG),
+        })
     }
 
     /// `(entry, marker mtime)` of every complete entry of `layer`.
@@ -562,10 +582,7 @@ mod tests {
             extra: &[("hook", b"y")],
             ..base.clone()
         });
-        assert_eq!(
-            marker.changed(&both),
-            ["source_date_epoch", "the files it gets beyond its packages"]
-        );
+        assert_eq!(marker.changed(&both), ["source_date_epoch", "the hook"]);
         assert_eq!(
             marker.changed(&Key::with_version(&base, "0.0.0-other")),
             ["the ingot version"]
@@ -591,6 +608,8 @@ mod tests {
         fs::write(tree.join("etc/os-release"), text).unwrap();
         std::os::unix::fs::symlink("os-release", tree.join("etc/link")).unwrap();
         fs::hard_link(tree.join("etc/os-release"), tree.join("etc/hard")).unwrap();
+        fs::create_dir_all(work.path().join("dpkg/info")).unwrap();
+        fs::write(work.path().join("dpkg/status"), text).unwrap();
         (work, tree)
     }
 
@@ -602,11 +621,15 @@ mod tests {
         assert!(cache.get("base", &k).is_none());
         let (work, tree) = made(&cache, "one");
         let ino = std::os::unix::fs::MetadataExt::ino(&fs::metadata(&tree).unwrap());
-        let at = cache.insert("base", &k, &lock(), &tree).unwrap();
+        let at = cache
+            .insert("base", &k, &lock(), &tree, &tree.with_file_name("dpkg"))
+            .unwrap()
+            .tree;
         drop(work);
         assert!(!tree.exists());
         let hit = cache.get("base", &k).unwrap();
         assert_eq!(hit.tree, at);
+        assert_eq!(fs::read_to_string(hit.dpkg.join("status")).unwrap(), "one");
         use std::os::unix::fs::MetadataExt;
         assert_eq!(fs::metadata(&at).unwrap().ino(), ino, "renamed, not copied");
         let (a, b) = (
@@ -632,8 +655,10 @@ mod tests {
 
         // The same key again (--rebuild): the new tree replaces the old.
         let (_work, tree) = made(&cache, "two");
-        let at2 = cache.insert("base", &k, &lock(), &tree).unwrap();
-        assert_eq!(at2, at);
+        let at2 = cache
+            .insert("base", &k, &lock(), &tree, &tree.with_file_name("dpkg"))
+            .unwrap();
+        assert_eq!(at2.tree, at);
         assert_eq!(
             fs::read_to_string(at.join("etc/os-release")).unwrap(),
             "two"
@@ -660,6 +685,14 @@ mod tests {
         let entry = cache.entry("base", &k);
         fs::create_dir_all(entry.join("tree/etc")).unwrap();
         assert!(cache.get("base", &k).is_none());
+        // A marker but no dpkg state (an entry of tree format 1): not taken either.
+        let marker = Marker {
+            key: k.hex().into(),
+            parts: BTreeMap::new(),
+            lock: String::new(),
+        };
+        fs::write(entry.join(MARKER), serde_json::to_vec(&marker).unwrap()).unwrap();
+        assert!(cache.get("base", &k).is_none());
         fs::write(entry.join(MARKER), b"{\"key\": \"trunc").unwrap();
         assert!(cache.get("base", &k).is_none());
         let other = Marker {
@@ -672,7 +705,9 @@ mod tests {
         assert!(cache.newest("base").is_some_and(|m| m.key != k.hex()));
         // An insert of that key replaces it.
         let (_w, tree) = made(&cache, "ok");
-        cache.insert("base", &k, &lock(), &tree).unwrap();
+        cache
+            .insert("base", &k, &lock(), &tree, &tree.with_file_name("dpkg"))
+            .unwrap();
         assert!(cache.get("base", &k).is_some());
     }
 
@@ -691,7 +726,15 @@ mod tests {
         };
         for n in 1..=2 {
             let (w, tree) = made(&cache, "x");
-            cache.insert("base", &key(n), &lock(), &tree).unwrap();
+            cache
+                .insert(
+                    "base",
+                    &key(n),
+                    &lock(),
+                    &tree,
+                    &tree.with_file_name("dpkg"),
+                )
+                .unwrap();
             works.push(w);
         }
         age(&key(1), 300);
@@ -700,10 +743,26 @@ mod tests {
         assert!(cache.get("base", &key(1)).is_some());
         // Another layer's entries are not counted or pruned.
         let (w, tree) = made(&cache, "x");
-        cache.insert("kata", &key(9), &lock(), &tree).unwrap();
+        cache
+            .insert(
+                "kata",
+                &key(9),
+                &lock(),
+                &tree,
+                &tree.with_file_name("dpkg"),
+            )
+            .unwrap();
         works.push(w);
         let (w, tree) = made(&cache, "x");
-        cache.insert("base", &key(3), &lock(), &tree).unwrap();
+        cache
+            .insert(
+                "base",
+                &key(3),
+                &lock(),
+                &tree,
+                &tree.with_file_name("dpkg"),
+            )
+            .unwrap();
         works.push(w);
         assert!(cache.get("base", &key(3)).is_some());
         assert!(cache.get("base", &key(1)).is_some());

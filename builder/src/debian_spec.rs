@@ -108,6 +108,15 @@ impl InlineFile {
 /// The operator input that carries kubeadm, kubelet and kubectl.
 pub const KUBERNETES_INPUT: &str = "kubernetes";
 
+/// The operator input that carries NVIDIA's container toolkit `.deb` files.
+pub const NVIDIA_TOOLKIT_INPUT: &str = "nvidia-toolkit";
+/// The operator input that carries Kata Containers' static release.
+pub const KATA_INPUT: &str = "kata";
+/// The operator input that carries OCI image layouts to preload.
+pub const IMAGES_INPUT: &str = "images";
+/// The operator input that carries DKMS's module signing key and certificate.
+pub const MODULE_SIGNING_INPUT: &str = "module-signing";
+
 /// The operator inputs ingot knows how to put in a layer, and what each gives
 /// (`debian::integration` for a base, `debian::inputs` for a layer installed over it).
 pub const KNOWN_INPUTS: &[(&str, &str)] = &[
@@ -116,16 +125,16 @@ pub const KNOWN_INPUTS: &[(&str, &str)] = &[
         "kubeadm and kubelet in a base, kubectl in a layer over it",
     ),
     (
-        "nvidia-toolkit",
+        NVIDIA_TOOLKIT_INPUT,
         "NVIDIA's container toolkit (the `nvidia` runtime containerd names)",
     ),
     (
-        "kata",
+        KATA_INPUT,
         "Kata Containers (the shim, guest kernel and image the `kata` runtime needs)",
     ),
-    ("images", "the preloaded container images"),
+    (IMAGES_INPUT, "the preloaded container images"),
     (
-        "module-signing",
+        MODULE_SIGNING_INPUT,
         "signed kernel modules (unsigned ones do not load under Secure Boot's lockdown)",
     ),
 ];

@@ -315,7 +315,7 @@ impl Manifest {
     /// that declare them, each digested. An input no layer declares, or given twice, is an
     /// error; one declared but not given is left out, and the returned lines say what the stack
     /// then lacks (with the digest of each one given). `take` checks one input and gives its
-    /// digest (`debian::integration::take_input`, which knows what each input must hold).
+    /// digest (`debian::inputs::take_input`, which knows what each input must hold).
     pub fn give_inputs<E: std::fmt::Display>(
         &mut self,
         given: &[(String, PathBuf)],
@@ -805,7 +805,7 @@ fn parse_inputs(
 /// unit) or a layer installed over it (kubectl); `images` into a control-plane layer made from
 /// Debian packages; the others into a layer installed over the base.
 fn input_refused(n: &str, kind: &str, source: &LayerSource) -> Option<&'static str> {
-    use crate::debian::inputs::{
+    use crate::debian_spec::{
         IMAGES_INPUT, KATA_INPUT, MODULE_SIGNING_INPUT, NVIDIA_TOOLKIT_INPUT,
     };
     let LayerSource::Debian(d) = source else {
@@ -1179,7 +1179,7 @@ components = ["main"]
 
     #[test]
     fn given_inputs_reach_their_layer_and_missing_ones_are_said() {
-        let take = crate::debian::integration::take_input;
+        let take = crate::debian::inputs::take_input;
         let text = DEBIAN
             .replace(
                 "variant = \"minbase\"",

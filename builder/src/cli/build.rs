@@ -255,7 +255,7 @@ pub fn run(args: BuildArgs) -> anyhow::Result<ExitCode> {
     };
     let mut manifest = Manifest::load(&args.manifest).map_err(anyhow::Error::new)?;
     for line in manifest
-        .give_inputs(&args.inputs, crate::debian::integration::take_input)
+        .give_inputs(&args.inputs, crate::debian::inputs::take_input)
         .map_err(anyhow::Error::new)?
     {
         events.note(&line);

@@ -1,5 +1,5 @@
 //! What the operator's inputs (`ingot build --input NAME=DIR`) put into a layer installed over
-//! the base ([`super::over`]); the base's own (`kubernetes`: kubeadm and kubelet) is
+//! the base (`debian::over`); the base's own (`kubernetes`: kubeadm and kubelet) is
 //! [`super::integration`]'s.
 //!
 //! - `kubernetes`: kubectl, as `/usr/bin/kubectl` (a binary `kubectl` or one `kubectl_*.deb`).
@@ -26,14 +26,9 @@ use std::process::Command;
 use super::integration::IntegrationError;
 use crate::manifest::{ImageSource, PreloadSpec};
 
-/// The container toolkit's `.deb` files.
-pub const NVIDIA_TOOLKIT_INPUT: &str = "nvidia-toolkit";
-/// Kata Containers' static release.
-pub const KATA_INPUT: &str = "kata";
-/// OCI image layouts to preload.
-pub const IMAGES_INPUT: &str = "images";
-/// DKMS's module signing key and certificate (`mok.key`, `mok.pub`).
-pub const MODULE_SIGNING_INPUT: &str = "module-signing";
+pub use crate::debian_spec::{
+    IMAGES_INPUT, KATA_INPUT, KUBERNETES_INPUT, MODULE_SIGNING_INPUT, NVIDIA_TOOLKIT_INPUT,
+};
 /// The files of [`MODULE_SIGNING_INPUT`], by the names dkms 3.0 reads.
 pub const MODULE_SIGNING_FILES: [&str; 2] = ["mok.key", "mok.pub"];
 
@@ -74,6 +69,35 @@ fn files_ending(dir: &Path, prefix: &str, suffix: &str) -> Result<Vec<PathBuf>, 
         .collect();
     out.sort();
     Ok(out)
+}
+
+/// Checks the operator input `name` at `dir` before anything is built and returns its digest
+/// ([`super::integration::input_digest`]): the `kubernetes` input must hold a kubeadm (binary
+/// or one `.deb`).
+pub fn take_input(name: &str, dir: &Path) -> Result<String, IntegrationError> {
+    let digest = super::integration::input_digest(name, dir)?;
+    check(name, dir)?;
+    if name == KUBERNETES_INPUT {
+        let debs = fs::read_dir(dir)
+            .map_err(io_err("reading", dir))?
+            .filter_map(Result::ok)
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.starts_with("kubeadm_") && n.ends_with(".deb")
+            })
+            .count();
+        if !dir.join("kubeadm").is_file() && debs != 1 {
+            return Err(IntegrationError::Input {
+                name: name.to_owned(),
+                path: dir.to_owned(),
+                reason: format!(
+                    "no kubeadm: a binary `kubeadm` or one kubeadm_*.deb is needed (found {debs} \
+                     .deb files)"
+                ),
+            });
+        }
+    }
+    Ok(digest)
 }
 
 /// Checks what the inputs of this module must hold (before anything is built).

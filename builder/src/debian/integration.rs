@@ -634,34 +634,6 @@ fn kubernetes_base(tree: &Path, dir: &Path) -> Result<(), IntegrationError> {
     Ok(())
 }
 
-/// Checks the operator input `name` at `dir` before anything is built and returns its digest
-/// ([`input_digest`]): the `kubernetes` input must hold a kubeadm (binary or one `.deb`).
-pub fn take_input(name: &str, dir: &Path) -> Result<String, IntegrationError> {
-    let digest = input_digest(name, dir)?;
-    super::inputs::check(name, dir)?;
-    if name == KUBERNETES_INPUT {
-        let debs = fs::read_dir(dir)
-            .map_err(io_err("reading", dir))?
-            .filter_map(Result::ok)
-            .filter(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                n.starts_with("kubeadm_") && n.ends_with(".deb")
-            })
-            .count();
-        if !dir.join("kubeadm").is_file() && debs != 1 {
-            return Err(IntegrationError::Input {
-                name: name.to_owned(),
-                path: dir.to_owned(),
-                reason: format!(
-                    "no kubeadm: a binary `kubeadm` or one kubeadm_*.deb is needed (found {debs} \
-                     .deb files)"
-                ),
-            });
-        }
-    }
-    Ok(digest)
-}
-
 /// `sha256:<hex>` of an input directory: every regular file under it, by relative path (sorted),
 /// with its mode's executable bit and bytes. Symlinks and special files are refused.
 pub fn input_digest(name: &str, dir: &Path) -> Result<String, IntegrationError> {
@@ -842,12 +814,12 @@ mod tests {
             return;
         };
         assert!(built.status.success(), "{built:?}");
-        let e = take_input(KUBERNETES_INPUT, &input)
+        let e = super::super::inputs::take_input(KUBERNETES_INPUT, &input)
             .unwrap_err()
             .to_string();
         assert!(e.contains("no kubeadm"), "{e}");
         fs::write(input.join("kubeadm"), "kubeadm binary").unwrap();
-        take_input(KUBERNETES_INPUT, &input).unwrap();
+        super::super::inputs::take_input(KUBERNETES_INPUT, &input).unwrap();
         kubernetes_base(&tree, &input).unwrap();
         assert_eq!(
             fs::read(tree.join("usr/bin/kubeadm")).unwrap(),

@@ -380,7 +380,9 @@ fn nothing_newer(
         moved.push(format!("kernel {:?} → {lower_kernel:?}", cur.kernel));
     }
     if moved.is_empty() {
-        let n = cur.packages.len() + cur.dkms.len();
+        let n = (cur.packages.iter().chain(&cur.dkms))
+            .filter(|p| !operators.contains(&p.name))
+            .count();
         return Ok((
             Resolve::Locked,
             format!("; --update: the archive has nothing newer for its {n} locked packages"),
@@ -437,7 +439,7 @@ fn layer_tree(
     let work = c.trees.scratch(name)?;
     let phases = Phases::new(name, c.opts.progress, &c.opts.events);
     let tell = |p: &str| phases.start(p);
-    let made = tree::make(&tree::Job {
+    let job = tree::Job {
         layer: name,
         spec,
         source_date_epoch: c.source_date_epoch,
@@ -446,8 +448,11 @@ fn layer_tree(
         resolve: resolve.clone(),
         work: work.path(),
         phase: tree::Phase(&tell),
-        over,
-    })?;
+    };
+    let made = match &over {
+        Some(lower) => over::make(&job, lower)?,
+        None => tree::make(&job)?,
+    };
     let key = key_of(&made.lock);
     phases.start(&format!("tree cache: storing {}", key.short()));
     let hit = c

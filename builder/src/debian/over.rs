@@ -30,15 +30,10 @@ fn ov_err(layer: &str) -> impl FnOnce(OverlayError) -> TreeError + '_ {
     move |e| refused(layer, e)
 }
 
-/// Makes the layer of `job` over `lower`; `lock` is its lock entry when made for the same
-/// declaration.
-pub(super) fn make(
-    job: &Job<'_>,
-    lower: &Lower<'_>,
-    lock: Option<&LayerLock>,
-    repo: &Path,
-    fingerprint: &str,
-) -> Result<Made, TreeError> {
+/// Makes the layer of `job` over `lower`.
+pub fn make(job: &Job<'_>, lower: &Lower<'_>) -> Result<Made, TreeError> {
+    let ready = tree::prepared(job)?;
+    let (lock, repo, fingerprint) = (ready.lock, ready.repo.as_path(), ready.fingerprint.as_str());
     let layer = job.layer;
     let locked_entry = lock.filter(|_| job.resolve == Resolve::Locked);
     let (staged, from_cache, downloaded) = match locked_entry {

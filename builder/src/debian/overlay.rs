@@ -37,7 +37,7 @@ pub enum OverlayError {
         at: PathBuf,
         reason: String,
     },
-    #[error("running {command} in the overlay: {source}")]
+    #[error("running {command} in the overlay")]
     Run {
         command: String,
         #[source]

@@ -62,9 +62,6 @@ pub struct Job<'a> {
     pub work: &'a Path,
     /// Told when each phase starts (for a progress display).
     pub phase: Phase<'a>,
-    /// The layer it is installed over by apt (`source.debian.over`), or `None` for a base made by
-    /// mmdebstrap.
-    pub over: Option<Lower<'a>>,
 }
 
 /// The made layer a layer is installed over.
@@ -200,8 +197,31 @@ pub(super) fn refused(layer: &str, reason: impl std::fmt::Display) -> TreeError 
     }
 }
 
-/// Makes the layer's tree under `job.work` as `job.resolve` says.
+/// What [`prepared`] found: the lock entry made for the job's declaration, the scratch
+/// repository and the declaration's fingerprint.
+pub struct Ready<'a> {
+    /// The lock entry, when made for this declaration.
+    pub lock: Option<&'a LayerLock>,
+    /// The local repository directory (created).
+    pub repo: PathBuf,
+    /// [`DebianSpec::fingerprint`] of the declaration.
+    pub fingerprint: String,
+}
+
+/// Makes the base's tree under `job.work` by mmdebstrap, as `job.resolve` says.
 pub fn make(job: &Job<'_>) -> Result<Made, TreeError> {
+    let ready = prepared(job)?;
+    if job.resolve == Resolve::Locked {
+        let old = ready.lock.expect("checked by prepared");
+        locked(job, old, &ready.repo)
+    } else {
+        unlocked(job, &ready.repo, &ready.fingerprint)
+    }
+}
+
+/// The checks every Debian tree starts with (root; a lock for `--locked`; `--update`'s names
+/// in it) and its scratch directories.
+pub fn prepared<'a>(job: &Job<'a>) -> Result<Ready<'a>, TreeError> {
     let layer = job.layer.to_owned();
     let is_root =
         fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0);
@@ -229,14 +249,11 @@ pub fn make(job: &Job<'_>) -> Result<Made, TreeError> {
     fs::create_dir_all(job.work).map_err(io_err("creating", job.work))?;
     let repo = job.work.join("repo");
     fs::create_dir_all(&repo).map_err(io_err("creating", &repo))?;
-    if let Some(lower) = &job.over {
-        super::over::make(job, lower, lock, &repo, &fingerprint)
-    } else if job.resolve == Resolve::Locked {
-        let old = lock.expect("checked above");
-        locked(job, old, &repo)
-    } else {
-        unlocked(job, &repo, &fingerprint)
-    }
+    Ok(Ready {
+        lock,
+        repo,
+        fingerprint,
+    })
 }
 
 /// A locked file staged in the local repository.

@@ -70,6 +70,16 @@ impl Layout {
             .unwrap_or_else(|| panic!("no layer {name}"))
     }
 
+    /// The SPDX document (SBOM) of layer `name`: its blob's path and its JSON.
+    pub fn sbom(&self, name: &str) -> (PathBuf, Value) {
+        let digest = self.layer(name)["sbom"]["digest"]
+            .as_str()
+            .unwrap_or_else(|| panic!("layer {name} has no SBOM"));
+        let path = blob_path(&self.dir, digest);
+        let value = json(&path);
+        (path, value)
+    }
+
     /// Every layer's name and root hash, in stacking order.
     pub fn root_hashes(&self) -> Vec<(String, String)> {
         self.descriptor["layers"]

@@ -21,3 +21,4 @@ pub mod qemu;
 pub mod registry;
 pub mod rescue;
 pub mod skip;
+pub mod spdx;

@@ -35,7 +35,7 @@ if [ ! -d "$tree" ]; then
     mv "$tree.partial" "$tree"
 fi
 # A layer ships nothing under /var (the node mounts its var partition there; ingot build refuses
-# it): apt's and dpkg's state stays out of the benchmark's layer, as manifests/debian/build does.
+# it): apt's and dpkg's state stays out of the benchmark's layer, as ingot build's Debian trees do.
 find "$tree/var" -mindepth 1 -delete
 
 work=$(mktemp -d "${TMPDIR:-/var/tmp}/ingot-bench-provision.XXXXXX")

@@ -20,8 +20,11 @@ use ingot_testkit::skip;
 /// The fewest packages the integration needs: the kernel, initramfs-tools and what ingot's hook
 /// copies into the initrd (busybox, veritysetup, e2fsprogs, mdadm), zstd (the initrd's
 /// compression), systemd, systemd-boot's EFI binary and GRUB's BIOS images, and openssh-server,
-/// whose host keys must not stay in the base.
-const MANIFEST: &str = r#"
+/// whose host keys must not stay in the base. Over it, a layer installed by apt
+/// (`source.debian.over`): nano (an alternative: the `editor` link) and dnsmasq-base (its postinst
+/// adds the `dnsmasq` user), a declared file, the preloads of the `images` input, and an
+/// operator's `.deb` (the `nvidia-toolkit` input's way in) that depends on nano.
+const MANIFEST: &str = r##"
 name = "boot-base"
 version = "1.0.0"
 source_date_epoch = 1700000000
@@ -55,7 +58,29 @@ components = ["main"]
 mirror = "http://deb.debian.org/debian-security"
 suites = ["bookworm-security"]
 components = ["main"]
-"#;
+
+[[layer]]
+name = "tools"
+kind = "control-plane"
+when = "role == control-plane"
+inputs = ["images", "nvidia-toolkit"]
+
+[layer.source.debian]
+over = "base"
+packages = ["nano", "dnsmasq-base"]
+path_exclude = ["/usr/share/doc/*", "/usr/share/man/*", "/usr/share/locale/*", "/usr/share/info/*"]
+path_include = ["/usr/share/doc/*/copyright"]
+
+[[layer.source.debian.archive]]
+mirror = "http://deb.debian.org/debian"
+suites = ["bookworm", "bookworm-updates"]
+components = ["main"]
+
+[[layer.source.debian.file]]
+path = "/usr/lib/ingot/tools-check"
+mode = "0750"
+text = "#!/bin/sh\necho tools\n"
+"##;
 
 /// A copy of the built `ingot` in `dir/bin`, away from the checkout.
 fn installed_ingot(dir: &Path) -> PathBuf {
@@ -78,6 +103,55 @@ fn build(ingot: &Path, dir: &Path, args: &[&str]) -> Output {
         }
     }
     cmd.env_remove("RUST_LOG").output().expect("running ingot")
+}
+
+/// The `images` input: the repository's hello image as an OCI layout named by its
+/// `io.containerd.image.name` annotation, and `extra` files beside it (another input digest).
+fn images_input(dir: &Path, name: &str, extra: &[&str]) -> PathBuf {
+    let images = dir.join(name);
+    let layout = images.join("hello");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/images/hello");
+    fs::create_dir_all(&images).unwrap();
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(&fixture)
+        .arg(&layout)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&fs::read(layout.join("index.json")).unwrap()).unwrap();
+    index["manifests"][0]["annotations"] =
+        serde_json::json!({ "io.containerd.image.name": "example.invalid/ingot/hello:1.0" });
+    fs::write(layout.join("index.json"), index.to_string()).unwrap();
+    for f in extra {
+        fs::write(images.join(f), "another file\n").unwrap();
+    }
+    images
+}
+
+/// An operator's `.deb` input: `ingot-test-tool` 1.0 (all), depending on nano, made by dpkg-deb.
+fn deb_input(dir: &Path) -> PathBuf {
+    let root = dir.join("deb-root");
+    fs::create_dir_all(root.join("DEBIAN")).unwrap();
+    fs::create_dir_all(root.join("usr/share/ingot-test-tool")).unwrap();
+    fs::write(
+        root.join("DEBIAN/control"),
+        "Package: ingot-test-tool\nVersion: 1.0\nArchitecture: all\nMaintainer: ingot tests \
+         <tests@ingot.invalid>\nDepends: nano\nDescription: an operator's package\n",
+    )
+    .unwrap();
+    fs::write(root.join("usr/share/ingot-test-tool/hello"), "hello\n").unwrap();
+    let out = dir.join("debs");
+    fs::create_dir_all(&out).unwrap();
+    let st = Command::new("dpkg-deb")
+        .args(["--root-owner-group", "--build"])
+        .arg(&root)
+        .arg(out.join("ingot-test-tool_1.0_all.deb"))
+        .output()
+        .unwrap();
+    assert!(st.status.success(), "{st:?}");
+    out
 }
 
 fn write_input(dir: &Path) -> PathBuf {
@@ -111,14 +185,14 @@ fn an_input_no_layer_declares_is_refused() {
             "--input",
             &format!("kubernetes={}", k8s.display()),
             "--input",
-            &format!("images={}", k8s.display()),
+            &format!("kata={}", k8s.display()),
         ],
     );
     assert!(!out.status.success());
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(
-        said.contains("--input images: no layer takes an input `images`")
-            && said.contains("take: kubernetes"),
+        said.contains("--input kata: no layer takes an input `kata`")
+            && said.contains("take: images, kubernetes"),
         "{said}"
     );
     assert!(!d.join("out").exists());
@@ -215,6 +289,8 @@ fn a_base_with_boot_integration_boots_from_the_binary_alone() {
     fs::write(d.join("m/stack.toml"), MANIFEST).unwrap();
     let ingot = installed_ingot(d);
     let k8s = write_input(d);
+    let images = images_input(d, "images", &[]);
+    let debs = deb_input(d);
     let out_dir = d.join("out");
     let started = Instant::now();
     let out = build(
@@ -229,6 +305,10 @@ fn a_base_with_boot_integration_boots_from_the_binary_alone() {
             out_dir.to_str().unwrap(),
             "--input",
             &format!("kubernetes={}", k8s.display()),
+            "--input",
+            &format!("images={}", images.display()),
+            "--input",
+            &format!("nvidia-toolkit={}", debs.display()),
         ],
     );
     let said = String::from_utf8_lossy(&out.stderr);
@@ -263,7 +343,175 @@ fn a_base_with_boot_integration_boots_from_the_binary_alone() {
     );
     files_are_installed(&t);
     initrd_has_ingot(&t);
+    tools_layer_is_what_apt_added(&out_dir, d);
+    one_input_rebuilds_one_layer(&ingot, d, &k8s, &debs);
     input_is_locked(&ingot, d, &k8s, &said);
+}
+
+/// The layer installed over the base holds what the install added, cleaned: nano and
+/// dnsmasq-base, the `editor` alternative as a direct link, the `dnsmasq` user as a sysusers.d
+/// line and no account file, the declared file with its mode, the preloaded image, nothing of the
+/// base's and no `/var`. Its lock entry lists exactly the packages apt added, each with its
+/// `.deb`'s SHA-256.
+fn tools_layer_is_what_apt_added(out_dir: &Path, d: &Path) {
+    let image = d.join("tools.ext4");
+    layer_image(out_dir, "tools", &image);
+    let t = d.join("tools-tree");
+    dump(&image, &["/etc", "/usr"], &t);
+    assert!(t.join("usr/bin/nano").is_file());
+    assert!(
+        t.join("usr/share/ingot-test-tool/hello").is_file(),
+        "the operator's .deb is not installed"
+    );
+    assert!(t.join("usr/sbin/dnsmasq").is_file());
+    assert_eq!(
+        fs::read_link(t.join("usr/bin/editor")).unwrap(),
+        Path::new("/usr/bin/nano"),
+        "the alternative is not a direct link"
+    );
+    let sysusers = fs::read_to_string(t.join("usr/lib/sysusers.d/ingot-tools.conf")).unwrap();
+    assert!(sysusers.contains("u dnsmasq - "), "{sysusers}");
+    for f in [
+        "etc/passwd",
+        "etc/group",
+        "etc/shadow",
+        "usr/bin/kubeadm",
+        "usr/bin/dpkg",
+    ] {
+        assert!(!t.join(f).exists(), "the tools layer carries {f}");
+    }
+    let check = t.join("usr/lib/ingot/tools-check");
+    assert_eq!(
+        fs::read_to_string(&check).unwrap(),
+        "#!/bin/sh\necho tools\n"
+    );
+    assert_eq!(
+        fs::metadata(&check).unwrap().permissions().mode() & 0o777,
+        0o750
+    );
+    assert!(t.join("usr/lib/ingot/preload/hello.oci.tar").is_file());
+    let status = fs::read_to_string(t.join("usr/lib/ingot/dpkg/status")).unwrap();
+    assert!(
+        status.contains("Package: nano\n"),
+        "the layer's dpkg status"
+    );
+    let lock = ingot::debian::lock::Lock::load(&d.join("m/stack.lock"))
+        .unwrap()
+        .unwrap();
+    let tools = &lock.layers["tools"];
+    let names: Vec<&str> = tools.packages.iter().map(|p| p.name.as_str()).collect();
+    for want in ["nano", "dnsmasq-base", "ingot-test-tool"] {
+        assert!(names.contains(&want), "{want} is not locked: {names:?}");
+    }
+    let base = &lock.layers["base"];
+    for p in &tools.packages {
+        assert!(
+            !base.packages.iter().any(|b| b.name == p.name),
+            "{} is the base's, not the tools layer's",
+            p.name
+        );
+        let file = d.join("cache").join(format!("{}.deb", p.sha256));
+        assert_eq!(
+            ingot::debian::cache::sha256_of(&file).unwrap(),
+            p.sha256,
+            "{}",
+            file.display()
+        );
+    }
+    eprintln!(
+        "tools layer: {} packages over the base: {names:?}",
+        names.len()
+    );
+    sbom_lists_the_lock(out_dir, d, tools);
+}
+
+/// The tools layer's SBOM lists exactly the packages its lock entry has, each with its `.deb`'s
+/// SHA-256, and pyspdxtools and ntia-conformance-checker accept it.
+fn sbom_lists_the_lock(layout: &Path, d: &Path, tools: &ingot::debian::lock::LayerLock) {
+    let (path, sbom) = ingot_testkit::layout::read(layout).sbom("tools");
+    let listed: Vec<&serde_json::Value> = sbom["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p.get("externalRefs").is_some())
+        .collect();
+    assert_eq!(listed.len(), tools.packages.len(), "{sbom}");
+    for p in &tools.packages {
+        let s = listed
+            .iter()
+            .find(|s| s["name"] == p.name.as_str())
+            .unwrap_or_else(|| panic!("{} is not in the tools layer's SBOM", p.name));
+        assert_eq!(
+            s["checksums"],
+            serde_json::json!([{"algorithm": "SHA256", "checksumValue": p.sha256}]),
+            "{}",
+            p.name
+        );
+    }
+    let file = d.join("tools.spdx.json");
+    fs::copy(path, &file).unwrap();
+    ingot_testkit::spdx::tools_accept(&file, "the tools layer's SBOM");
+}
+
+/// Another `images` input rebuilds the layer that takes it and no other: the base's tree is
+/// reused, the tools layer made again from the cache (nothing downloaded) to the same lock entry.
+/// Then `--update` finds nothing newer in the archive for either layer and reuses both.
+fn one_input_rebuilds_one_layer(ingot: &Path, d: &Path, k8s: &Path, debs: &Path) {
+    let before = fs::read_to_string(d.join("m/stack.lock")).unwrap();
+    let images = images_input(d, "images-2", &["NOTES"]);
+    let run = |out: &str, extra: &[&str]| {
+        let mut args = vec![
+            d.join("m/stack.toml").display().to_string(),
+            "--deb-cache".into(),
+            d.join("cache").display().to_string(),
+            "--out".into(),
+            d.join(out).display().to_string(),
+            "--input".into(),
+            format!("kubernetes={}", k8s.display()),
+            "--input".into(),
+            format!("images={}", images.display()),
+            "--input".into(),
+            format!("nvidia-toolkit={}", debs.display()),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let started = Instant::now();
+        let out = build(ingot, d, &args);
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        eprintln!(
+            "ingot build {extra:?}: {:.1} s\n{said}",
+            started.elapsed().as_secs_f64()
+        );
+        assert!(out.status.success(), "{said}");
+        said
+    };
+    let said = run("out-images", &[]);
+    assert!(said.contains("layer base: reused (tree cache"), "{said}");
+    let tools = said
+        .lines()
+        .find(|l| l.starts_with("layer tools: built: "))
+        .unwrap_or_else(|| panic!("the tools layer was not built again:\n{said}"));
+    assert!(tools.contains("the input images changed"), "{tools}");
+    assert!(tools.contains(", 0 downloaded)"), "{tools}");
+    let after = fs::read_to_string(d.join("m/stack.lock")).unwrap();
+    let packages = |lock: &str| -> Vec<String> {
+        lock.lines()
+            .filter(|l| l.contains("sha256 = "))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(packages(&before), packages(&after), "the packages moved");
+    let said = run("out-update", &["--update"]);
+    for layer in ["base", "tools"] {
+        let line = said
+            .lines()
+            .find(|l| l.starts_with(&format!("layer {layer}: reused")))
+            .unwrap_or_else(|| panic!("layer {layer} was not reused:\n{said}"));
+        assert!(
+            line.contains("--update: the archive has nothing newer"),
+            "{line}"
+        );
+    }
 }
 
 /// stack.lock records the input's digest, and `--locked` takes no other: a changed kubelet is

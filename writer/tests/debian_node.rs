@@ -1,6 +1,9 @@
-//! A real node, end to end: the Debian stack (`manifests/debian/build`: Debian 12 packages,
-//! the base's own initramfs-tools initrd with `boot/initramfs-tools`, the first-boot units of
-//! `boot/systemd`) is built once, with a container image this test makes itself (busybox) as the
+//! A real node, end to end: the Debian stack (`ingot build manifests/debian/stack.toml` by a
+//! copy of the binary outside the checkout: Debian 12 packages, the base's own initramfs-tools
+//! initrd with `boot/initramfs-tools`, the first-boot units of `boot/systemd`, the nvidia, kata
+//! and control-plane layers installed by apt over the base, every layer's SBOM checked by
+//! pyspdxtools and ntia-conformance-checker) is built once, with a container image this test
+//! makes itself (busybox) as the
 //! control plane's preload and a stand-in `kubeadm` that records its arguments and checks the
 //! config it is pointed at. It is published behind the token-checking registry front, written
 //! CAPH-style onto a control plane's and four workers' disks, and each boots under QEMU (OVMF,
@@ -23,7 +26,7 @@
 //! and /dev/kvm exists on both, and on the control plane's first boot the layer's QEMU boots a
 //! guest under KVM inside the node (once a run: nested KVM under TCG costs a minute of a core);
 //! its second boot forces that guest to hang and shows the bound stopping it. The same trees
-//! are also built as a Secure Boot release (`ingot build --secure-boot-key --pcr-key`, a signed
+//! (from the tree cache, `--locked`) are also built as a Secure Boot release (`ingot build --secure-boot-key --pcr-key`, a signed
 //! UKI with a signed PCR 11 policy), and a control plane of it is made with `ingot vm
 //! --firmware secure-boot` (the test's own keys enrolled, the machine's own swtpm): the writer
 //! seals the node's secrets (SSH host keys, the test's CA keys, the kubeadm config with its
@@ -431,72 +434,190 @@ struct Releases {
     secure: Published,
 }
 
-fn publish(work: &Path) -> Releases {
-    // INGOT_TEST_DEBIAN_TREES=DIR keeps the trees (and DIR.inputs, the image and kubeadm they
-    // were made with) and reuses them on the next run: a developer's shortcut past mmdebstrap.
-    // CI builds them every run.
-    let kept = std::env::var_os("INGOT_TEST_DEBIAN_TREES").map(PathBuf::from);
-    let trees = kept.clone().unwrap_or_else(|| work.join("trees"));
-    let inputs = kept
-        .as_ref()
-        .map_or(work.to_path_buf(), |t| t.with_extension("inputs"));
-    if kept.is_some() && trees.join("preload-digest").exists() {
-        eprintln!("reusing the trees in {}", trees.display());
-        let digest = fs::read_to_string(trees.join("preload-digest")).unwrap();
-        return releases(&trees, work, digest);
-    }
-    let _ = fs::remove_dir_all(inputs.join("images"));
-    let _ = fs::remove_dir_all(inputs.join("image-root"));
-    fs::create_dir_all(&inputs).unwrap();
-    let images = inputs.join("images");
-    let digest = preload_image(&inputs, &images.join("busybox"));
-    let k8s = inputs.join("kubernetes");
-    fs::create_dir_all(&k8s).unwrap();
-    fs::write(k8s.join("kubeadm"), KUBEADM).unwrap();
-    let started = Instant::now();
-    let out = run_ok(
-        Command::new(repo_root().join("manifests/debian/build"))
-            .arg("--trees")
-            .arg(&trees)
-            .arg("--kubernetes")
-            .arg(&k8s)
-            .arg("--images")
-            .arg(&images),
-    );
-    eprintln!(
-        "manifests/debian/build: {:.1?}\n{}",
-        started.elapsed(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let r = releases(&trees, work, digest.clone());
-    if kept.is_some() {
-        fs::write(trees.join("preload-digest"), &digest).unwrap();
-    } else {
-        fs::remove_dir_all(&trees).unwrap();
-    }
-    r
+/// Where the Debian build keeps what it made between runs: the `.deb` cache (`debs`), the tree
+/// cache (`trees`), the DKMS modules (`modules`) and the stack.lock it last wrote. A machine's
+/// first run makes every tree; later ones take them from the tree cache unless the archive moved
+/// (the build runs with `--update`, which asks the archive first and keeps the lock when nothing
+/// is newer). `INGOT_TEST_DEBIAN_CACHE` puts it elsewhere.
+fn debian_cache() -> PathBuf {
+    std::env::var_os("INGOT_TEST_DEBIAN_CACHE").map_or_else(
+        || PathBuf::from("/var/cache/ingot-debian/ingot"),
+        PathBuf::from,
+    )
 }
 
-/// Checks the trees' kernel and RuntimeClasses, builds both releases of them and publishes
-/// each behind its own token-checking registry. The Secure Boot release's manifest carries the
-/// harness's kernel arguments itself (the signed line cannot take the writer's `--kernel-arg`).
-fn releases(trees: &Path, work: &Path, digest: String) -> Releases {
-    let kver = assert_security_kernel(trees, work);
-    let classes = runtime_classes(trees);
+/// The operator inputs of the test's stack: a stand-in kubeadm ([`KUBEADM`]) and the busybox
+/// image to preload. Returns their directories and the image's digest.
+fn inputs(work: &Path) -> (PathBuf, PathBuf, String) {
+    let images = work.join("images");
+    let digest = preload_image(work, &images.join("busybox"));
+    let k8s = work.join("kubernetes");
+    fs::create_dir_all(&k8s).unwrap();
+    fs::write(k8s.join("kubeadm"), KUBEADM).unwrap();
+    (k8s, images, digest)
+}
+
+/// One `ingot build` of the Debian manifest by the installed binary (away from the checkout,
+/// no cargo variable in its environment); `extra` after the common arguments. Returns the
+/// signed stack and what the build said.
+fn cli_build(
+    ingot: &Path,
+    manifest: &Path,
+    inputs: &[String],
+    extra: &[&str],
+) -> (common::Stack, String) {
+    let dir = tempfile::tempdir_in(manifest.parent().unwrap()).unwrap();
+    let (key, public) = (
+        dir.path().join("release.key"),
+        dir.path().join("release.pub"),
+    );
+    run_ok(
+        Command::new(ingot)
+            .args(["key", "generate", "-s"])
+            .arg(&key)
+            .arg("-p")
+            .arg(&public),
+    );
+    let layout = dir.path().join("layout");
+    let cache = debian_cache();
+    let mut cmd = Command::new(ingot);
+    cmd.current_dir(dir.path())
+        .arg("build")
+        .arg(manifest)
+        .arg("--out")
+        .arg(&layout)
+        .arg("--sign-key")
+        .arg(&key)
+        .arg("--deb-cache")
+        .arg(cache.join("debs"))
+        .args(inputs)
+        .args(extra);
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("CARGO") {
+            cmd.env_remove(k);
+        }
+    }
     let started = Instant::now();
-    let stack = common::build_stack(&trees.join("stack.toml"));
-    eprintln!("ingot build: {:.1?}", started.elapsed());
+    let out = cmd.env_remove("RUST_LOG").output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    eprintln!(
+        "ingot build {} {}: {:.1?}\n{said}",
+        manifest.display(),
+        extra.join(" "),
+        started.elapsed()
+    );
+    assert!(out.status.success(), "ingot build failed:\n{said}");
+    let layers = ingot_testkit::layout::read(&layout).root_hashes();
+    let stack = common::Stack {
+        dir,
+        layout,
+        public,
+        layers,
+    };
+    (stack, said)
+}
+
+/// Each layer's tree as the build reported it: `layer NAME: reused (tree cache KEY…` or
+/// `layer NAME: built: …, tree cache KEY`, found in the tree cache.
+fn trees_of(said: &str) -> BTreeMap<String, PathBuf> {
+    let trees = debian_cache().join("trees");
+    let mut out = BTreeMap::new();
+    for line in said.lines() {
+        let Some(rest) = line.strip_prefix("layer ") else {
+            continue;
+        };
+        let Some((name, what)) = rest.split_once(": ") else {
+            continue;
+        };
+        let Some(key) = what.split("tree cache ").nth(1) else {
+            continue;
+        };
+        let short: String = key.chars().take_while(char::is_ascii_hexdigit).collect();
+        let entry = fs::read_dir(&trees)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(&format!("{name}-{short}")))
+            })
+            .unwrap_or_else(|| panic!("no tree of layer {name} ({short}) in {}", trees.display()));
+        out.insert(name.to_owned(), entry.join("tree"));
+    }
+    out
+}
+
+/// The stack built by `ingot build manifests/debian/stack.toml` from an installed binary in a
+/// directory that is not a checkout, three times: as most fleets build it, then as a Secure
+/// Boot release (the harness's kernel arguments in its manifest, since the signed line cannot
+/// take the writer's `--kernel-arg`) and the same release again with another PCR key. The
+/// second and third builds are `--locked` and make no tree: every layer comes from the tree
+/// cache.
+fn publish(work: &Path) -> Releases {
+    let (k8s, images, digest) = inputs(work);
+    let bin = work.join("bin");
+    fs::create_dir_all(&bin).unwrap();
+    let ingot = bin.join("ingot");
+    ingot_testkit::command::copy_executable(&common::vm::ingot(), &ingot);
+    let m = work.join("m");
+    fs::create_dir_all(&m).unwrap();
+    let manifest = m.join("stack.toml");
+    fs::copy(repo_root().join("manifests/debian/stack.toml"), &manifest).unwrap();
+    let cache = debian_cache();
+    fs::create_dir_all(&cache).unwrap();
+    let kept_lock = cache.join("stack.lock");
+    if kept_lock.exists() {
+        fs::copy(&kept_lock, m.join("stack.lock")).unwrap();
+    }
+    let given = [
+        format!("--input=kubernetes={}", k8s.display()),
+        format!("--input=images={}", images.display()),
+    ];
+    let (stack, said) = cli_build(&ingot, &manifest, &given, &["--update"]);
+    fs::copy(m.join("stack.lock"), &kept_lock).unwrap();
+    let trees = trees_of(&said);
+    assert_eq!(
+        trees.keys().collect::<Vec<_>>(),
+        ["base", "control-plane", "kata", "nvidia"],
+        "{said}"
+    );
+    let kver = assert_security_kernel(&trees["base"], work);
+    let classes = runtime_classes(&trees["base"]);
     assert_inspect(&stack);
+    assert_sboms(&stack, work);
     let key = secure_boot::key_set(work, "ingot Debian node test");
     let mut args = qemu::KERNEL_ARGS.to_vec();
     args.push(CHECK_ARG);
-    let manifest = secure_boot::with_kernel_args(&trees.join("stack.toml"), "secure.toml", &args);
-    let started = Instant::now();
-    let secure = common::build_stack_with(&manifest, 4 << 20, Some(key.clone()));
-    eprintln!("ingot build --secure-boot-key: {:.1?}", started.elapsed());
+    let secure_manifest = secure_boot::with_kernel_args(&manifest, "secure.toml", &args);
+    let signed = |pcr: &str| {
+        let (_, pem) = ingot_artifact::pcr_policy::PcrKey::generate().unwrap();
+        let path = m.join(pcr);
+        fs::write(&path, pem).unwrap();
+        let (stack, said) = cli_build(
+            &ingot,
+            &secure_manifest,
+            &given,
+            &[
+                "--locked",
+                "--secure-boot-key",
+                key.key.to_str().unwrap(),
+                "--secure-boot-cert",
+                key.cert.to_str().unwrap(),
+                "--pcr-key",
+                path.to_str().unwrap(),
+            ],
+        );
+        for layer in trees.keys() {
+            assert!(
+                said.contains(&format!("layer {layer}: reused (tree cache")),
+                "a locked build made layer {layer} again:\n{said}"
+            );
+        }
+        stack
+    };
+    let secure = signed("pcr.key");
     // The same release signed by the same db key, but with a PCR key of its own: its UKI boots
     // under Secure Boot and its PCR policy is not the release's.
-    let other = common::build_stack_with(&manifest, 4 << 20, Some(key.clone()));
+    let other = signed("other-pcr.key");
     let mut secure = published(
         secure,
         digest.clone(),
@@ -508,6 +629,37 @@ fn releases(trees: &Path, work: &Path, digest: String) -> Releases {
     Releases {
         plain: published(stack, digest, kver, classes, None),
         secure,
+    }
+}
+
+/// Every layer's SBOM gives every package it lists its `.deb`'s SHA-256 (from stack.lock), and
+/// pyspdxtools and ntia-conformance-checker accept each.
+fn assert_sboms(stack: &common::Stack, work: &Path) {
+    let layout = ingot_testkit::layout::read(&stack.layout);
+    for (layer, _) in &stack.layers {
+        let (path, sbom) = layout.sbom(layer);
+        let packages: Vec<&serde_json::Value> = sbom["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p.get("externalRefs").is_some())
+            .collect();
+        for p in &packages {
+            let sha = &p["checksums"][0];
+            assert!(
+                sha["algorithm"] == "SHA256"
+                    && sha["checksumValue"].as_str().is_some_and(|v| v.len() == 64),
+                "layer {layer}: {} has no SHA-256 in its SBOM",
+                p["name"]
+            );
+        }
+        let file = work.join(format!("{layer}.spdx.json"));
+        fs::copy(&path, &file).unwrap();
+        ingot_testkit::spdx::tools_accept(&file, &format!("layer {layer}'s SBOM"));
+        eprintln!(
+            "layer {layer}: SBOM of {} packages, each with its .deb's SHA-256",
+            packages.len()
+        );
     }
 }
 
@@ -550,8 +702,7 @@ fn assert_inspect(stack: &common::Stack) {
 /// current one: apt, given the three suites the build uses (the same mirrors) and the base's own
 /// dpkg status (`/usr/lib/ingot/dpkg/status`), has no newer candidate for `linux-image-amd64` or
 /// `linux-image-KVER` than what is installed, which is what `packages.txt` records.
-fn assert_security_kernel(trees: &Path, work: &Path) -> String {
-    let base = trees.join("base");
+fn assert_security_kernel(base: &Path, work: &Path) -> String {
     let kernels: Vec<String> = fs::read_dir(base.join("usr/lib/modules"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -637,8 +788,8 @@ fn assert_security_kernel(trees: &Path, work: &Path) -> String {
 
 /// The RuntimeClass objects the base ships (`/usr/share/ingot/runtimeclasses.yaml`): `kata` and
 /// `nvidia`, each `node.k8s.io/v1` with the handler of its name; returns the handlers.
-fn runtime_classes(trees: &Path) -> Vec<String> {
-    let path = trees.join("base/usr/share/ingot/runtimeclasses.yaml");
+fn runtime_classes(base: &Path) -> Vec<String> {
+    let path = base.join("usr/share/ingot/runtimeclasses.yaml");
     let text = fs::read_to_string(&path).unwrap();
     let mut handlers = Vec::new();
     for doc in text.split("\n---\n") {

@@ -429,12 +429,7 @@ fn tools_layer_is_what_apt_added(out_dir: &Path, d: &Path) {
 /// SHA-256, and pyspdxtools and ntia-conformance-checker accept it.
 fn sbom_lists_the_lock(layout: &Path, d: &Path, tools: &ingot::debian::lock::LayerLock) {
     let (path, sbom) = ingot_testkit::layout::read(layout).sbom("tools");
-    let listed: Vec<&serde_json::Value> = sbom["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p.get("externalRefs").is_some())
-        .collect();
+    let listed = ingot_testkit::spdx::packages(&sbom);
     assert_eq!(listed.len(), tools.packages.len(), "{sbom}");
     for p in &tools.packages {
         let s = listed

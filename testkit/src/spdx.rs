@@ -5,6 +5,21 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use serde_json::Value;
+
+/// The packages an ingot SBOM lists: the entries with a purl (`externalRefs`), not the
+/// document's own entry for the layer.
+pub fn packages(document: &Value) -> Vec<&Value> {
+    document["packages"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter(|p| p.get("externalRefs").is_some())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// pyspdxtools and sbomcheck accept the SPDX document `file`, when installed
 /// (`INGOT_PYSPDXTOOLS` and `INGOT_SBOMCHECK` name others); a missing one is skipped with a
 /// message (a failure in CI, as every skip). `what` names the document in a failure.

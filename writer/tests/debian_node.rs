@@ -638,12 +638,7 @@ fn assert_sboms(stack: &common::Stack, work: &Path) {
     let layout = ingot_testkit::layout::read(&stack.layout);
     for (layer, _) in &stack.layers {
         let (path, sbom) = layout.sbom(layer);
-        let packages: Vec<&serde_json::Value> = sbom["packages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|p| p.get("externalRefs").is_some())
-            .collect();
+        let packages = ingot_testkit::spdx::packages(&sbom);
         for p in &packages {
             let sha = &p["checksums"][0];
             assert!(

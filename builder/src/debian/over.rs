@@ -10,7 +10,7 @@
 //! the old entry's cached files beside them, `--update PKG...` pinning the others. The lock entry
 //! lists the packages the install added to the base's dpkg status, each with its `.deb`'s hash.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 use std::process::Output;
@@ -36,6 +36,22 @@ pub fn make(job: &Job<'_>, lower: &Lower<'_>) -> Result<Made, TreeError> {
     let (lock, repo, fingerprint) = (ready.lock, ready.repo.as_path(), ready.fingerprint.as_str());
     let layer = job.layer;
     let locked_entry = lock.filter(|_| job.resolve == Resolve::Locked);
+    // The kernel the modules are built for, checked before anything is installed.
+    let kernel = job
+        .spec
+        .dkms
+        .as_ref()
+        .map(|_| lower.kernel.unwrap_or_default().to_owned());
+    if let Some(old) = locked_entry.filter(|old| old.kernel != kernel) {
+        return Err(refused(
+            layer,
+            format!(
+                "stack.lock built its modules for kernel {:?}, layer {} has {:?} \
+                 (`ingot build --update` builds them for it)",
+                old.kernel, lower.name, kernel
+            ),
+        ));
+    }
     let (staged, from_cache, downloaded) = match locked_entry {
         Some(old) => tree::stage_locked(job, old, repo)?,
         None => (cached_of_old(job, repo), 0, 0),
@@ -67,33 +83,20 @@ pub fn make(job: &Job<'_>, lower: &Lower<'_>) -> Result<Made, TreeError> {
     let mut lock = LayerLock {
         name: layer.to_owned(),
         inputs: fingerprint.to_owned(),
-        kernel: installed
-            .dkms
-            .as_ref()
-            .map(|_| lower.kernel.unwrap_or_default().to_owned()),
-        suites: installed.suites,
+        kernel,
+        suites: installed.suites.clone(),
         packages: Vec::new(),
         given: super::lock::given_of(job.spec),
-        dkms: installed.dkms.into_iter().collect(),
+        dkms: installed.dkms.clone().into_iter().collect(),
     };
     let (from_cache, downloaded) = match locked_entry {
         Some(old) => {
-            if old.kernel != lock.kernel {
-                return Err(refused(
-                    layer,
-                    format!(
-                        "stack.lock built its modules for kernel {:?}, layer {} has {:?} \
-                         (`ingot build --update` builds them for it)",
-                        old.kernel, lower.name, lock.kernel
-                    ),
-                ));
-            }
             check_as_locked(layer, old, &installed.added)?;
             lock.packages = old.packages.clone();
             (from_cache, downloaded)
         }
         None => {
-            let (p, c, d) = lock_packages(job, &staged, &archives, &installed.added)?;
+            let (p, c, d) = lock_packages(job, &staged, &archives, &installed)?;
             lock.packages = p;
             (c, d)
         }
@@ -131,6 +134,8 @@ fn overlay_sources(job: &Job<'_>, locked: bool, staged: bool) -> Vec<String> {
 struct Installed {
     /// The packages it added to the lower's dpkg status (the operator's `.deb` files' too).
     added: BTreeSet<(String, String, String)>,
+    /// The operator's `.deb` files, by package, with their SHA-256.
+    operator_files: BTreeMap<PackageKey, String>,
     /// The suites' dates (from the lock when locked; none when apt read no archive).
     suites: Vec<super::lock::SuiteDate>,
     /// The DKMS source package the modules were built from.
@@ -150,7 +155,7 @@ fn install(
 ) -> Result<Installed, TreeError> {
     let layer = job.layer;
     let merged = ov.merged();
-    let input_debs = input_debs(job, &merged)?;
+    let (input_debs, operator_files) = input_debs(job, &merged)?;
     let reads_archives = !job.spec.packages.is_empty() || !input_debs.is_empty();
     if reads_archives {
         (job.phase.0)("apt: reading the archives' lists");
@@ -192,19 +197,27 @@ fn install(
     super::overlay::copy_dir(&merged.join("var/lib/dpkg"), &dpkg).map_err(ov_err(layer))?;
     Ok(Installed {
         added,
+        operator_files,
         suites,
         dkms,
         dpkg,
     })
 }
 
+/// (name, architecture, version) of a package.
+type PackageKey = (String, String, String);
+
 /// The `nvidia-toolkit` input's `.deb` files, copied into the overlay: their paths there, for
-/// apt. They enter the `.deb` cache and the lock like the archive's (a locked build stages them
-/// from the cache; `--locked` also checks the input's digest).
-fn input_debs(job: &Job<'_>, merged: &Path) -> Result<Vec<String>, TreeError> {
-    let mut paths = Vec::new();
+/// apt, and each one's package and SHA-256. They enter the `.deb` cache and the lock like the
+/// archive's (a locked build stages them from the cache; `--locked` also checks the input's
+/// digest).
+fn input_debs(
+    job: &Job<'_>,
+    merged: &Path,
+) -> Result<(Vec<String>, BTreeMap<PackageKey, String>), TreeError> {
+    let (mut paths, mut files) = (Vec::new(), BTreeMap::new());
     let Some(given) = job.spec.given_inputs.get(inputs::NVIDIA_TOOLKIT_INPUT) else {
-        return Ok(paths);
+        return Ok((paths, files));
     };
     let dir = merged.join("tmp/ingot-inputs");
     fs::create_dir_all(&dir).map_err(io_err("creating", &dir))?;
@@ -212,9 +225,10 @@ fn input_debs(job: &Job<'_>, merged: &Path) -> Result<Vec<String>, TreeError> {
         let name = deb.file_name().unwrap_or_default();
         fs::copy(&deb, dir.join(name)).map_err(io_err("copying", &deb))?;
         paths.push(format!("/tmp/ingot-inputs/{}", name.to_string_lossy()));
-        job.cache.insert(&deb)?;
+        let c = deb::read_control(&deb)?;
+        files.insert((c.name, c.architecture, c.version), job.cache.insert(&deb)?);
     }
-    Ok(paths)
+    Ok((paths, files))
 }
 
 /// kubectl (`kubernetes`) and Kata's release (`kata`) into the merged tree.
@@ -542,10 +556,10 @@ fn lock_packages(
     job: &Job<'_>,
     staged: &[Staged],
     archives: &Path,
-    added: &BTreeSet<(String, String, String)>,
+    installed: &Installed,
 ) -> Result<(Vec<LockedPackage>, usize, usize), TreeError> {
-    type Key = (String, String, String);
-    let mut files: std::collections::BTreeMap<Key, String> = staged
+    let added = &installed.added;
+    let mut files: BTreeMap<PackageKey, String> = staged
         .iter()
         .map(|s| {
             let p = &s.package;
@@ -556,16 +570,7 @@ fn lock_packages(
         })
         .collect();
     let mut downloaded = BTreeSet::new();
-    let given = job.spec.given_inputs.get(inputs::NVIDIA_TOOLKIT_INPUT);
-    for deb in given
-        .map(|g| inputs::debs(&g.path))
-        .transpose()?
-        .unwrap_or_default()
-    {
-        let c = deb::read_control(&deb)?;
-        let sha = super::cache::sha256_of(&deb)?;
-        files.insert((c.name, c.architecture, c.version), sha);
-    }
+    files.extend(installed.operator_files.clone());
     for e in fs::read_dir(archives).map_err(io_err("reading", archives))? {
         let path = e.map_err(io_err("reading", archives))?.path();
         if path.extension().is_none_or(|x| x != "deb") {
